@@ -1,0 +1,406 @@
+"""Frozen configuration dataclasses, validated once at construction.
+
+No torch and no asyncio here: this module is imported by every layer (model,
+search, engine, server, CLI) and by tools that only check a YAML file.
+
+Every dataclass validates itself in ``__post_init__`` and raises
+:class:`ConfigError` whose message starts with the dotted field path, e.g.
+``confidence.alpha: must be > 0, got -1``.  :func:`from_dict` builds nested
+dataclasses from plain dicts (as loaded from YAML), rejecting unknown keys
+with their full key path.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, TypeVar
+
+__all__ = [
+    "ConfigError",
+    "FbankConfig",
+    "EncoderConfig",
+    "DecoderConfig",
+    "ModelConfig",
+    "ConfidenceConfig",
+    "EndpointConfig",
+    "KwsConfig",
+    "DecodingConfig",
+    "EngineConfig",
+    "from_dict",
+    "to_dict",
+    "load_yaml",
+    "SEARCH_METHODS",
+]
+
+
+class ConfigError(ValueError):
+    """A configuration value is invalid; the message starts with the key path."""
+
+
+def _fail(path: str, msg: str) -> None:
+    raise ConfigError(f"{path}: {msg}" if path else msg)
+
+
+def _check(cond: bool, path: str, msg: str) -> None:
+    if not cond:
+        _fail(path, msg)
+
+
+def _one_of(value: Any, choices: tuple, path: str) -> None:
+    _check(value in choices, path, f"must be one of {list(choices)}, got {value!r}")
+
+
+def _positive(value: float, path: str, strict: bool = True) -> None:
+    ok = value > 0 if strict else value >= 0
+    _check(ok and math.isfinite(value), path, f"must be {'>' if strict else '>='} 0, got {value!r}")
+
+
+SEARCH_METHODS = ("greedy", "modified_beam", "beam", "ctc_greedy", "ctc_prefix_beam")
+
+
+# --------------------------------------------------------------------------- features
+
+
+@dataclass(frozen=True)
+class FbankConfig:
+    """Log-mel filterbank front end (Kaldi-like, no dither: deterministic)."""
+
+    sample_rate: int = 16000
+    num_mel_bins: int = 80
+    frame_length_ms: float = 25.0
+    frame_shift_ms: float = 10.0
+    preemphasis: float = 0.97
+    low_freq: float = 20.0
+    high_freq: float = 7600.0
+    log_floor: float = 1e-10
+
+    def __post_init__(self) -> None:
+        _check(self.sample_rate == 16000, "sample_rate", f"the model runs at 16000 Hz, got {self.sample_rate}")
+        _check(8 <= self.num_mel_bins <= 256, "num_mel_bins", f"must be 8..256, got {self.num_mel_bins}")
+        _positive(self.frame_length_ms, "frame_length_ms")
+        _positive(self.frame_shift_ms, "frame_shift_ms")
+        _check(self.frame_shift_ms <= self.frame_length_ms, "frame_shift_ms", "must be <= frame_length_ms")
+        _check(0.0 <= self.preemphasis < 1.0, "preemphasis", f"must be in [0, 1), got {self.preemphasis}")
+        _check(0 <= self.low_freq < self.high_freq <= self.sample_rate / 2, "high_freq",
+               f"need 0 <= low_freq < high_freq <= {self.sample_rate / 2}, got {self.low_freq}, {self.high_freq}")
+        _positive(self.log_floor, "log_floor")
+
+    @property
+    def frame_length(self) -> int:
+        """Window length in samples (400 at 16 kHz / 25 ms)."""
+        return int(round(self.sample_rate * self.frame_length_ms / 1000))
+
+    @property
+    def frame_shift(self) -> int:
+        """Hop in samples (160 at 16 kHz / 10 ms)."""
+        return int(round(self.sample_rate * self.frame_shift_ms / 1000))
+
+
+# --------------------------------------------------------------------------- model
+
+
+@dataclass(frozen=True)
+class EncoderConfig:
+    """Streaming Conformer encoder: causal conv subsampling x4, chunked attention.
+
+    ``chunk_size`` is in encoder frames (after subsampling, 40 ms each at a 10 ms
+    fbank shift); ``left_chunks`` bounds the attention left context in chunks.
+    """
+
+    num_features: int = 80
+    d_model: int = 144
+    num_layers: int = 8
+    num_heads: int = 4
+    ff_dim: int = 576
+    conv_kernel: int = 15
+    subsampling_channels: int = 32
+    chunk_size: int = 8
+    left_chunks: int = 4
+    dropout: float = 0.1
+
+    def __post_init__(self) -> None:
+        for name in ("num_features", "d_model", "num_layers", "num_heads", "ff_dim", "conv_kernel",
+                     "subsampling_channels", "chunk_size", "left_chunks"):
+            v = getattr(self, name)
+            _check(isinstance(v, int) and v > 0, name, f"must be a positive integer, got {v!r}")
+        _check(self.d_model % self.num_heads == 0, "d_model",
+               f"must be divisible by num_heads ({self.num_heads}), got {self.d_model}")
+        _check((self.d_model // self.num_heads) % 2 == 0, "d_model",
+               "d_model / num_heads must be even (rotary position embedding)")
+        _check(self.conv_kernel >= 2, "conv_kernel", f"must be >= 2, got {self.conv_kernel}")
+        _check(0.0 <= self.dropout < 1.0, "dropout", f"must be in [0, 1), got {self.dropout}")
+
+    @property
+    def left_context(self) -> int:
+        """Attention left context in encoder frames."""
+        return self.left_chunks * self.chunk_size
+
+
+@dataclass(frozen=True)
+class DecoderConfig:
+    """Prediction network: ``stateless`` (icefall, context_size tokens) or ``lstm``."""
+
+    kind: str = "stateless"
+    dim: int = 256
+    context_size: int = 2
+    num_layers: int = 1
+
+    def __post_init__(self) -> None:
+        _one_of(self.kind, ("stateless", "lstm"), "kind")
+        _check(self.dim > 0, "dim", f"must be > 0, got {self.dim}")
+        _check(self.context_size >= 1, "context_size", f"must be >= 1, got {self.context_size}")
+        _check(self.num_layers >= 1, "num_layers", f"must be >= 1, got {self.num_layers}")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Everything needed to rebuild the network; stored in every checkpoint."""
+
+    vocab_size: int = 32
+    blank_id: int = 0
+    joiner_dim: int = 256
+    ctc_head: bool = True
+    keywords: tuple[str, ...] = ()
+    encoder: EncoderConfig = field(default_factory=EncoderConfig)
+    decoder: DecoderConfig = field(default_factory=DecoderConfig)
+    fbank: FbankConfig = field(default_factory=FbankConfig)
+
+    def __post_init__(self) -> None:
+        _check(self.vocab_size >= 2, "vocab_size", f"must be >= 2, got {self.vocab_size}")
+        _check(0 <= self.blank_id < self.vocab_size, "blank_id", f"must be in [0, vocab_size), got {self.blank_id}")
+        _check(self.joiner_dim > 0, "joiner_dim", f"must be > 0, got {self.joiner_dim}")
+        _check(len(set(self.keywords)) == len(self.keywords), "keywords", "duplicate keyword")
+        for i, k in enumerate(self.keywords):
+            _check(isinstance(k, str) and k.strip() == k and k != "", f"keywords[{i}]", f"bad keyword {k!r}")
+
+    @property
+    def frame_shift_s(self) -> float:
+        """Duration of one encoder output frame in seconds (subsampling x4)."""
+        return 4 * self.fbank.frame_shift_ms / 1000.0
+
+
+# --------------------------------------------------------------------------- decoding
+
+
+@dataclass(frozen=True)
+class ConfidenceConfig:
+    """NeMo's confidence measure bank.
+
+    measure: ``max_prob`` or ``entropy``; for entropy, ``entropy_type`` in
+    gibbs / tsallis / renyi and ``entropy_norm`` lin / exp.  ``alpha`` > 0
+    (alpha = 1 is the Gibbs/Shannon form).  Token confidence is the measure at
+    the emitting frame; with ``exclude_blank`` false the blank frames since the
+    previous token are aggregated into it too.  Word confidence aggregates its
+    tokens with ``aggregation`` (min / mean / max / prod).
+    """
+
+    measure: str = "entropy"
+    entropy_type: str = "tsallis"
+    entropy_norm: str = "exp"
+    alpha: float = 0.33
+    aggregation: str = "min"
+    exclude_blank: bool = True
+
+    def __post_init__(self) -> None:
+        _one_of(self.measure, ("max_prob", "entropy"), "measure")
+        _one_of(self.entropy_type, ("gibbs", "tsallis", "renyi"), "entropy_type")
+        _one_of(self.entropy_norm, ("lin", "exp"), "entropy_norm")
+        _positive(self.alpha, "alpha")
+        _one_of(self.aggregation, ("min", "mean", "max", "prod"), "aggregation")
+
+    @property
+    def name(self) -> str:
+        """Measure-bank key, e.g. ``max_prob`` or ``entropy_tsallis_exp``."""
+        if self.measure == "max_prob":
+            return "max_prob"
+        return f"entropy_{self.entropy_type}_{self.entropy_norm}"
+
+
+@dataclass(frozen=True)
+class EndpointConfig:
+    """sherpa-style endpoint rules (seconds).
+
+    rule1: ``rule1_trailing_silence`` of trailing silence, even if nothing was
+    decoded; rule2: ``rule2_trailing_silence`` after something was decoded;
+    rule3: the segment reaches ``rule3_max_utterance``.
+    """
+
+    enabled: bool = True
+    rule1_trailing_silence: float = 2.4
+    rule2_trailing_silence: float = 1.2
+    rule3_max_utterance: float = 20.0
+
+    def __post_init__(self) -> None:
+        _positive(self.rule1_trailing_silence, "rule1_trailing_silence")
+        _positive(self.rule2_trailing_silence, "rule2_trailing_silence")
+        _positive(self.rule3_max_utterance, "rule3_max_utterance")
+
+
+@dataclass(frozen=True)
+class KwsConfig:
+    """Wake-word detection on the KWS head's per-frame sigmoid scores.
+
+    ``thresholds`` maps keyword -> threshold and overrides ``threshold``.
+    ``smoothing_frames`` is a moving-average window over encoder frames (1 = off).
+    ``refractory_s`` suppresses re-triggering the same keyword.
+    """
+
+    enabled: bool = True
+    threshold: float = 0.5
+    thresholds: Mapping[str, float] = field(default_factory=dict)
+    smoothing_frames: int = 1
+    refractory_s: float = 1.0
+
+    def __post_init__(self) -> None:
+        _check(0.0 < self.threshold < 1.0, "threshold", f"must be in (0, 1), got {self.threshold}")
+        for k, v in dict(self.thresholds).items():
+            _check(isinstance(v, (int, float)) and 0.0 < v < 1.0, f"thresholds.{k}", f"must be in (0, 1), got {v!r}")
+        # freeze the mapping so the dataclass stays hashable-in-spirit and immutable
+        object.__setattr__(self, "thresholds", types.MappingProxyType(dict(self.thresholds)))
+        _check(self.smoothing_frames >= 1, "smoothing_frames", f"must be >= 1, got {self.smoothing_frames}")
+        _positive(self.refractory_s, "refractory_s", strict=False)
+
+    def threshold_for(self, keyword: str) -> float:
+        return float(self.thresholds.get(keyword, self.threshold))
+
+
+@dataclass(frozen=True)
+class DecodingConfig:
+    """Default search options; a stream may override method and beam."""
+
+    method: str = "greedy"
+    beam: int = 4
+    max_symbols_per_frame: int = 3
+    ctc_top_paths: int = 1
+
+    def __post_init__(self) -> None:
+        _one_of(self.method, SEARCH_METHODS, "method")
+        _check(1 <= self.beam <= 64, "beam", f"must be 1..64, got {self.beam}")
+        _check(1 <= self.max_symbols_per_frame <= 32, "max_symbols_per_frame",
+               f"must be 1..32, got {self.max_symbols_per_frame}")
+        _check(self.ctc_top_paths >= 1, "ctc_top_paths", f"must be >= 1, got {self.ctc_top_paths}")
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Recognizer settings: device, batching bound and per-stream defaults."""
+
+    model: str = ""
+    device: str = "auto"
+    max_batch: int = 256
+    decoding: DecodingConfig = field(default_factory=DecodingConfig)
+    confidence: ConfidenceConfig = field(default_factory=ConfidenceConfig)
+    endpoint: EndpointConfig = field(default_factory=EndpointConfig)
+    kws: KwsConfig = field(default_factory=KwsConfig)
+
+    def __post_init__(self) -> None:
+        _check(self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:"), "device",
+               f"must be auto, cpu, cuda or cuda:N, got {self.device!r}")
+        _check(self.max_batch >= 1, "max_batch", f"must be >= 1, got {self.max_batch}")
+
+
+# --------------------------------------------------------------------------- dict / YAML I/O
+
+T = TypeVar("T")
+
+
+def _convert(tp: Any, value: Any, path: str) -> Any:
+    origin = typing.get_origin(tp)
+    if dataclasses.is_dataclass(tp):
+        if isinstance(value, tp):
+            return value
+        if not isinstance(value, Mapping):
+            _fail(path, f"expected a mapping, got {type(value).__name__}")
+        return from_dict(tp, value, path)
+    if origin is tuple:
+        if not isinstance(value, (list, tuple)):
+            _fail(path, f"expected a list, got {type(value).__name__}")
+        (item_tp, *_rest) = typing.get_args(tp)
+        return tuple(_convert(item_tp, v, f"{path}[{i}]") for i, v in enumerate(value))
+    if origin in (Mapping, dict) or tp in (dict,):
+        if not isinstance(value, Mapping):
+            _fail(path, f"expected a mapping, got {type(value).__name__}")
+        args = typing.get_args(tp)
+        vt = args[1] if len(args) == 2 else Any
+        return {str(k): _convert(vt, v, f"{path}.{k}") for k, v in value.items()}
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        for a in args:
+            if a is type(None):
+                continue
+            try:
+                return _convert(a, value, path)
+            except ConfigError:
+                continue
+        _fail(path, f"bad value {value!r}")
+    if tp is Any:
+        return value
+    if tp is bool:
+        if not isinstance(value, bool):
+            _fail(path, f"expected true/false, got {value!r}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            _fail(path, f"expected an integer, got {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            _fail(path, f"expected a number, got {value!r}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            _fail(path, f"expected a string, got {value!r}")
+        return value
+    return value
+
+
+def from_dict(cls: type[T], data: Mapping[str, Any] | None, path: str = "") -> T:
+    """Build dataclass ``cls`` from a nested mapping, rejecting unknown keys.
+
+    Errors are :class:`ConfigError` with the full dotted key path.
+    """
+    data = dict(data or {})
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls) if f.init}
+    unknown = sorted(set(data) - names)
+    if unknown:
+        where = f"{path}.{unknown[0]}" if path else unknown[0]
+        _fail(where, f"unknown key (known: {', '.join(sorted(names))})")
+    kwargs = {k: _convert(hints[k], v, f"{path}.{k}" if path else k) for k, v in data.items()}
+    try:
+        return cls(**kwargs)
+    except ConfigError as e:
+        if path:
+            raise ConfigError(f"{path}.{e}") from None
+        raise
+
+
+def to_dict(obj: Any) -> Any:
+    """Plain nested dict/list form of a config dataclass (YAML/JSON-safe)."""
+    if dataclasses.is_dataclass(obj):
+        return {f.name: to_dict(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+    if isinstance(obj, Mapping):
+        return {k: to_dict(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_dict(v) for v in obj]
+    return obj
+
+
+def load_yaml(path: str | Path, cls: type[T], section: str | None = None) -> T:
+    """Load a YAML file (optionally one top-level ``section``) into ``cls``."""
+    import yaml
+
+    with open(path, encoding="utf-8") as f:
+        data = yaml.safe_load(f) or {}
+    if not isinstance(data, Mapping):
+        _fail("", f"{path}: top level must be a mapping")
+    if section is not None:
+        data = data.get(section) or {}
+    return from_dict(cls, data, section or "")

@@ -1,0 +1,132 @@
+"""Tensor storage of hypotheses' emitted tokens, shared by every search.
+
+A search keeps, for B streams with up to K hypotheses each, the tokens each
+hypothesis emitted in the current segment, the encoder frame that emitted
+each token and that token's confidence.  Everything stays on the search's
+device; nothing here synchronizes with the host except :meth:`to_lists`,
+which a caller runs once per chunk to build results.
+
+Shape legend: B streams, K hypotheses per stream (beam; 1 for greedy),
+L token capacity (grows geometrically, reserved once per chunk).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+__all__ = ["HypBuffer", "HypOut"]
+
+
+@dataclass(frozen=True)
+class HypOut:
+    """One hypothesis as plain Python data (for results and tests)."""
+
+    tokens: tuple[int, ...]
+    frames: tuple[int, ...]
+    confs: tuple[float, ...]
+    score: float = 0.0
+
+
+@dataclass
+class HypBuffer:
+    """Emitted tokens of B x K hypotheses.
+
+    tokens: (B, K, L) int64 token ids, valid where position < lengths.
+    frames: (B, K, L) int64 encoder-frame index (since stream start) of each token.
+    confs:  (B, K, L) float32 token confidence in [0, 1].
+    lengths: (B, K) int64 number of valid tokens.
+    """
+
+    tokens: Tensor
+    frames: Tensor
+    confs: Tensor
+    lengths: Tensor
+
+    @classmethod
+    def empty(cls, batch: int, k: int, device: torch.device | str = "cpu", capacity: int = 16) -> "HypBuffer":
+        z = torch.zeros(batch, k, capacity, dtype=torch.long, device=device)
+        return cls(z, z.clone(), torch.zeros(batch, k, capacity, device=device),
+                   torch.zeros(batch, k, dtype=torch.long, device=device))
+
+    @property
+    def capacity(self) -> int:
+        return self.tokens.shape[-1]
+
+    def reserve(self, max_len: int) -> None:
+        """Make room for ``max_len`` tokens per hypothesis.
+
+        Callers pass a host-side upper bound (e.g. tokens so far + frames in
+        this chunk x max symbols per frame) so no device sync is needed.
+        """
+        if max_len <= self.capacity:
+            return
+        new = max(max_len, 2 * self.capacity)
+        pad = new - self.capacity
+        self.tokens = torch.nn.functional.pad(self.tokens, (0, pad))
+        self.frames = torch.nn.functional.pad(self.frames, (0, pad))
+        self.confs = torch.nn.functional.pad(self.confs, (0, pad))
+
+    def gather(self, parent: Tensor) -> "HypBuffer":
+        """New buffer whose hypothesis (b, j) is a copy of (b, parent[b, j]).
+
+        parent: (B, K') int64 indices into the K axis.
+        """
+        idx = parent.unsqueeze(-1).expand(-1, -1, self.capacity)
+        return HypBuffer(self.tokens.gather(1, idx), self.frames.gather(1, idx), self.confs.gather(1, idx),
+                         self.lengths.gather(1, parent))
+
+    def append(self, mask: Tensor, tokens: Tensor, frames: Tensor, confs: Tensor) -> None:
+        """Append one token to each hypothesis where ``mask`` is true (in place).
+
+        mask: (B, K) bool; tokens, frames: (B, K) int64; confs: (B, K) float.
+        The caller must have reserved capacity for one more token.
+        """
+        pos = self.lengths.clamp(max=self.capacity - 1).unsqueeze(-1)  # (B, K, 1)
+        m = mask.unsqueeze(-1)
+        self.tokens.scatter_(2, pos, torch.where(m, tokens.unsqueeze(-1), self.tokens.gather(2, pos)))
+        self.frames.scatter_(2, pos, torch.where(m, frames.unsqueeze(-1), self.frames.gather(2, pos)))
+        self.confs.scatter_(2, pos, torch.where(m, confs.unsqueeze(-1).to(self.confs.dtype), self.confs.gather(2, pos)))
+        self.lengths += mask.long()
+
+    def select_streams(self, rows: Tensor) -> "HypBuffer":
+        """Sub-batch of streams: rows (B',) int64 indices into the B axis."""
+        return HypBuffer(self.tokens[rows], self.frames[rows], self.confs[rows], self.lengths[rows])
+
+    def clear(self, rows: Tensor) -> None:
+        """Empty every hypothesis of the streams where rows (B,) bool is true."""
+        self.lengths.masked_fill_(rows.unsqueeze(-1), 0)
+
+    @staticmethod
+    def cat(bufs: list["HypBuffer"]) -> "HypBuffer":
+        """Concatenate along B, padding K and L to the largest."""
+        k = max(b.tokens.shape[1] for b in bufs)
+        cap = max(b.capacity for b in bufs)
+
+        def pad(x: Tensor) -> Tensor:
+            return torch.nn.functional.pad(x, (0, cap - x.shape[-1], 0, k - x.shape[1]))
+
+        return HypBuffer(torch.cat([pad(b.tokens) for b in bufs]), torch.cat([pad(b.frames) for b in bufs]),
+                         torch.cat([pad(b.confs) for b in bufs]),
+                         torch.cat([torch.nn.functional.pad(b.lengths, (0, k - b.lengths.shape[1])) for b in bufs]))
+
+    def to_lists(self, which: Tensor, scores: Tensor | None = None) -> list[HypOut]:
+        """Host copies of one hypothesis per stream.
+
+        which: (B,) int64 index into K of the hypothesis to return per stream.
+        scores: optional (B, K) scores to attach.
+        One device-to-host transfer for the whole batch.
+        """
+        b = torch.arange(which.shape[0], device=which.device)
+        n = self.lengths[b, which]
+        lmax = int(n.max()) if n.numel() else 0
+        toks = self.tokens[b, which, :lmax].cpu().tolist()
+        frs = self.frames[b, which, :lmax].cpu().tolist()
+        cfs = self.confs[b, which, :lmax].cpu().tolist()
+        sc = scores[b, which].cpu().tolist() if scores is not None else [0.0] * len(toks)
+        out = []
+        for i, ln in enumerate(n.cpu().tolist()):
+            out.append(HypOut(tuple(toks[i][:ln]), tuple(frs[i][:ln]), tuple(cfs[i][:ln]), float(sc[i])))
+        return out

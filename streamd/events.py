@@ -1,0 +1,117 @@
+"""Events the engine emits: plain frozen dataclasses, no tensors.
+
+Times are seconds from the stream's first accepted sample.  ``to_wire()``
+gives the v1 wire-protocol JSON object (docs/protocol.md); the CLI's
+``--json`` output and the websocket server both use it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = ["Word", "Partial", "Final", "WakeWord", "Error", "Done", "Event"]
+
+
+def _r(x: float, nd: int = 3) -> float:
+    return round(float(x), nd)
+
+
+@dataclass(frozen=True)
+class Word:
+    """One recognized word with its time span and confidence in [0, 1]."""
+
+    word: str
+    start: float
+    end: float
+    conf: float
+
+    def to_wire(self) -> dict:
+        return {"word": self.word, "start": _r(self.start, 2), "end": _r(self.end, 2), "conf": _r(self.conf, 3)}
+
+
+@dataclass(frozen=True)
+class Partial:
+    """Current best hypothesis of the open segment (after every chunk)."""
+
+    stream: int
+    segment: int
+    text: str
+    words: tuple[Word, ...] = ()
+    tokens: tuple[int, ...] = ()
+
+    def to_wire(self) -> dict:
+        return {"type": "partial", "segment": self.segment, "text": self.text,
+                "words": [w.to_wire() for w in self.words]}
+
+
+@dataclass(frozen=True)
+class Final:
+    """Closed segment: at an endpoint, a reset, or the end of the stream.
+
+    ``alternatives`` holds the other n-best texts of beam searches (best first
+    is ``text`` itself, not repeated), with their total log-scores in ``scores``.
+    """
+
+    stream: int
+    segment: int
+    text: str
+    words: tuple[Word, ...] = ()
+    start: float = 0.0
+    end: float = 0.0
+    tokens: tuple[int, ...] = ()
+    reason: str = "eos"  # "endpoint:rule1|rule2|rule3", "reset", "eos"
+    alternatives: tuple[str, ...] = ()
+    scores: tuple[float, ...] = ()
+
+    def to_wire(self) -> dict:
+        d = {"type": "final", "segment": self.segment, "text": self.text,
+             "words": [w.to_wire() for w in self.words], "start": _r(self.start, 2), "end": _r(self.end, 2),
+             "reason": self.reason}
+        if self.alternatives:
+            d["alternatives"] = list(self.alternatives)
+        return d
+
+
+@dataclass(frozen=True)
+class WakeWord:
+    """A keyword fired on the KWS head."""
+
+    stream: int
+    keyword: str
+    score: float
+    start: float
+    end: float
+
+    def to_wire(self) -> dict:
+        return {"type": "wake", "keyword": self.keyword, "score": _r(self.score, 3),
+                "start": _r(self.start, 2), "end": _r(self.end, 2)}
+
+
+@dataclass(frozen=True)
+class Error:
+    """Something went wrong for one stream; other streams are unaffected.
+
+    ``fatal`` means the stream was closed by the engine.
+    """
+
+    stream: int
+    code: str
+    message: str
+    fatal: bool = True
+
+    def to_wire(self) -> dict:
+        return {"type": "error", "code": self.code, "message": self.message}
+
+
+@dataclass(frozen=True)
+class Done:
+    """The stream is finished: every accepted sample has been decoded."""
+
+    stream: int
+    audio_seconds: float = 0.0
+
+    def to_wire(self) -> dict:
+        return {"type": "done", "audio_seconds": _r(self.audio_seconds, 3)}
+
+
+Event = Partial | Final | WakeWord | Error | Done
