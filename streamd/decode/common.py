@@ -1,0 +1,102 @@
+"""Pieces shared by the transducer searches.
+
+* :class:`BlankConfAcc`: running aggregate of blank-frame confidences since a
+  hypothesis' last token, folded into the next token's confidence when a
+  search is asked to include blank frames (``exclude_blank=False``).
+* :func:`hash_extend`: rolling int64 hash of token sequences, used to find
+  and merge identical hypotheses with tensor ops.
+
+Shape legend: B streams, K hypotheses per stream.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+__all__ = ["Measure", "BlankConfAcc", "hash_extend", "HASH_START"]
+
+Measure = Callable[[Tensor], Tensor]
+"""Maps log-probs (..., V) to a confidence (...) in [0, 1]."""
+
+HASH_START = 0x5EED
+_HASH_MUL = 0x100000001B3  # FNV-64 prime; int64 products wrap, which is fine for hashing
+
+
+def hash_extend(h: Tensor, tokens: Tensor) -> Tensor:
+    """Hash of a sequence extended by one token: h, tokens (...) int64 -> (...) int64."""
+    return h * _HASH_MUL + (tokens + 1)
+
+
+@dataclass
+class BlankConfAcc:
+    """Aggregates of blank-frame confidences since each hypothesis' last token.
+
+    sum, logsum, min, max: (B, K) float32; count: (B, K) float32.
+    """
+
+    sum: Tensor
+    logsum: Tensor
+    min: Tensor
+    max: Tensor
+    count: Tensor
+
+    @classmethod
+    def zeros(cls, b: int, k: int, device) -> "BlankConfAcc":
+        z = torch.zeros(b, k, device=device)
+        return cls(z, z.clone(), torch.ones(b, k, device=device), z.clone(), z.clone())
+
+    def add(self, mask: Tensor, conf: Tensor) -> None:
+        """Add conf (B, K) where mask (B, K) (a blank was taken) — in place."""
+        m = mask.float()
+        self.sum = self.sum + m * conf
+        self.logsum = self.logsum + m * conf.clamp_min(1e-10).log()
+        self.min = torch.where(mask, torch.minimum(self.min, conf), self.min)
+        self.max = torch.where(mask, torch.maximum(self.max, conf), self.max)
+        self.count = self.count + m
+
+    def fold(self, conf: Tensor, how: str) -> Tensor:
+        """Token confidence including the pending blank frames: conf (B, K) -> (B, K)."""
+        if how == "min":
+            return torch.minimum(self.min, conf)
+        if how == "max":
+            return torch.maximum(self.max, conf)
+        if how == "mean":
+            return (self.sum + conf) / (self.count + 1)
+        if how == "prod":
+            return (self.logsum + conf.clamp_min(1e-10).log()).exp()
+        raise ValueError(f"unknown aggregation {how!r}")
+
+    def clear(self, mask: Tensor) -> None:
+        """Forget the pending blank frames where mask (B, K) (a token was emitted)."""
+        keep = (~mask).float()
+        self.sum = self.sum * keep
+        self.logsum = self.logsum * keep
+        self.min = torch.where(mask, torch.ones_like(self.min), self.min)
+        self.max = torch.where(mask, torch.zeros_like(self.max), self.max)
+        self.count = self.count * keep
+
+    def gather(self, parent: Tensor) -> "BlankConfAcc":
+        """Follow hypotheses to their parents: parent (B, K') int64."""
+        return BlankConfAcc(*(x.gather(1, parent) for x in (self.sum, self.logsum, self.min, self.max, self.count)))
+
+    def select(self, rows: Tensor) -> "BlankConfAcc":
+        return BlankConfAcc(*(x[rows] for x in (self.sum, self.logsum, self.min, self.max, self.count)))
+
+    def widen(self, k: int) -> "BlankConfAcc":
+        """Pad the K axis to k slots with empty accumulators."""
+        def pad(x: Tensor, v: float) -> Tensor:
+            return torch.nn.functional.pad(x, (0, k - x.shape[1]), value=v)
+
+        return BlankConfAcc(pad(self.sum, 0), pad(self.logsum, 0), pad(self.min, 1), pad(self.max, 0),
+                            pad(self.count, 0))
+
+    @staticmethod
+    def cat(accs: list["BlankConfAcc"]) -> "BlankConfAcc":
+        """Concatenate along B, padding K to the largest."""
+        k = max(a.sum.shape[1] for a in accs)
+        accs = [a.widen(k) for a in accs]
+        return BlankConfAcc(*(torch.cat([getattr(a, f) for a in accs]) for f in ("sum", "logsum", "min", "max", "count")))

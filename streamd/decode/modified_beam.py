@@ -1,0 +1,229 @@
+"""Batched, incremental modified beam search (icefall ``modified_beam_search``).
+
+At most one symbol per frame.  For every frame, each stream's K live
+hypotheses are scored with the joiner in one call over all streams (B, K, V);
+the top ``beam`` of the K x V extensions of a stream survive (blank keeps the
+hypothesis, a token extends it); survivors with the same token sequence are
+merged by adding their probabilities (log-sum-exp), the best-scoring one
+keeping its timing and confidences.  Streams may have different beams:
+hypotheses are laid out on a (B, K = max beam) grid whose unused slots score
+-inf.  Identical sequences are found through a rolling int64 hash.
+
+Decoder outputs are cached per hypothesis; after each frame only the
+hypotheses that emitted a token run the decoder (one batched call).
+Frame loop and merge are tensor ops: the only host synchronization is the
+"did any hypothesis emit?" test that skips the decoder call.
+
+Shape legend: B streams, K = max beam, V vocabulary, J joiner dim,
+T frames in the chunk, L token capacity.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from ..model.decoder import DecoderState
+from ..model.transducer import Transducer
+from .common import HASH_START, BlankConfAcc, Measure, hash_extend
+from .hyps import HypBuffer, HypOut
+
+__all__ = ["BeamState", "ModifiedBeamSearch"]
+
+NEG_INF = float("-inf")
+
+
+@dataclass
+class BeamState:
+    """Hypotheses of B streams on a (B, K) grid.
+
+    beams: (B,) int64 beam size per stream (<= K).
+    scores: (B, K) log-probability, -inf for unused slots.
+    hashes: (B, K) int64 hash of each token sequence.
+    dec_state: decoder state of the B * K hypotheses (row b * K + k).
+    dec_p: (B, K, J) projected decoder outputs.
+    hyps: (B, K, L) emitted tokens, frames and confidences.
+    trailing: (B, K) int64 frames since each hypothesis' last token.
+    acc: (B, K) pending blank-frame confidences.
+    """
+
+    beams: Tensor
+    scores: Tensor
+    hashes: Tensor
+    dec_state: DecoderState
+    dec_p: Tensor
+    hyps: HypBuffer
+    trailing: Tensor
+    acc: BlankConfAcc
+
+    @property
+    def k(self) -> int:
+        return self.scores.shape[1]
+
+    def select(self, rows: Tensor) -> "BeamState":
+        """Sub-batch: rows (B',) int64."""
+        k = self.k
+        flat = (rows[:, None] * k + torch.arange(k, device=rows.device)).reshape(-1)
+        return BeamState(self.beams[rows], self.scores[rows], self.hashes[rows], self.dec_state.select(flat),
+                         self.dec_p[rows], self.hyps.select_streams(rows), self.trailing[rows], self.acc.select(rows))
+
+    def widen(self, k: int) -> "BeamState":
+        """Same hypotheses on a wider grid of k >= K slots (new slots unused, scored -inf)."""
+        extra = k - self.k
+        if extra < 0:
+            raise ValueError(f"cannot narrow a beam grid from {self.k} to {k} slots")
+        if extra == 0:
+            return self
+        b = self.scores.shape[0]
+        pad = torch.nn.functional.pad
+        # new slots copy hypothesis 0's decoder state; they are never selected (-inf)
+        idx = pad(torch.arange(b * self.k, device=self.scores.device).view(b, self.k), (0, extra)).reshape(-1)
+        h = self.hyps
+        hb = HypBuffer(pad(h.tokens, (0, 0, 0, extra)), pad(h.frames, (0, 0, 0, extra)),
+                       pad(h.confs, (0, 0, 0, extra)), pad(h.lengths, (0, extra)))
+        return BeamState(self.beams, pad(self.scores, (0, extra), value=NEG_INF), pad(self.hashes, (0, extra)),
+                         self.dec_state.select(idx), pad(self.dec_p, (0, 0, 0, extra)), hb,
+                         pad(self.trailing, (0, extra)), self.acc.widen(k))
+
+    @staticmethod
+    def cat(states: list["BeamState"]) -> "BeamState":
+        k = max(s.k for s in states)
+        states = [s.widen(k) for s in states]
+        return BeamState(torch.cat([s.beams for s in states]), torch.cat([s.scores for s in states]),
+                         torch.cat([s.hashes for s in states]), DecoderState.cat([s.dec_state for s in states]),
+                         torch.cat([s.dec_p for s in states]), HypBuffer.cat([s.hyps for s in states]),
+                         torch.cat([s.trailing for s in states]), BlankConfAcc.cat([s.acc for s in states]))
+
+
+class ModifiedBeamSearch:
+    """Modified beam search over a :class:`Transducer` (see module docstring)."""
+
+    def __init__(self, model: Transducer, measure: Measure | None = None, exclude_blank: bool = True,
+                 aggregation: str = "min"):
+        self.model = model
+        self.blank = model.blank_id
+        self.measure = measure
+        self.exclude_blank = exclude_blank
+        self.aggregation = aggregation
+
+    def _initial(self, n: int, device) -> tuple[DecoderState, Tensor]:
+        dec = self.model.decoder
+        st = dec.init_state(n, device)
+        out, st = dec.step(st, torch.full((n,), self.blank, dtype=torch.long, device=device))
+        return st, self.model.decoder_proj(out)
+
+    def init_state(self, beams: Tensor, device: torch.device | str = "cpu") -> BeamState:
+        """Fresh state; beams: (B,) int64 beam size per stream."""
+        beams = beams.to(device)
+        b = beams.shape[0]
+        k = int(beams.max()) if b else 1
+        st, dp = self._initial(b * k, device)
+        scores = torch.full((b, k), NEG_INF, device=device)
+        scores[:, 0] = 0.0
+        return BeamState(beams, scores, torch.full((b, k), HASH_START, dtype=torch.long, device=device), st,
+                         dp.view(b, k, -1), HypBuffer.empty(b, k, device),
+                         torch.zeros(b, k, dtype=torch.long, device=device), BlankConfAcc.zeros(b, k, device))
+
+    def reset(self, state: BeamState, rows: Tensor) -> BeamState:
+        """New segment for streams where rows (B,) bool: a single empty hypothesis."""
+        b, k = state.scores.shape
+        st, dp = self._initial(b * k, state.scores.device)
+        flat = rows[:, None].expand(b, k).reshape(-1)
+        state.dec_state = state.dec_state.where(flat, st)
+        state.dec_p = torch.where(rows[:, None, None], dp.view(b, k, -1), state.dec_p)
+        fresh = torch.full_like(state.scores, NEG_INF)
+        fresh[:, 0] = 0.0
+        state.scores = torch.where(rows[:, None], fresh, state.scores)
+        state.hashes = state.hashes.masked_fill(rows[:, None], HASH_START)
+        state.hyps.clear(rows)
+        state.trailing = state.trailing.masked_fill(rows[:, None], 0)
+        state.acc.clear(rows[:, None].expand(b, k))
+        return state
+
+    @torch.no_grad()
+    def step(self, state: BeamState, enc_p: Tensor, lengths: Tensor, frame_offset: Tensor) -> BeamState:
+        """Decode one chunk.
+
+        enc_p: (B, T, J) projected encoder frames; lengths: (B,) valid frames;
+        frame_offset: (B,) int64 absolute index of each stream's first frame in this chunk.
+        """
+        b, t_max, _ = enc_p.shape
+        k = state.k
+        dev = enc_p.device
+        model, blank = self.model, self.blank
+        state.hyps.reserve(int(state.hyps.lengths.max()) + t_max)
+        ar_k = torch.arange(k, device=dev)
+        rank_ok = ar_k[None, :] < state.beams[:, None]  # (B, K)
+        for t in range(t_max):
+            active = (t < lengths)[:, None]  # (B, 1)
+            logp = model.joiner.log_probs(enc_p[:, t, None, :], state.dec_p)  # (B, K, V)
+            v = logp.shape[-1]
+            conf = (self.measure(logp) if self.measure is not None
+                    else torch.ones(b, k, device=dev))  # (B, K)
+            cand = (state.scores[:, :, None] + logp).view(b, k * v)  # (B, K*V)
+            top_s, top_i = cand.topk(k, dim=1)  # (B, K) sorted best first
+            parent = torch.div(top_i, v, rounding_mode="floor")
+            tok = top_i % v
+            # streams past their length keep their hypotheses unchanged
+            parent = torch.where(active, parent, ar_k[None, :])
+            tok = torch.where(active, tok, torch.full_like(tok, blank))
+            top_s = torch.where(active, top_s, state.scores)
+            valid = rank_ok & (top_s > NEG_INF)
+            is_blank = tok == blank
+            emit = valid & ~is_blank
+            ph = state.hashes.gather(1, parent)
+            new_hash = torch.where(is_blank, ph, hash_extend(ph, tok))
+            # merge identical sequences: group by hash, the first (best) member represents the group
+            same = (new_hash[:, :, None] == new_hash[:, None, :]) & valid[:, :, None] & valid[:, None, :]  # (B,K,K)
+            first = same.int().argmax(dim=2)  # (B, K) index of the first equal candidate
+            rep = valid & (first == ar_k[None, :])
+            merged = torch.where(same, top_s[:, None, :], torch.full_like(same, NEG_INF, dtype=top_s.dtype))
+            merged = merged.logsumexp(dim=2)  # (B, K)
+            new_scores = torch.where(rep, merged, torch.full_like(merged, NEG_INF))
+            emit = emit & rep
+            # follow parents
+            pconf = conf.gather(1, parent)
+            state.hyps = state.hyps.gather(parent)
+            state.acc = state.acc.gather(parent)
+            state.trailing = state.trailing.gather(1, parent)
+            flat_parent = (torch.arange(b, device=dev)[:, None] * k + parent).reshape(-1)
+            dec_state = state.dec_state.select(flat_parent)
+            dec_p = state.dec_p.gather(1, parent[:, :, None].expand(-1, -1, state.dec_p.shape[-1]))
+            took_blank = rep & is_blank & active
+            if not self.exclude_blank:
+                state.acc.add(took_blank, pconf)
+                pconf = state.acc.fold(pconf, self.aggregation)
+            state.hyps.append(emit, tok, (frame_offset[:, None] + t).expand(b, k), pconf)
+            state.acc.clear(emit)
+            state.trailing = torch.where(emit, torch.zeros_like(state.trailing),
+                                         state.trailing + active.long())
+            if bool(emit.any()):
+                idx = emit.view(-1).nonzero()[:, 0]  # (M,)
+                out, new_st = model.decoder.step(dec_state.select(idx), tok.view(-1)[idx])
+                dec_state = dec_state.scatter(idx, new_st)
+                dec_p = dec_p.view(b * k, -1).index_copy(0, idx, model.decoder_proj(out)).view(b, k, -1)
+            state.dec_state, state.dec_p = dec_state, dec_p
+            state.scores, state.hashes = new_scores, new_hash
+        return state
+
+    def _order(self, state: BeamState) -> Tensor:
+        return state.scores.argsort(dim=1, descending=True)
+
+    def best(self, state: BeamState) -> list[HypOut]:
+        """Best hypothesis per stream (one host transfer)."""
+        return state.hyps.to_lists(state.scores.argmax(dim=1), state.scores)
+
+    def nbest(self, state: BeamState, n: int) -> list[list[HypOut]]:
+        """Up to n hypotheses per stream, best first (unused slots left out)."""
+        order = self._order(state)
+        outs = [state.hyps.to_lists(order[:, j], state.scores) for j in range(min(n, state.k))]
+        res = []
+        for i in range(state.scores.shape[0]):
+            res.append([o[i] for o in outs if o[i].score > NEG_INF])
+        return res
+
+    def trailing_blanks(self, state: BeamState) -> Tensor:
+        """(B,) trailing blank frames of each stream's best hypothesis."""
+        return state.trailing.gather(1, state.scores.argmax(dim=1, keepdim=True))[:, 0]

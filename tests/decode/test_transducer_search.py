@@ -1,0 +1,256 @@
+"""Fast batched transducer searches against slow per-utterance references.
+
+The references are written straight from the algorithms' descriptions:
+one utterance, one hypothesis at a time, Python lists and dicts.
+"""
+
+import math
+import random
+
+import pytest
+import torch
+
+from conftest import make_model
+from streamd.decode.greedy import GreedySearch
+from streamd.decode.modified_beam import BeamState, ModifiedBeamSearch
+
+
+def max_prob(lp):
+    return lp.exp().max(-1).values
+
+
+# ----------------------------------------------------------------- references
+
+
+def dec_init(model):
+    st = model.decoder.init_state(1)
+    out, st = model.decoder.step(st, torch.tensor([model.blank_id]))
+    return st, model.decoder_proj(out)[0]
+
+
+def dec_push(model, st, tok):
+    out, st = model.decoder.step(st, torch.tensor([tok]))
+    return st, model.decoder_proj(out)[0]
+
+
+@torch.no_grad()
+def ref_greedy(model, enc_p, max_sym):
+    """enc_p: (T, J). Transducer greedy search, one frame and one symbol at a time."""
+    st, dp = dec_init(model)
+    ys, frames, confs, score = [], [], [], 0.0
+    for t in range(enc_p.shape[0]):
+        for _ in range(max_sym):
+            logp = model.joiner.log_probs(enc_p[t], dp)
+            tok = int(logp.argmax())
+            score += float(logp[tok])
+            if tok == model.blank_id:
+                break
+            ys.append(tok)
+            frames.append(t)
+            confs.append(float(max_prob(logp)))
+            st, dp = dec_push(model, st, tok)
+    return ys, frames, confs, score
+
+
+@torch.no_grad()
+def ref_modified_beam(model, enc_p, beam):
+    """icefall modified_beam_search for one utterance: at most one symbol per frame,
+    top-`beam` of all (hypothesis, token) extensions, identical sequences merged by log-add
+    (the first, best-scoring one keeps its timing)."""
+    st, dp = dec_init(model)
+    hyps = {(): dict(score=0.0, st=st, dp=dp, frames=(), confs=())}
+    for t in range(enc_p.shape[0]):
+        cands = []
+        for ys, h in hyps.items():
+            logp = model.joiner.log_probs(enc_p[t], h["dp"])
+            conf = float(max_prob(logp))
+            for v in range(logp.shape[0]):
+                cands.append((h["score"] + float(logp[v]), ys, v, conf))
+        cands.sort(key=lambda c: -c[0])
+        new = {}
+        for score, ys, v, conf in cands[:beam]:
+            parent = hyps[ys]
+            new_ys = ys if v == model.blank_id else ys + (v,)
+            if new_ys in new:
+                new[new_ys]["score"] = float(torch.logaddexp(torch.tensor(new[new_ys]["score"], dtype=torch.float64),
+                                                              torch.tensor(score, dtype=torch.float64)))
+                continue
+            if v == model.blank_id:
+                new[new_ys] = dict(parent, score=score)
+            else:
+                st2, dp2 = dec_push(model, parent["st"], v)
+                new[new_ys] = dict(score=score, st=st2, dp=dp2, frames=parent["frames"] + (t,),
+                                   confs=parent["confs"] + (conf,))
+        hyps = new
+    return sorted(((h["score"], ys, h["frames"], h["confs"]) for ys, h in hyps.items()), key=lambda x: -x[0])
+
+
+# ----------------------------------------------------------------- helpers
+
+
+def random_batch(model, b, t_max, seed):
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(1, t_max + 1, (b,), generator=g)
+    lengths[0] = t_max
+    enc_p = torch.randn(b, t_max, model.cfg.joiner_dim, generator=g)
+    return enc_p, lengths
+
+
+def run_chunked(search, state, enc_p, lengths, seed):
+    """Feed enc_p in random chunks; each stream's frames beyond its length are padding."""
+    rnd = random.Random(seed)
+    t = 0
+    t_max = enc_p.shape[1]
+    while t < t_max:
+        n = rnd.randint(1, 5)
+        chunk = enc_p[:, t:t + n]
+        ln = (lengths - t).clamp(0, chunk.shape[1])
+        state = search.step(state, chunk, ln, torch.full((enc_p.shape[0],), t))
+        t += n
+    return state
+
+
+# ----------------------------------------------------------------- greedy
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+@pytest.mark.parametrize("b", [1, 3, 6])
+def test_greedy_matches_reference(decoder_kind, seed, b):
+    model = make_model(kind=decoder_kind, seed=seed)
+    search = GreedySearch(model, max_symbols_per_frame=3, measure=max_prob)
+    enc_p, lengths = random_batch(model, b, 17, seed)
+    state = run_chunked(search, search.init_state(b), enc_p, lengths, seed)
+    outs = search.best(state)
+    emitted = 0
+    for i in range(b):
+        ys, frames, confs, score = ref_greedy(model, enc_p[i, :lengths[i]], 3)
+        assert list(outs[i].tokens) == ys
+        assert list(outs[i].frames) == frames
+        assert outs[i].confs == pytest.approx(confs, abs=1e-5)
+        assert outs[i].score == pytest.approx(score, abs=1e-4)
+        emitted += len(ys)
+    assert emitted > 0
+
+
+def test_greedy_trailing_blanks_and_reset():
+    model = make_model(seed=5)
+    search = GreedySearch(model, max_symbols_per_frame=2)
+    enc_p, lengths = random_batch(model, 2, 12, 5)
+    lengths[:] = 12
+    st = search.step(search.init_state(2), enc_p, lengths, torch.zeros(2, dtype=torch.long))
+    outs = search.best(st)
+    for i, o in enumerate(outs):
+        expect = 12 - 1 - o.frames[-1] if o.tokens else 12
+        assert int(search.trailing_blanks(st)[i]) == expect
+    st = search.reset(st, torch.tensor([True, False]))
+    outs2 = search.best(st)
+    assert outs2[0].tokens == () and outs2[1].tokens == outs[1].tokens
+    # after reset, stream 0 decodes like a fresh stream
+    st = search.step(st, enc_p, lengths, torch.full((2,), 12))
+    fresh = search.step(search.init_state(1), enc_p[:1], lengths[:1], torch.full((1,), 12))
+    assert search.best(st)[0].tokens == search.best(fresh)[0].tokens
+
+
+def test_greedy_state_cat_select():
+    model = make_model(seed=7, kind="lstm")
+    search = GreedySearch(model, measure=max_prob)
+    enc_p, lengths = random_batch(model, 4, 10, 7)
+    lengths[:] = 10
+    zero = torch.zeros(4, dtype=torch.long)
+    st = search.step(search.init_state(4), enc_p, lengths, zero)
+    st = search.step(st, enc_p, lengths, zero + 10)
+    st_a = search.step(search.init_state(4), enc_p, lengths, zero)
+    from streamd.decode.greedy import GreedyState
+    parts = [st_a.select(torch.tensor([i])) for i in (2, 0, 3, 1)]
+    joined = GreedyState.cat(parts)
+    perm = torch.tensor([2, 0, 3, 1])
+    joined = search.step(joined, enc_p[perm], lengths[perm], zero + 10)
+    a, bb = search.best(st), search.best(joined)
+    for j, i in enumerate(perm.tolist()):
+        assert a[i] == bb[j]
+
+
+def test_greedy_blank_frames_in_confidence():
+    """exclude_blank=False folds blank-frame measures into the next token (min aggregation)."""
+    model = make_model(seed=11)
+    enc_p, lengths = random_batch(model, 1, 15, 11)
+    with_blank = GreedySearch(model, 3, max_prob, exclude_blank=False, aggregation="min")
+    without = GreedySearch(model, 3, max_prob)
+    o1 = with_blank.best(with_blank.step(with_blank.init_state(1), enc_p, lengths, torch.zeros(1, dtype=torch.long)))[0]
+    o2 = without.best(without.step(without.init_state(1), enc_p, lengths, torch.zeros(1, dtype=torch.long)))[0]
+    assert o1.tokens == o2.tokens
+    assert all(a <= b + 1e-7 for a, b in zip(o1.confs, o2.confs))
+
+
+# ----------------------------------------------------------------- modified beam
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("beams", [[1], [4], [2, 4, 3], [1, 5, 2, 4]])
+def test_modified_beam_matches_reference(decoder_kind, seed, beams):
+    model = make_model(kind=decoder_kind, seed=seed, vocab=5)
+    search = ModifiedBeamSearch(model, measure=max_prob)
+    b = len(beams)
+    enc_p, lengths = random_batch(model, b, 14, seed + 100)
+    state = run_chunked(search, search.init_state(torch.tensor(beams)), enc_p, lengths, seed)
+    nbest = search.nbest(state, 8)
+    merged_somewhere = False
+    for i in range(b):
+        ref = ref_modified_beam(model, enc_p[i, :lengths[i]], beams[i])
+        got = nbest[i]
+        assert len(got) == len(ref)
+        merged_somewhere |= len(ref) < beams[i]
+        for h, (score, ys, frames, confs) in zip(got, ref):
+            assert list(h.tokens) == list(ys)
+            assert list(h.frames) == list(frames)
+            assert h.score == pytest.approx(score, abs=1e-4)
+            assert h.confs == pytest.approx(confs, abs=1e-5)
+
+
+def test_modified_beam_merges_identical_sequences():
+    """With a sharp blank/token split, paths like (a, blank) and (blank, a) must merge."""
+    model = make_model(seed=3, vocab=3, scale=0.5)
+    search = ModifiedBeamSearch(model)
+    enc_p, lengths = random_batch(model, 1, 12, 3)
+    lengths[:] = 12
+    st = search.step(search.init_state(torch.tensor([6])), enc_p, lengths, torch.zeros(1, dtype=torch.long))
+    seqs = [h.tokens for h in search.nbest(st, 6)[0]]
+    assert len(seqs) == len(set(seqs))
+    ref = ref_modified_beam(model, enc_p[0], 6)
+    assert [tuple(r[1]) for r in ref] == seqs
+
+
+def test_modified_beam_beam1_equals_greedy_one_symbol():
+    model = make_model(seed=4)
+    enc_p, lengths = random_batch(model, 3, 16, 4)
+    g = GreedySearch(model, max_symbols_per_frame=1)
+    m = ModifiedBeamSearch(model)
+    z = torch.zeros(3, dtype=torch.long)
+    og = g.best(g.step(g.init_state(3), enc_p, lengths, z))
+    om = m.best(m.step(m.init_state(torch.tensor([1, 1, 1])), enc_p, lengths, z))
+    assert [o.tokens for o in og] == [o.tokens for o in om]
+    assert [o.score for o in og] == pytest.approx([o.score for o in om], abs=1e-4)
+
+
+def test_modified_beam_cat_select_and_reset():
+    model = make_model(seed=9, kind="lstm")
+    s = ModifiedBeamSearch(model)
+    enc_p, lengths = random_batch(model, 3, 10, 9)
+    lengths[:] = 10
+    z = torch.zeros(3, dtype=torch.long)
+    full = s.step(s.step(s.init_state(torch.tensor([2, 4, 3])), enc_p, lengths, z), enc_p, lengths, z + 10)
+    # decode the first chunk in two separate batches with different grid widths (K = 2 and 4),
+    # then recombine them in another order
+    half_a = s.step(s.init_state(torch.tensor([2])), enc_p[:1], lengths[:1], z[:1])
+    half_b = s.step(s.init_state(torch.tensor([4, 3])), enc_p[1:], lengths[1:], z[1:])
+    assert half_a.k == 2 and half_b.k == 4
+    joined = BeamState.cat([half_b.select(torch.tensor([1])), half_a, half_b.select(torch.tensor([0]))])
+    perm = torch.tensor([2, 0, 1])
+    joined = s.step(joined, enc_p[perm], lengths[perm], z + 10)
+    a, b = s.nbest(full, 4), s.nbest(joined, 4)
+    for j, i in enumerate(perm.tolist()):
+        assert [h.tokens for h in a[i]] == [h.tokens for h in b[j]]
+        assert [h.score for h in a[i]] == pytest.approx([h.score for h in b[j]], abs=1e-5)
+    st = s.reset(full, torch.tensor([False, True, False]))
+    assert s.best(st)[1].tokens == () and s.best(st)[1].score == 0.0
+    assert s.best(st)[0].tokens == s.best(full)[0].tokens
