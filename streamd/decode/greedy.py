@@ -18,6 +18,7 @@ V vocabulary, L token capacity.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -114,6 +115,7 @@ class GreedySearch:
         frame_offset: (B,) int64 absolute index of each stream's first frame in this chunk.
         """
         b, t_max, _ = enc_p.shape
+        state = dataclasses.replace(state, hyps=state.hyps.copy())  # the caller's state stays untouched
         model, blank = self.model, self.blank
         state.hyps.reserve(int(state.hyps.lengths.max()) + t_max * self.max_symbols)
         for t in range(t_max):

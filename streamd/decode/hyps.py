@@ -79,17 +79,25 @@ class HypBuffer:
                          self.lengths.gather(1, parent))
 
     def append(self, mask: Tensor, tokens: Tensor, frames: Tensor, confs: Tensor) -> None:
-        """Append one token to each hypothesis where ``mask`` is true (in place).
+        """Append one token to each hypothesis where ``mask`` is true.
 
         mask: (B, K) bool; tokens, frames: (B, K) int64; confs: (B, K) float.
-        The caller must have reserved capacity for one more token.
+        The caller must have reserved capacity for one more token.  The
+        tensors are replaced, not written in place, so a copy of this buffer
+        taken before a search step stays valid (the engine relies on that to
+        roll back a failed batch).
         """
         pos = self.lengths.clamp(max=self.capacity - 1).unsqueeze(-1)  # (B, K, 1)
         m = mask.unsqueeze(-1)
-        self.tokens.scatter_(2, pos, torch.where(m, tokens.unsqueeze(-1), self.tokens.gather(2, pos)))
-        self.frames.scatter_(2, pos, torch.where(m, frames.unsqueeze(-1), self.frames.gather(2, pos)))
-        self.confs.scatter_(2, pos, torch.where(m, confs.unsqueeze(-1).to(self.confs.dtype), self.confs.gather(2, pos)))
-        self.lengths += mask.long()
+        self.tokens = self.tokens.scatter(2, pos, torch.where(m, tokens.unsqueeze(-1), self.tokens.gather(2, pos)))
+        self.frames = self.frames.scatter(2, pos, torch.where(m, frames.unsqueeze(-1), self.frames.gather(2, pos)))
+        self.confs = self.confs.scatter(
+            2, pos, torch.where(m, confs.unsqueeze(-1).to(self.confs.dtype), self.confs.gather(2, pos)))
+        self.lengths = self.lengths + mask.long()
+
+    def copy(self) -> "HypBuffer":
+        """Shallow copy (tensors shared; every update replaces them)."""
+        return HypBuffer(self.tokens, self.frames, self.confs, self.lengths)
 
     def select_streams(self, rows: Tensor) -> "HypBuffer":
         """Sub-batch of streams: rows (B',) int64 indices into the B axis."""
@@ -97,7 +105,7 @@ class HypBuffer:
 
     def clear(self, rows: Tensor) -> None:
         """Empty every hypothesis of the streams where rows (B,) bool is true."""
-        self.lengths.masked_fill_(rows.unsqueeze(-1), 0)
+        self.lengths = self.lengths.masked_fill(rows.unsqueeze(-1), 0)
 
     @staticmethod
     def cat(bufs: list["HypBuffer"]) -> "HypBuffer":

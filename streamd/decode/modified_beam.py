@@ -20,6 +20,7 @@ T frames in the chunk, L token capacity.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -150,6 +151,7 @@ class ModifiedBeamSearch:
         frame_offset: (B,) int64 absolute index of each stream's first frame in this chunk.
         """
         b, t_max, _ = enc_p.shape
+        state = dataclasses.replace(state, hyps=state.hyps.copy())  # the caller's state stays untouched
         k = state.k
         dev = enc_p.device
         model, blank = self.model, self.blank

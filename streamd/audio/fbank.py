@@ -1,0 +1,229 @@
+"""Kaldi-like log-mel filterbank features, batched in torch, plus a per-stream cursor.
+
+:class:`Fbank` turns ``(B, S)`` waveforms (16 kHz float samples in [-1, 1])
+into ``(B, T, num_mel_bins)`` log-mel features with Kaldi's ``snip_edges``
+framing, ``T = 1 + (S - frame_length) // frame_shift`` (0 if ``S <
+frame_length``).  Per frame: remove the DC offset, pre-emphasise
+(``x[i] -= c x[i-1]``, ``x[0] -= c x[0]``), apply the Povey window
+(``(0.5 - 0.5 cos(2 pi i / (N - 1))) ** 0.85``), zero-pad to a power-of-two
+FFT, take the power spectrum, apply triangular mel filters (Kaldi mel scale
+``1127 ln(1 + f / 700)``, triangles uniform in mel between ``low_freq`` and
+``high_freq``, the Nyquist bin unused) and ``log(max(e, log_floor))``.  No
+dither, so the features are deterministic.
+
+:class:`FbankStream` is pure numpy bookkeeping for one stream: it buffers
+samples and hands out the sample window covering the next ``n`` frames, so
+the engine can stack windows of many streams into one ``(B, S)`` batch.
+Features computed window by window equal features of the whole signal.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from ..config import FbankConfig
+from .pcm import AudioError
+
+__all__ = ["Fbank", "FbankStream", "mel_scale", "inverse_mel_scale", "mel_filterbank", "povey_window",
+           "num_frames"]
+
+
+def mel_scale(freq_hz: np.ndarray | float) -> np.ndarray | float:
+    """Kaldi/HTK mel scale: ``1127 ln(1 + f / 700)``."""
+    return 1127.0 * np.log1p(np.asarray(freq_hz, dtype=np.float64) / 700.0)
+
+
+def inverse_mel_scale(mel: np.ndarray | float) -> np.ndarray | float:
+    """Inverse of :func:`mel_scale` (mel -> Hz)."""
+    return 700.0 * np.expm1(np.asarray(mel, dtype=np.float64) / 1127.0)
+
+
+def num_frames(num_samples: int, frame_length: int, frame_shift: int) -> int:
+    """Frames in ``num_samples`` samples with snip-edges framing."""
+    return 0 if num_samples < frame_length else 1 + (num_samples - frame_length) // frame_shift
+
+
+def povey_window(length: int) -> np.ndarray:
+    """``(length,)`` float64 Povey window (Hann to the power 0.85)."""
+    i = np.arange(length, dtype=np.float64)
+    return (0.5 - 0.5 * np.cos(2.0 * math.pi * i / (length - 1))) ** 0.85
+
+
+def mel_filterbank(num_bins: int, n_fft: int, sample_rate: float, low_freq: float,
+                   high_freq: float) -> tuple[np.ndarray, np.ndarray]:
+    """Kaldi triangular mel filters over an ``n_fft``-point power spectrum.
+
+    Returns:
+        ``(weights, centers)``: weights ``(n_fft // 2 + 1, num_bins)`` float64
+        (row ``k`` is FFT bin ``k`` at ``k * sample_rate / n_fft`` Hz; the
+        Nyquist row is zero as in Kaldi); centers ``(num_bins,)`` the filter
+        centre frequencies in Hz.
+    """
+    mel_lo, mel_hi = mel_scale(low_freq), mel_scale(high_freq)
+    delta = (mel_hi - mel_lo) / (num_bins + 1)
+    b = np.arange(num_bins, dtype=np.float64)
+    left, center, right = mel_lo + b * delta, mel_lo + (b + 1) * delta, mel_lo + (b + 2) * delta
+    mel = mel_scale(np.arange(n_fft // 2, dtype=np.float64) * sample_rate / n_fft)[:, None]
+    up = (mel - left) / (center - left)
+    down = (right - mel) / (right - center)
+    w = np.where((mel > left) & (mel < right), np.where(mel <= center, up, down), 0.0)
+    weights = np.concatenate([w, np.zeros((1, num_bins))], axis=0)
+    return weights, inverse_mel_scale(center)
+
+
+class Fbank(torch.nn.Module):
+    """Batched log-mel filterbank (see module docstring).
+
+    Buffers (non-persistent, follow ``.to(device)``):
+        window: ``(frame_length,)`` Povey window.
+        mel_weights: ``(n_fft // 2 + 1, num_mel_bins)`` filter matrix.
+        mel_centers: ``(num_mel_bins,)`` filter centre frequencies in Hz.
+    """
+
+    def __init__(self, cfg: FbankConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.frame_length = cfg.frame_length
+        self.frame_shift = cfg.frame_shift
+        self.n_fft = 1 << (self.frame_length - 1).bit_length()
+        self.num_mel_bins = cfg.num_mel_bins
+        self.preemphasis = float(cfg.preemphasis)
+        self.log_floor = float(cfg.log_floor)
+        weights, centers = mel_filterbank(cfg.num_mel_bins, self.n_fft, cfg.sample_rate, cfg.low_freq,
+                                          cfg.high_freq)
+        self.register_buffer("window", torch.tensor(povey_window(self.frame_length), dtype=torch.float32),
+                             persistent=False)
+        self.register_buffer("mel_weights", torch.tensor(weights, dtype=torch.float32), persistent=False)
+        self.register_buffer("mel_centers", torch.tensor(centers, dtype=torch.float32), persistent=False)
+
+    def num_frames(self, num_samples: int) -> int:
+        """``T`` for ``num_samples`` samples (snip edges)."""
+        return num_frames(num_samples, self.frame_length, self.frame_shift)
+
+    def forward(self, samples: torch.Tensor) -> torch.Tensor:
+        """Log-mel features.
+
+        Args:
+            samples: ``(B, S)`` floating waveforms at ``cfg.sample_rate``,
+                nominally in [-1, 1]; any device.
+
+        Returns:
+            ``(B, T, num_mel_bins)`` log energies (same dtype and device),
+            ``T = 1 + (S - frame_length) // frame_shift`` or 0 if ``S <
+            frame_length``; frame ``t`` covers samples ``[t * frame_shift,
+            t * frame_shift + frame_length)``.
+        """
+        if samples.dim() != 2:
+            raise ValueError(f"Fbank expects samples of shape (B, S), got shape {tuple(samples.shape)}")
+        if not samples.is_floating_point():
+            raise ValueError(f"Fbank expects floating samples in [-1, 1], got dtype {samples.dtype}")
+        batch, length = samples.shape
+        if length < self.frame_length:
+            return samples.new_zeros(batch, 0, self.num_mel_bins)
+        frames = samples.unfold(1, self.frame_length, self.frame_shift)  # (B, T, N)
+        frames = frames - frames.mean(dim=-1, keepdim=True)
+        c = self.preemphasis
+        frames = torch.cat([frames[..., :1] * (1.0 - c), frames[..., 1:] - c * frames[..., :-1]], dim=-1)
+        frames = frames * self.window.to(frames.dtype)
+        spec = torch.fft.rfft(frames, n=self.n_fft, dim=-1)  # (B, T, n_fft // 2 + 1)
+        power = spec.real.square() + spec.imag.square()
+        energies = torch.matmul(power, self.mel_weights.to(power.dtype))  # (B, T, num_mel_bins)
+        return energies.clamp_min(self.log_floor).log()
+
+
+class FbankStream:
+    """Sample cursor of one stream (numpy only, no feature computation).
+
+    ``accept`` appends samples, ``take(n)`` returns the window
+    ``(frame_length + (n - 1) * frame_shift,)`` covering the next ``n``
+    frames and drops samples no later frame needs, ``finish`` zero-pads the
+    tail so every accepted sample lies in at least one frame.
+
+    Attributes:
+        frame_length, frame_shift: in samples.
+        accepted: samples accepted so far (excluding finish padding).
+        frames_taken: frames handed out by ``take``.
+        finished: True after :meth:`finish`.
+    """
+
+    def __init__(self, cfg: FbankConfig) -> None:
+        self.frame_length = cfg.frame_length
+        self.frame_shift = cfg.frame_shift
+        self.accepted = 0
+        self.frames_taken = 0
+        self.finished = False
+        self._buf = np.zeros(0, dtype=np.float32)  # _buf[i] is sample _buf_start + i (padding included)
+        self._buf_start = 0
+
+    @property
+    def buffered_samples(self) -> int:
+        """Samples currently held (bounded: consumed samples are dropped by ``take``)."""
+        return len(self._buf)
+
+    @property
+    def _available(self) -> int:
+        """Samples (incl. finish padding) known so far, absolute end index."""
+        return self._buf_start + len(self._buf)
+
+    def accept(self, samples: np.ndarray) -> None:
+        """Append ``(N,)`` float samples (16 kHz, in [-1, 1]); N may be 0."""
+        if self.finished:
+            raise RuntimeError("FbankStream.accept called after finish()")
+        x = np.asarray(samples)
+        if x.ndim != 1:
+            raise AudioError(f"FbankStream.accept expects 1-D samples, got shape {tuple(x.shape)}")
+        if not np.issubdtype(x.dtype, np.floating):
+            raise AudioError(f"FbankStream.accept expects float samples in [-1, 1], got dtype {x.dtype}")
+        if len(x) == 0:
+            return
+        self._buf = np.concatenate([self._buf, x.astype(np.float32, copy=False)])
+        self.accepted += len(x)
+
+    def finish(self) -> None:
+        """No more input: zero-pad so the last accepted sample lies in a frame (idempotent)."""
+        if self.finished:
+            return
+        self.finished = True
+        if self.accepted == 0:
+            return
+        total = max(self.accepted, self.frame_length)
+        frames = 1 + -(-(total - self.frame_length) // self.frame_shift)
+        pad = (frames - 1) * self.frame_shift + self.frame_length - self.accepted
+        if pad > 0:
+            self._buf = np.concatenate([self._buf, np.zeros(pad, dtype=np.float32)])
+
+    def frames_ready(self) -> int:
+        """Frames fully covered by the samples so far and not yet taken."""
+        return num_frames(self._available, self.frame_length, self.frame_shift) - self.frames_taken
+
+    def take(self, n: int) -> np.ndarray:
+        """Hand out the next ``n`` frames' samples and advance.
+
+        Args:
+            n: 0 <= n <= :meth:`frames_ready`.
+
+        Returns:
+            ``(frame_length + (n - 1) * frame_shift,)`` float32 window
+            starting at sample ``frames_taken * frame_shift`` (empty if n == 0);
+            ``Fbank`` on it gives exactly those ``n`` frames.
+        """
+        ready = self.frames_ready()
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
+            raise TypeError(f"FbankStream.take: n must be an int, got {type(n).__name__}")
+        if not 0 <= n <= ready:
+            raise ValueError(f"FbankStream.take: n must be in 0..{ready} (frames ready), got {n}")
+        n = int(n)
+        if n == 0:
+            return np.zeros(0, dtype=np.float32)
+        start = self.frames_taken * self.frame_shift - self._buf_start
+        window = self._buf[start:start + self.frame_length + (n - 1) * self.frame_shift].copy()
+        self.frames_taken += n
+        keep_from = self.frames_taken * self.frame_shift  # first sample of the next frame
+        drop = min(keep_from, self._available) - self._buf_start
+        if drop > 0:
+            self._buf = self._buf[drop:].copy()  # copy: release the consumed samples
+            self._buf_start += drop
+        return window

@@ -1,0 +1,179 @@
+"""Raw PCM decoding, audio-file loading and sample-rate validation.
+
+Conventions: every function returns mono ``float32`` numpy arrays with
+samples nominally in [-1, 1] (16-bit integers are divided by 32768).  All
+problems are reported as :class:`AudioError`, a ``ValueError`` carrying a
+short machine-readable ``code`` (``bad_audio``, ``bad_format``,
+``bad_sample_rate``) and a message that says exactly what was wrong; the
+transport layer forwards both to the client.
+"""
+
+from __future__ import annotations
+
+import numbers
+import os
+import wave
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "AudioError",
+    "SUPPORTED_FORMATS",
+    "MIN_SAMPLE_RATE",
+    "MAX_SAMPLE_RATE",
+    "decode_pcm",
+    "load_audio",
+    "check_sample_rate",
+]
+
+SUPPORTED_FORMATS = ("s16le", "f32le")
+"""Raw PCM encodings accepted by :func:`decode_pcm` (little-endian, mono)."""
+
+MIN_SAMPLE_RATE = 8000
+MAX_SAMPLE_RATE = 48000
+
+_SAMPLE_WIDTH = {"s16le": 2, "f32le": 4}
+_MAX_ABS_F32 = 1e3  # beyond this a float sample is garbage, not a slightly hot signal
+
+
+class AudioError(ValueError):
+    """Invalid audio input.
+
+    Attributes:
+        code: machine-readable reason: ``bad_audio`` (undecodable or corrupt
+            samples / unreadable file), ``bad_format`` (unknown encoding) or
+            ``bad_sample_rate``.
+    """
+
+    def __init__(self, message: str, code: str = "bad_audio") -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def decode_pcm(data: bytes | bytearray | memoryview, fmt: str) -> np.ndarray:
+    """Decode one packet of raw little-endian mono PCM.
+
+    Args:
+        data: raw bytes; length must be a multiple of the sample width
+            (2 for ``s16le``, 4 for ``f32le``).
+        fmt: one of :data:`SUPPORTED_FORMATS`.
+
+    Returns:
+        ``(N,)`` float32 samples in [-1, 1] (``s16le`` is divided by 32768;
+        ``f32le`` is clamped to [-1, 1]).
+
+    Raises:
+        AudioError: ``bad_format`` for an unknown ``fmt``; ``bad_audio`` for a
+            non-bytes payload, a ragged byte length, NaN/inf samples or absurd
+            float magnitudes (|x| > 1e3).
+    """
+    if fmt not in _SAMPLE_WIDTH:
+        raise AudioError(f"unknown audio format {fmt!r}; supported: {', '.join(SUPPORTED_FORMATS)}",
+                         code="bad_format")
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise AudioError(f"audio data must be bytes, got {type(data).__name__}")
+    if isinstance(data, memoryview) and not data.contiguous:
+        data = data.tobytes()
+    nbytes = data.nbytes if isinstance(data, memoryview) else len(data)
+    width = _SAMPLE_WIDTH[fmt]
+    if nbytes % width:
+        raise AudioError(f"{fmt} audio needs a multiple of {width} bytes per packet, got {nbytes} bytes")
+    if nbytes == 0:
+        return np.zeros(0, dtype=np.float32)
+    if fmt == "s16le":
+        return np.frombuffer(data, dtype="<i2").astype(np.float32) / np.float32(32768.0)
+
+    x = np.frombuffer(data, dtype="<f4").astype(np.float32)  # astype copies: result is writable
+    bad = ~np.isfinite(x)
+    if bad.any():
+        first = int(np.argmax(bad))
+        raise AudioError(f"f32le audio contains {int(bad.sum())} non-finite samples (NaN/inf), "
+                         f"first at sample {first}")
+    big = np.abs(x) > _MAX_ABS_F32
+    if big.any():
+        first = int(np.argmax(big))
+        raise AudioError(f"f32le audio has absurd sample values (|x| > {_MAX_ABS_F32:g}; expected [-1, 1]): "
+                         f"{int(big.sum())} samples, first at sample {first} = {float(x[first]):g}")
+    np.clip(x, -1.0, 1.0, out=x)
+    return x
+
+
+def _soundfile() -> Any:
+    """The optional ``soundfile`` module, or None when it is not installed."""
+    try:
+        import soundfile
+    except ImportError:  # pragma: no cover - depends on the environment
+        return None
+    return soundfile
+
+
+def _load_wave(path: str) -> tuple[np.ndarray, int]:
+    """stdlib fallback: integer PCM WAV (8-, 16- or 32-bit), any channel count."""
+    with wave.open(path, "rb") as w:
+        channels, width, rate, n = w.getnchannels(), w.getsampwidth(), w.getframerate(), w.getnframes()
+        raw = w.readframes(n)
+    if width == 1:
+        x = (np.frombuffer(raw, dtype=np.uint8).astype(np.float32) - 128.0) / 128.0
+    elif width == 2:
+        x = np.frombuffer(raw, dtype="<i2").astype(np.float32) / 32768.0
+    elif width == 4:
+        x = (np.frombuffer(raw, dtype="<i4").astype(np.float64) / 2147483648.0).astype(np.float32)
+    else:
+        raise AudioError(f"{path}: {8 * width}-bit WAV is not supported without the soundfile package "
+                         "(only 8/16/32-bit integer PCM)")
+    usable = len(x) - len(x) % channels
+    return x[:usable].reshape(-1, channels).mean(axis=1, dtype=np.float32), rate
+
+
+def load_audio(path: str | os.PathLike) -> tuple[np.ndarray, int]:
+    """Read an audio file as mono float32.
+
+    Uses ``soundfile`` when it is importable (WAV, FLAC, OGG, ...), else the
+    stdlib ``wave`` module (integer PCM WAV only).  Multi-channel audio is
+    averaged over channels.  The sample rate is returned as-is (resample
+    with :mod:`streamd.audio.resample`).
+
+    Returns:
+        ``(samples, sample_rate)``: samples ``(N,)`` float32 in [-1, 1],
+        sample_rate in Hz.
+
+    Raises:
+        AudioError: ``bad_audio`` if the file is missing or cannot be decoded.
+    """
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise AudioError(f"cannot read audio file {path!r}: no such file")
+    sf = _soundfile()
+    try:
+        if sf is not None:
+            data, rate = sf.read(path, dtype="float32", always_2d=True)
+            x = data.mean(axis=1, dtype=np.float32) if data.shape[1] > 1 else data[:, 0]
+            x = np.ascontiguousarray(x, dtype=np.float32)
+        else:
+            x, rate = _load_wave(path)
+    except AudioError:
+        raise
+    except Exception as e:  # soundfile/wave raise many types (RuntimeError, wave.Error, EOFError...)
+        raise AudioError(f"cannot read audio file {path!r}: {e}") from e
+    return x, int(rate)
+
+
+def check_sample_rate(rate: Any) -> int:
+    """Validate a client-declared sample rate (Hz).
+
+    Returns:
+        the rate as a Python int.
+
+    Raises:
+        AudioError: ``bad_sample_rate`` unless ``rate`` is an integer in
+            8000..48000 inclusive.
+    """
+    if isinstance(rate, bool) or not isinstance(rate, numbers.Integral):
+        raise AudioError(f"sample_rate must be an integer {MIN_SAMPLE_RATE}..{MAX_SAMPLE_RATE}, "
+                         f"got {rate!r} ({type(rate).__name__})", code="bad_sample_rate")
+    rate = int(rate)
+    if not MIN_SAMPLE_RATE <= rate <= MAX_SAMPLE_RATE:
+        raise AudioError(f"sample_rate must be {MIN_SAMPLE_RATE}..{MAX_SAMPLE_RATE}, got {rate}",
+                         code="bad_sample_rate")
+    return rate
