@@ -125,16 +125,22 @@ class HypBuffer:
 
         which: (B,) int64 index into K of the hypothesis to return per stream.
         scores: optional (B, K) scores to attach.
-        One device-to-host transfer for the whole batch.
+        Everything travels in one float64 tensor: one device-to-host transfer
+        for the whole batch (ids and frames are exact in float64).
         """
-        b = torch.arange(which.shape[0], device=which.device)
-        n = self.lengths[b, which]
-        lmax = int(n.max()) if n.numel() else 0
-        toks = self.tokens[b, which, :lmax].cpu().tolist()
-        frs = self.frames[b, which, :lmax].cpu().tolist()
-        cfs = self.confs[b, which, :lmax].cpu().tolist()
-        sc = scores[b, which].cpu().tolist() if scores is not None else [0.0] * len(toks)
+        b = which.shape[0]
+        if b == 0:
+            return []
+        ar = torch.arange(b, device=which.device)
+        n = self.lengths[ar, which]  # (B,)
+        sc = scores[ar, which] if scores is not None else torch.zeros(b, device=which.device)
+        packed = torch.cat([n[:, None].double(), sc[:, None].double(), self.tokens[ar, which].double(),
+                            self.frames[ar, which].double(), self.confs[ar, which].double()], dim=1)
+        host = packed.cpu().numpy()  # (B, 2 + 3L)
+        cap = self.capacity
         out = []
-        for i, ln in enumerate(n.cpu().tolist()):
-            out.append(HypOut(tuple(toks[i][:ln]), tuple(frs[i][:ln]), tuple(cfs[i][:ln]), float(sc[i])))
+        for row in host:
+            ln = int(row[0])
+            out.append(HypOut(tuple(int(v) for v in row[2:2 + ln]), tuple(int(v) for v in row[2 + cap:2 + cap + ln]),
+                              tuple(float(v) for v in row[2 + 2 * cap:2 + 2 * cap + ln]), float(row[1])))
         return out

@@ -10,7 +10,7 @@ import random
 import pytest
 import torch
 
-from conftest import make_model
+from helpers import make_model
 from streamd.decode.greedy import GreedySearch
 from streamd.decode.modified_beam import BeamState, ModifiedBeamSearch
 

@@ -1,0 +1,16 @@
+"""Shared fixtures (helpers live in tests/helpers.py, importable as ``helpers``)."""
+
+import pytest
+
+from helpers import make_model, write_checkpoint  # noqa: F401  (make_model re-exported for older imports)
+
+
+@pytest.fixture(scope="session")
+def tiny_ckpt(tmp_path_factory) -> str:
+    """A small random model with a char token table and one keyword, saved once per session."""
+    return write_checkpoint(tmp_path_factory.mktemp("ckpt") / "tiny.pt")
+
+
+@pytest.fixture(params=["stateless", "lstm"])
+def decoder_kind(request):
+    return request.param

@@ -1,0 +1,66 @@
+"""Test helpers: tiny random models and checkpoints, synthetic audio (no trained model needed)."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from streamd.config import DecoderConfig, EncoderConfig, ModelConfig
+from streamd.decode.tokens import TokenTable
+from streamd.model.checkpoint import save_checkpoint
+from streamd.model.transducer import Transducer
+
+CHARS = ("<blk>", " ") + tuple("abcdefghijklmnopqrstuvwxyz'")
+
+
+def tiny_model(seed: int = 0, kind: str = "stateless", keywords=("hey stream",), chunk_size: int = 4,
+               left_chunks: int = 2, ctc: bool = True, blank_bias: float = 0.0) -> Transducer:
+    torch.manual_seed(seed)
+    cfg = ModelConfig(
+        vocab_size=len(CHARS), blank_id=0, joiner_dim=32, ctc_head=ctc, keywords=tuple(keywords),
+        encoder=EncoderConfig(num_features=80, d_model=32, num_layers=2, num_heads=4, ff_dim=64, conv_kernel=5,
+                              subsampling_channels=8, chunk_size=chunk_size, left_chunks=left_chunks, dropout=0.0),
+        decoder=DecoderConfig(kind=kind, dim=32, context_size=2))
+    model = Transducer(cfg).eval()
+    with torch.no_grad():
+        model.encoder.feat_mean.fill_(-8.0)
+        model.encoder.feat_std.fill_(4.0)
+        model.joiner.out.weight.mul_(3.0)
+        model.joiner.out.bias[0] += blank_bias
+        if model.ctc is not None:
+            model.ctc.weight.mul_(3.0)
+            model.ctc.bias[0] += blank_bias
+    return model
+
+
+def write_checkpoint(path, **kw) -> str:
+    save_checkpoint(path, tiny_model(**kw), TokenTable(CHARS), meta={"name": "tiny-random"})
+    return str(path)
+
+
+def random_audio(seconds: float, rate: int = 16000, seed: int = 0) -> np.ndarray:
+    """Speech-like test signal: random tones and noise bursts, float32 in [-1, 1]."""
+    g = np.random.default_rng(seed)
+    n = int(seconds * rate)
+    t = np.arange(n) / rate
+    x = np.zeros(n, dtype=np.float64)
+    for _ in range(6):
+        f = g.uniform(150, min(3500, rate / 2 - 100))
+        on = g.uniform(0, seconds)
+        env = np.exp(-((t - on) ** 2) / (2 * g.uniform(0.05, 0.3) ** 2))
+        x += g.uniform(0.05, 0.3) * env * np.sin(2 * np.pi * f * t)
+    x += 0.01 * g.standard_normal(n)
+    return np.clip(x, -1, 1).astype(np.float32)
+
+
+def make_model(vocab=7, kind="stateless", seed=0, joiner_dim=16, keywords=(), ctc=True, scale=2.0):
+    torch.manual_seed(seed)
+    cfg = ModelConfig(
+        vocab_size=vocab, blank_id=0, joiner_dim=joiner_dim, ctc_head=ctc, keywords=tuple(keywords),
+        encoder=EncoderConfig(num_features=20, d_model=16, num_layers=1, num_heads=2, ff_dim=32, conv_kernel=3,
+                              subsampling_channels=4, chunk_size=4, left_chunks=2, dropout=0.0),
+        decoder=DecoderConfig(kind=kind, dim=12, context_size=2))
+    m = Transducer(cfg).eval()
+    with torch.no_grad():  # sharper distributions so searches actually disagree / emit
+        m.joiner.out.weight.mul_(scale)
+    return m

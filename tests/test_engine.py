@@ -1,0 +1,289 @@
+"""Recognizer: streaming equals offline, batching is invisible, errors stay in their stream."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from helpers import random_audio, write_checkpoint
+from streamd.audio.fbank import Fbank, FbankStream
+from streamd.config import EndpointConfig, EngineConfig, KwsConfig
+from streamd.engine import Recognizer, StreamOptions
+from streamd.events import Done, Error, Final, Partial, WakeWord
+
+
+def feed(rec, sid, x, seed, max_piece=3000):
+    rnd = random.Random(seed)
+    pos, events = 0, []
+    while pos < x.size:
+        n = rnd.randint(0, max_piece)
+        events += rec.accept_audio(sid, x[pos:pos + n])
+        pos += n
+        if rnd.random() < 0.5:
+            events += rec.step()
+    return events
+
+
+def run_one(rec, x, seed=0, **opts):
+    sid = rec.create_stream(**opts)
+    ev = feed(rec, sid, x, seed)
+    rec.finish(sid)
+    ev += rec.drain()
+    return [e for e in ev if e.stream == sid]
+
+
+def finals_text(events):
+    return " ".join(e.text for e in events if isinstance(e, Final) and e.text)
+
+
+def final_tokens(events):
+    return [t for e in events if isinstance(e, Final) for t in e.tokens]
+
+
+@torch.no_grad()
+def offline_tokens(rec, x, method="greedy", beam=4):
+    """Whole utterance: fbank of the padded signal, encoder forward under the chunk mask, one search call."""
+    fs = FbankStream(rec.model.cfg.fbank)
+    fs.accept(x)
+    fs.finish()
+    n = fs.frames_ready()
+    feats = Fbank(rec.model.cfg.fbank)(torch.from_numpy(fs.take(n))[None])
+    enc, enc_len = rec.model.encoder(feats, torch.tensor([n]))
+    heads = rec.model.heads(enc)
+    search = rec.searches[method]
+    if method in ("greedy", "ctc_greedy"):
+        state = search.init_state(1)
+    else:
+        state = search.init_state(torch.tensor([beam]))
+    x_in = heads.ctc_log_probs if method.startswith("ctc") else heads.enc_p
+    state = search.step(state, x_in, enc_len, torch.zeros(1, dtype=torch.long))
+    return list(search.best(state)[0].tokens), int(enc_len[0])
+
+
+NO_ENDPOINT = EngineConfig(device="cpu", endpoint=EndpointConfig(enabled=False))
+
+
+@pytest.mark.parametrize("method", ["greedy", "modified_beam", "beam", "ctc_greedy", "ctc_prefix_beam"])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_streaming_equals_offline(tiny_ckpt, method, seed):
+    rec = Recognizer.from_checkpoint(tiny_ckpt, NO_ENDPOINT)
+    x = random_audio(2.3, seed=seed)
+    ev = run_one(rec, x, seed, method=method, beam=3)
+    ref, n_frames = offline_tokens(rec, x, method, 3)
+    assert final_tokens(ev) == ref
+    assert len(ref) > 0
+    done = [e for e in ev if isinstance(e, Done)]
+    assert len(done) == 1 and done[0].audio_seconds == pytest.approx(x.size / 16000)
+
+
+def test_batching_is_invisible(tiny_ckpt):
+    """Many concurrent streams with random piece sizes and mixed methods == each stream alone."""
+    rec = Recognizer.from_checkpoint(tiny_ckpt, NO_ENDPOINT)
+    specs = [dict(method="greedy"), dict(method="modified_beam", beam=2), dict(method="modified_beam", beam=4),
+             dict(method="ctc_greedy"), dict(method="greedy", sample_rate=8000), dict(method="beam", beam=2),
+             dict(method="ctc_prefix_beam", beam=3)]
+    audios = [random_audio(1.0 + 0.37 * i, rate=s.get("sample_rate", 16000), seed=10 + i) for i, s in enumerate(specs)]
+    alone = [final_tokens(run_one(Recognizer.from_checkpoint(tiny_ckpt, NO_ENDPOINT), a, 0, **s))
+             for a, s in zip(audios, specs)]
+    sids = [rec.create_stream(**s) for s in specs]
+    rnd = random.Random(5)
+    pos = [0] * len(sids)
+    events = []
+    while any(p < a.size for p, a in zip(pos, audios)):
+        for i, sid in enumerate(sids):
+            if pos[i] < audios[i].size:
+                n = rnd.randint(1, 4000)
+                events += rec.accept_audio(sid, audios[i][pos[i]:pos[i] + n])
+                pos[i] += n
+                if pos[i] >= audios[i].size:
+                    rec.finish(sid)
+        events += rec.step()
+    events += rec.drain()
+    for i, sid in enumerate(sids):
+        mine = [e for e in events if e.stream == sid]
+        assert final_tokens(mine) == alone[i], specs[i]
+        assert isinstance(mine[-1], Done)
+    assert rec.num_streams == 0
+
+
+def test_partials_grow_and_final_matches(tiny_ckpt):
+    rec = Recognizer.from_checkpoint(tiny_ckpt, NO_ENDPOINT)
+    ev = run_one(rec, random_audio(2.0, seed=3), 3)
+    partials = [e for e in ev if isinstance(e, Partial)]
+    finals = [e for e in ev if isinstance(e, Final)]
+    assert len(partials) >= 2 and len(finals) == 1
+    for a, b in zip(partials, partials[1:]):
+        assert b.tokens[:len(a.tokens)] == a.tokens  # greedy partials only ever extend
+    assert finals[0].tokens[:len(partials[-1].tokens)] == partials[-1].tokens
+    for w in finals[0].words:
+        assert 0.0 <= w.conf <= 1.0 and 0.0 <= w.start < w.end <= 2.0 + 0.2
+    assert finals[0].text == " ".join(w.word for w in finals[0].words)
+    wire = finals[0].to_wire()
+    assert wire["type"] == "final" and set(wire["words"][0]) == {"word", "start", "end", "conf"}
+
+
+def test_partials_off(tiny_ckpt):
+    rec = Recognizer.from_checkpoint(tiny_ckpt, NO_ENDPOINT)
+    ev = run_one(rec, random_audio(1.0), partials=False)
+    assert not any(isinstance(e, Partial) for e in ev)
+    assert sum(isinstance(e, Final) for e in ev) == 1
+
+
+def test_bad_audio_only_hurts_its_stream(tiny_ckpt):
+    rec = Recognizer.from_checkpoint(tiny_ckpt, NO_ENDPOINT)
+    x = random_audio(1.5, seed=4)
+    good = rec.create_stream()
+    bad = rec.create_stream()
+    ev = rec.accept_audio(good, x[:8000]) + rec.accept_audio(bad, x[:8000]) + rec.step()
+    y = x[8000:16000].copy()
+    y[100] = np.nan
+    err = rec.accept_audio(bad, y)
+    assert len(err) == 1 and isinstance(err[0], Error) and err[0].code == "bad_audio" and "NaN" in err[0].message
+    assert not rec.has_stream(bad)
+    ev += rec.accept_audio(good, x[8000:])
+    rec.finish(good)
+    ev += rec.drain()
+    alone = run_one(Recognizer.from_checkpoint(tiny_ckpt, NO_ENDPOINT), x)
+    assert final_tokens([e for e in ev if e.stream == good]) == final_tokens(alone)
+    bad_pcm = rec.create_stream()
+    errs = rec.accept_pcm(bad_pcm, b"\x00\x01\x02", "s16le")
+    assert errs[0].code == "bad_audio" and "multiple" in errs[0].message
+
+
+def test_crash_inside_one_stream_is_isolated(tiny_ckpt, monkeypatch):
+    """An exception while decoding one stream becomes an Error for that stream; the others go on."""
+    rec = Recognizer.from_checkpoint(tiny_ckpt, NO_ENDPOINT)
+    x = random_audio(1.2, seed=6)
+    a, b = rec.create_stream(), rec.create_stream(method="modified_beam")
+    search = rec.searches["modified_beam"]
+    orig = search.step
+    calls = {"n": 0}
+
+    def flaky(state, *args):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise RuntimeError("boom")
+        return orig(state, *args)
+
+    monkeypatch.setattr(search, "step", flaky)
+    ev = []
+    for s in (a, b):
+        ev += rec.accept_audio(s, x)
+        rec.finish(s)
+    ev += rec.drain()
+    errs = [e for e in ev if isinstance(e, Error)]
+    assert len(errs) == 0 or all(e.stream == b for e in errs)
+    monkeypatch.setattr(search, "step", orig)
+    alone = run_one(Recognizer.from_checkpoint(tiny_ckpt, NO_ENDPOINT), x)
+    assert final_tokens([e for e in ev if e.stream == a]) == final_tokens(alone)
+
+
+def test_all_audio_reaches_the_result(tiny_ckpt):
+    """Every accepted sample is decoded: frames decoded cover the whole (padded) signal."""
+    rec = Recognizer.from_checkpoint(tiny_ckpt, NO_ENDPOINT)
+    for n in (0, 1, 399, 400, 401, 5 * 640 + 17, 16000 * 3 + 5):
+        sid = rec.create_stream()
+        rec.accept_audio(sid, random_audio(n / 16000 + 1e-9, seed=n)[:n])
+        st = rec._streams[sid]
+        rec.finish(sid)
+        ev = rec.drain()
+        fs = FbankStream(rec.model.cfg.fbank)
+        fs.accept(np.zeros(n, dtype=np.float32))
+        fs.finish()
+        expect_frames = (fs.frames_ready() + 3) // 4
+        assert st.frames_done == expect_frames, n
+        assert isinstance(ev[-1], Done) and ev[-1].audio_seconds == pytest.approx(n / 16000)
+        assert sum(isinstance(e, Final) for e in ev) == 1
+
+
+def test_endpoint_rule3_splits_segments(tmp_path):
+    ckpt = write_checkpoint(tmp_path / "m.pt", blank_bias=-20.0)  # always emits: a segment never ends in silence
+    cfg = EngineConfig(device="cpu", endpoint=EndpointConfig(rule3_max_utterance=1.0))
+    rec = Recognizer.from_checkpoint(ckpt, cfg)
+    ev = run_one(rec, random_audio(3.5, seed=7))
+    finals = [e for e in ev if isinstance(e, Final)]
+    assert [f.reason for f in finals[:-1]] == ["endpoint:rule3"] * (len(finals) - 1)
+    assert len(finals) >= 3
+    assert [f.segment for f in finals] == list(range(len(finals)))
+    for f, g in zip(finals, finals[1:]):
+        assert g.start == pytest.approx(f.end)
+    assert finals[-1].reason == "eos"
+
+
+def test_endpoint_rule1_on_silence_resets_quietly(tmp_path):
+    ckpt = write_checkpoint(tmp_path / "m.pt", blank_bias=50.0)  # never emits
+    rec = Recognizer.from_checkpoint(ckpt, EngineConfig(device="cpu"))
+    ev = run_one(rec, np.zeros(16000 * 6, dtype=np.float32))
+    finals = [e for e in ev if isinstance(e, Final)]
+    assert len(finals) == 1 and finals[0].text == "" and finals[0].reason == "eos"
+    assert finals[0].start >= 2.4  # two rule1 resets before: the open segment began later
+
+
+def test_reset_closes_segment(tiny_ckpt):
+    rec = Recognizer.from_checkpoint(tiny_ckpt, NO_ENDPOINT)
+    x = random_audio(2.0, seed=8)
+    sid = rec.create_stream()
+    ev = rec.accept_audio(sid, x[:16000]) + rec.drain()
+    rec.reset(sid)
+    ev += rec.drain()
+    assert [e.reason for e in ev if isinstance(e, Final)] == ["reset"]
+    ev += rec.accept_audio(sid, x[16000:])
+    rec.finish(sid)
+    ev += rec.drain()
+    finals = [e for e in ev if isinstance(e, Final)]
+    assert [f.segment for f in finals] == [0, 1] and finals[1].reason == "eos"
+
+
+def test_wake_word_events(tmp_path):
+    ckpt = write_checkpoint(tmp_path / "m.pt")
+    rec = Recognizer.from_checkpoint(ckpt, EngineConfig(device="cpu", kws=KwsConfig(threshold=0.5, refractory_s=1.0)))
+    with torch.no_grad():
+        rec.model.kws[-1].bias.fill_(30.0)  # head says "keyword" on every frame
+    ev = run_one(rec, random_audio(3.0, seed=9))
+    wakes = [e for e in ev if isinstance(e, WakeWord)]
+    assert 2 <= len(wakes) <= 3  # refractory 1 s over 3 s
+    assert wakes[0].keyword == "hey stream" and wakes[0].score > 0.99
+    assert wakes[1].end - wakes[0].end >= 1.0
+    rec2 = Recognizer.from_checkpoint(ckpt, EngineConfig(device="cpu"))
+    with torch.no_grad():
+        rec2.model.kws[-1].bias.fill_(30.0)
+    assert not any(isinstance(e, WakeWord) for e in run_one(rec2, random_audio(3.0), keywords=False))
+
+
+def test_options_validated(tiny_ckpt):
+    rec = Recognizer.from_checkpoint(tiny_ckpt, NO_ENDPOINT)
+    with pytest.raises(ValueError, match="sample_rate must be 8000..48000, got 5"):
+        rec.create_stream(sample_rate=5)
+    with pytest.raises(ValueError, match="method"):
+        rec.create_stream(method="viterbi")
+    with pytest.raises(ValueError, match="beam"):
+        rec.create_stream(beam=0)
+    with pytest.raises(ValueError, match="unknown stream option 'colour'"):
+        rec.create_stream(colour="red")
+    assert StreamOptions().method == "greedy"
+
+
+def test_max_batch_round_robin(tiny_ckpt):
+    rec = Recognizer.from_checkpoint(tiny_ckpt, EngineConfig(device="cpu", max_batch=2,
+                                                             endpoint=EndpointConfig(enabled=False)))
+    xs = [random_audio(1.0, seed=20 + i) for i in range(5)]
+    sids = [rec.create_stream() for _ in xs]
+    ev = []
+    for s, x in zip(sids, xs):
+        ev += rec.accept_audio(s, x)
+        rec.finish(s)
+    ev += rec.drain()
+    for s, x in zip(sids, xs):
+        alone = run_one(Recognizer.from_checkpoint(tiny_ckpt, NO_ENDPOINT), x)
+        assert final_tokens([e for e in ev if e.stream == s]) == final_tokens(alone)
+
+
+def test_lstm_decoder_model(tmp_path):
+    ckpt = write_checkpoint(tmp_path / "lstm.pt", kind="lstm")
+    rec = Recognizer.from_checkpoint(ckpt, NO_ENDPOINT)
+    x = random_audio(1.5, seed=12)
+    for method in ("greedy", "modified_beam"):
+        assert final_tokens(run_one(rec, x, method=method)) == offline_tokens(rec, x, method)[0]
