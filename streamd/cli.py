@@ -1,0 +1,189 @@
+"""Command-line front end: ``streamd <command> ...``.
+
+Commands (each one a thin wrapper; the work lives in the library):
+
+* ``transcribe FILE...``: decode files through the streaming engine exactly
+  as the daemon does (chunked audio, batched steps, endpointing), all files
+  as concurrent streams of one Recognizer;
+* ``model-info PATH``: what a checkpoint holds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from .config import SEARCH_METHODS, ConfigError, DecodingConfig, EngineConfig, load_yaml
+
+__all__ = ["main", "default_model_path", "transcribe_files"]
+
+ASSETS = Path(__file__).resolve().parent / "assets"
+
+
+def default_model_path() -> Path:
+    """The checkpoint shipped with the package (``streamd/assets/default.pt``)."""
+    return ASSETS / "default.pt"
+
+
+def _model_arg(path: str | None) -> str:
+    if path:
+        return path
+    p = default_model_path()
+    if not p.is_file():
+        raise SystemExit(f"streamd: no model given and no default model at {p}; pass --model PATH")
+    return str(p)
+
+
+def _engine_config(args: argparse.Namespace) -> EngineConfig:
+    cfg = EngineConfig()
+    if getattr(args, "config", None):
+        cfg = load_yaml(args.config, EngineConfig, section="engine")
+    dec = cfg.decoding
+    if args.method or args.beam:
+        dec = DecodingConfig(method=args.method or dec.method, beam=args.beam or dec.beam,
+                             max_symbols_per_frame=dec.max_symbols_per_frame, ctc_top_paths=dec.ctc_top_paths)
+    return EngineConfig(model=cfg.model, device=args.device or cfg.device, max_batch=cfg.max_batch, decoding=dec,
+                        confidence=cfg.confidence, endpoint=cfg.endpoint, kws=cfg.kws)
+
+
+def transcribe_files(rec, paths: Sequence[str], piece_seconds: float = 0.1, on_event=None) -> dict[str, list]:
+    """Decode files as concurrent streams of ``rec`` (a Recognizer).
+
+    Audio is fed in ``piece_seconds`` pieces at the file's own sample rate,
+    one piece per stream between batch steps, like live clients would; then
+    every stream is finished and drained.  Returns path -> list of events.
+    """
+    from .audio.pcm import load_audio
+
+    audio = {}
+    for p in paths:
+        x, rate = load_audio(p)
+        audio[p] = (x, rate)
+    sids = {}
+    for p, (x, rate) in audio.items():
+        sids[rec.create_stream(sample_rate=rate)] = p
+    events: dict[str, list] = {p: [] for p in paths}
+    pos = {sid: 0 for sid in sids}
+
+    def emit(evs):
+        for ev in evs:
+            p = sids[ev.stream]
+            events[p].append(ev)
+            if on_event is not None:
+                on_event(p, ev)
+
+    live = set(sids)
+    while live:
+        for sid in list(live):
+            x, rate = audio[sids[sid]]
+            n = max(1, int(piece_seconds * rate))
+            piece = x[pos[sid]: pos[sid] + n]
+            pos[sid] += n
+            if piece.size:
+                emit(rec.accept_audio(sid, piece))
+            if pos[sid] >= x.size and rec.has_stream(sid):
+                rec.finish(sid)
+                live.discard(sid)
+            elif not rec.has_stream(sid):
+                live.discard(sid)
+        emit(rec.step())
+    emit(rec.drain())
+    return events
+
+
+def _cmd_transcribe(args: argparse.Namespace) -> int:
+    from .engine import Recognizer
+
+    cfg = _engine_config(args)
+    rec = Recognizer.from_checkpoint(_model_arg(args.model), cfg)
+    for p in args.files:
+        if not Path(p).is_file():
+            print(f"streamd: {p}: no such file", file=sys.stderr)
+            return 2
+
+    def on_event(path, ev):
+        if args.json:
+            d = ev.to_wire()
+            d["file"] = path
+            print(json.dumps(d), flush=True)
+
+    events = transcribe_files(rec, args.files, on_event=on_event)
+    status = 0
+    if not args.json:
+        for p in args.files:
+            finals = [e.text for e in events[p] if e.__class__.__name__ == "Final" and e.text]
+            errors = [e for e in events[p] if e.__class__.__name__ == "Error"]
+            for e in errors:
+                print(f"streamd: {p}: {e.code}: {e.message}", file=sys.stderr)
+                status = 1
+            text = " ".join(finals)
+            print(f"{p}\t{text}" if len(args.files) > 1 else text)
+    return status
+
+
+def _cmd_model_info(args: argparse.Namespace) -> int:
+    from .model.checkpoint import load_checkpoint
+
+    lm = load_checkpoint(_model_arg(args.path))
+    from .config import to_dict
+
+    info = {"path": lm.path, "parameters": lm.model.num_params(), "tokens": len(lm.tokens),
+            "token_kind": lm.tokens.kind, "keywords": list(lm.model.cfg.keywords),
+            "chunk_seconds": lm.model.cfg.encoder.chunk_size * lm.model.cfg.frame_shift_s,
+            "model_config": to_dict(lm.model.cfg), "meta": lm.meta}
+    if args.json:
+        print(json.dumps(info, indent=2, default=str))
+    else:
+        print(f"path:        {info['path']}")
+        print(f"parameters:  {info['parameters']:,}")
+        print(f"tokens:      {info['tokens']} ({info['token_kind']})")
+        print(f"keywords:    {', '.join(info['keywords']) or '-'}")
+        e = lm.model.cfg.encoder
+        print(f"encoder:     {e.num_layers} layers, d_model {e.d_model}, {e.num_heads} heads, chunk "
+              f"{e.chunk_size} frames ({info['chunk_seconds']:.2f} s), left context {e.left_chunks} chunks")
+        d = lm.model.cfg.decoder
+        print(f"decoder:     {d.kind}, dim {d.dim}" + (f", context {d.context_size}" if d.kind == "stateless" else ""))
+        print(f"ctc head:    {'yes' if lm.model.ctc is not None else 'no'}")
+        for k, v in lm.meta.items():
+            print(f"meta.{k}: {v}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="streamd", description="Streaming speech recognizer daemon and tools")
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    t = sub.add_parser("transcribe", help="decode audio files through the streaming engine")
+    t.add_argument("files", nargs="+", metavar="FILE")
+    t.add_argument("--model", help="checkpoint (default: the shipped model)")
+    t.add_argument("--config", help="YAML config; its 'engine' section is used")
+    t.add_argument("--method", choices=SEARCH_METHODS)
+    t.add_argument("--beam", type=int)
+    t.add_argument("--device", help="auto, cpu, cuda or cuda:N")
+    t.add_argument("--json", action="store_true", help="one JSON event per line (wire schema + 'file')")
+    t.set_defaults(func=_cmd_transcribe)
+
+    m = sub.add_parser("model-info", help="describe a checkpoint")
+    m.add_argument("path", nargs="?", help="checkpoint (default: the shipped model)")
+    m.add_argument("--json", action="store_true")
+    m.set_defaults(func=_cmd_model_info)
+    return ap
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except ConfigError as e:
+        print(f"streamd: config error: {e}", file=sys.stderr)
+        return 2
+    except (ValueError, RuntimeError, OSError) as e:
+        print(f"streamd: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

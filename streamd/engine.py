@@ -1,0 +1,538 @@
+"""The Recognizer: a synchronous, sans-I/O streaming speech recognition engine.
+
+Audio in, events out.  The engine knows nothing of sockets, clocks or
+asyncio; a transport (websocket server, microphone, file) calls it::
+
+    rec = Recognizer.from_checkpoint("model.pt", EngineConfig(device="auto"))
+    sid = rec.create_stream(sample_rate=8000, method="modified_beam", beam=4)
+    rec.accept_pcm(sid, data, "s16le")      # any amount, any time
+    events = rec.step()                     # one batch over every ready stream
+    rec.finish(sid)                         # no more audio: tail is decoded
+    events = rec.drain()                    # step until nothing is left
+
+One :meth:`Recognizer.step` takes every stream that has a full chunk of
+features (or a finished stream with a tail), up to ``max_batch``, and runs
+fbank, encoder, every search method present and the KWS detector once each
+over that batch.  Per-stream state (fbank cursor, encoder cache, search and
+KWS state) is kept batched between steps when the next batch is the same set
+of streams, and re-gathered otherwise.
+
+Events: :class:`~streamd.events.Partial` after every chunk (if the stream
+asked for partials), :class:`~streamd.events.Final` at endpoints, resets and
+the end of stream, :class:`~streamd.events.WakeWord`, :class:`~streamd.events.Error`
+(that stream only) and :class:`~streamd.events.Done` when every accepted
+sample has been decoded.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from .audio.fbank import Fbank, FbankStream
+from .audio.pcm import AudioError, check_sample_rate, decode_pcm
+from .audio.resample import StreamingResampler
+from .config import SEARCH_METHODS, EngineConfig
+from .decode.beam import BeamSearch
+from .decode.confidence import make_measure
+from .decode.ctc import CtcGreedySearch, CtcPrefixBeamSearch
+from .decode.endpoint import Endpointer
+from .decode.greedy import GreedySearch
+from .decode.hyps import HypOut
+from .decode.kws import KwsDetector
+from .decode.modified_beam import ModifiedBeamSearch
+from .decode.tokens import TokenTable, tokens_to_words
+from .events import Done, Error, Event, Final, Partial, WakeWord
+from .model.checkpoint import LoadedModel, load_checkpoint
+from .model.encoder import EncoderCache
+
+__all__ = ["Recognizer", "StreamOptions", "resolve_device"]
+
+log = logging.getLogger("streamd.engine")
+
+
+def resolve_device(name: str) -> torch.device:
+    """``auto`` -> cuda if available else cpu; ``cuda`` without a GPU is an error."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise RuntimeError(f"device {name!r} requested but CUDA is not available (use 'auto' or 'cpu')")
+    return torch.device(name)
+
+
+@dataclass(frozen=True)
+class StreamOptions:
+    """Per-stream options, validated at creation (ValueError names the field)."""
+
+    sample_rate: int = 16000
+    method: str = "greedy"
+    beam: int = 4
+    partials: bool = True
+    keywords: bool = True
+    endpointing: bool = True
+
+    def __post_init__(self) -> None:
+        try:
+            check_sample_rate(self.sample_rate)
+        except AudioError as e:
+            raise ValueError(str(e)) from None
+        if self.method not in SEARCH_METHODS:
+            raise ValueError(f"method must be one of {list(SEARCH_METHODS)}, got {self.method!r}")
+        if isinstance(self.beam, bool) or not isinstance(self.beam, int) or not 1 <= self.beam <= 64:
+            raise ValueError(f"beam must be an integer 1..64, got {self.beam!r}")
+        for name in ("partials", "keywords", "endpointing"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
+
+
+@dataclass
+class _Stream:
+    """Engine-side state of one stream (host objects; tensors live in batches)."""
+
+    id: int
+    opts: StreamOptions
+    fbank: FbankStream
+    resampler: StreamingResampler | None
+    samples_in: int = 0  # accepted samples at the input rate
+    frames_done: int = 0  # encoder frames decoded
+    segment: int = 0
+    segment_start: int = 0  # encoder frame where the open segment began
+    finished: bool = False
+    reset_at: int | None = None  # close the segment once this many fbank frames are decoded
+    # per-stream slices of batched state (None until first gathered)
+    enc: EncoderCache | None = None
+    search: Any = None
+    kws: Any = None
+
+
+@dataclass
+class _Batch:
+    """Batched state of an ordered set of streams, kept between steps."""
+
+    ids: tuple[int, ...]
+    enc: EncoderCache
+    groups: dict[str, tuple[Tensor, Any]] = field(default_factory=dict)  # method -> (rows, search state)
+    kws_rows: Tensor | None = None
+    kws: Any = None
+
+
+class Recognizer:
+    """Loads a model once on a device and decodes many streams in batches."""
+
+    def __init__(self, loaded: LoadedModel, config: EngineConfig | None = None):
+        self.config = config or EngineConfig()
+        self.device = resolve_device(self.config.device)
+        self.loaded = loaded
+        self.model = loaded.model.to(self.device).eval()
+        self.tokens: TokenTable = loaded.tokens
+        mcfg = self.model.cfg
+        self.frame_shift_s = mcfg.frame_shift_s
+        self.chunk_frames = mcfg.encoder.chunk_size  # encoder frames per chunk
+        self.chunk_fbank = 4 * self.chunk_frames
+        self.fbank = Fbank(mcfg.fbank).to(self.device)
+        ccfg = self.config.confidence
+        self.measure = make_measure(ccfg)
+        dcfg = self.config.decoding
+        agg, exb = ccfg.aggregation, ccfg.exclude_blank
+        self.searches: dict[str, Any] = {
+            "greedy": GreedySearch(self.model, dcfg.max_symbols_per_frame, self.measure, exb, agg),
+            "modified_beam": ModifiedBeamSearch(self.model, self.measure, exb, agg),
+            "beam": BeamSearch(self.model, measure=self.measure, exclude_blank=exb, aggregation=agg),
+        }
+        if self.model.ctc is not None:
+            self.searches["ctc_greedy"] = CtcGreedySearch(mcfg.blank_id, self.measure)
+            self.searches["ctc_prefix_beam"] = CtcPrefixBeamSearch(mcfg.blank_id, self.measure)
+        self.keywords = tuple(mcfg.keywords)
+        self.kws = KwsDetector(self.keywords, self.config.kws, self.frame_shift_s) if self.keywords else None
+        self.endpointer = Endpointer(self.config.endpoint, self.frame_shift_s)
+        self._streams: dict[int, _Stream] = {}
+        self._ids = itertools.count(1)
+        self._batch: _Batch | None = None
+        self._rr = 0  # round-robin start for fairness when more streams than max_batch
+
+    # ------------------------------------------------------------------ construction
+
+    @classmethod
+    def from_checkpoint(cls, path: str | Path, config: EngineConfig | None = None) -> "Recognizer":
+        config = config or EngineConfig()
+        return cls(load_checkpoint(path, "cpu"), config)
+
+    @property
+    def model_info(self) -> dict:
+        """Plain facts about the loaded model (for ``ready`` messages and ``model-info``)."""
+        cfg = self.model.cfg
+        return {"path": self.loaded.path, "name": self.loaded.meta.get("name", Path(self.loaded.path).stem),
+                "vocab_size": cfg.vocab_size, "token_kind": self.tokens.kind, "keywords": list(cfg.keywords),
+                "chunk_seconds": self.chunk_frames * self.frame_shift_s, "frame_shift_seconds": self.frame_shift_s,
+                "methods": sorted(self.searches), "device": str(self.device),
+                "parameters": self.model.num_params()}
+
+    # ------------------------------------------------------------------ stream lifecycle
+
+    def create_stream(self, **options: Any) -> int:
+        """New stream; options are :class:`StreamOptions` fields (defaults from the config).
+
+        Raises ValueError naming a bad option.
+        """
+        unknown = set(options) - set(StreamOptions.__dataclass_fields__)
+        if unknown:
+            raise ValueError(f"unknown stream option {sorted(unknown)[0]!r}")
+        options = {k: v for k, v in options.items() if v is not None}
+        options.setdefault("method", self.config.decoding.method)
+        options.setdefault("beam", self.config.decoding.beam)
+        opts = StreamOptions(**options)
+        if opts.method not in self.searches:
+            raise ValueError(f"method {opts.method!r} needs a CTC head, which this model does not have")
+        sid = next(self._ids)
+        rs = StreamingResampler(opts.sample_rate, 16000) if opts.sample_rate != 16000 else None
+        self._streams[sid] = _Stream(sid, opts, FbankStream(self.model.cfg.fbank), rs)
+        return sid
+
+    def has_stream(self, sid: int) -> bool:
+        return sid in self._streams
+
+    @property
+    def num_streams(self) -> int:
+        return len(self._streams)
+
+    def stream_options(self, sid: int) -> StreamOptions:
+        return self._get(sid).opts
+
+    def _get(self, sid: int) -> _Stream:
+        try:
+            return self._streams[sid]
+        except KeyError:
+            raise KeyError(f"no such stream {sid}") from None
+
+    def accept_pcm(self, sid: int, data: bytes | bytearray | memoryview, fmt: str = "s16le") -> list[Event]:
+        """Decode PCM bytes in ``fmt`` and accept them (see :meth:`accept_audio`)."""
+        try:
+            samples = decode_pcm(data, fmt)
+        except AudioError as e:
+            return self._fail(sid, e.code, str(e))
+        return self.accept_audio(sid, samples)
+
+    def accept_audio(self, sid: int, samples: np.ndarray) -> list[Event]:
+        """Accept float samples (N,) in [-1, 1] at the stream's sample rate.
+
+        Returns [] normally; bad audio (NaN/inf, wrong shape) closes the
+        stream and returns its Error event.  Accepting after finish is an error.
+        """
+        st = self._get(sid)
+        if st.finished:
+            return self._fail(sid, "bad_request", "audio after end of stream")
+        x = np.asarray(samples, dtype=np.float32)
+        if x.ndim != 1:
+            return self._fail(sid, "bad_audio", f"audio must be mono 1-D samples, got shape {x.shape}")
+        if x.size and not np.isfinite(x).all():
+            return self._fail(sid, "bad_audio", f"{int((~np.isfinite(x)).sum())} non-finite samples (NaN/inf)")
+        st.samples_in += x.size
+        if st.resampler is not None:
+            x = st.resampler.process(x)
+        st.fbank.accept(x)
+        return []
+
+    def reset(self, sid: int) -> None:
+        """Close the open segment after every full chunk accepted so far (Final with reason 'reset').
+
+        Samples short of a full chunk stay in the stream and open the next
+        segment: the encoder only ever sees whole chunks until the end of stream.
+        """
+        st = self._get(sid)
+        if st.finished:
+            return
+        full = st.fbank.frames_ready() // self.chunk_fbank * self.chunk_fbank
+        st.reset_at = st.fbank.frames_taken + full
+
+    def finish(self, sid: int) -> None:
+        """No more audio: the next steps decode the tail (padded) and emit Final then Done."""
+        st = self._get(sid)
+        if st.finished:
+            return
+        if st.resampler is not None:
+            st.fbank.accept(st.resampler.flush())
+        st.fbank.finish()
+        st.finished = True
+
+    def close(self, sid: int) -> None:
+        """Forget a stream at once (client gone); no more events for it."""
+        if self._streams.pop(sid, None) is not None:
+            self._drop_batch()
+
+    def _fail(self, sid: int, code: str, message: str) -> list[Event]:
+        self.close(sid)
+        return [Error(sid, code, message, fatal=True)]
+
+    # ------------------------------------------------------------------ batching
+
+    def _decodable(self, st: _Stream) -> bool:
+        """A full chunk is ready, or the (padded) tail of a finished stream."""
+        n = st.fbank.frames_ready()
+        return n >= self.chunk_fbank or (st.finished and n > 0)
+
+    def _ready(self, st: _Stream) -> bool:
+        return st.finished or st.reset_at is not None or self._decodable(st)
+
+    def ready_streams(self) -> list[int]:
+        """Streams that the next step would process (in order)."""
+        return [sid for sid, st in self._streams.items() if self._ready(st)]
+
+    def pending(self) -> bool:
+        """True while some stream has work for :meth:`step`."""
+        return any(self._ready(st) for st in self._streams.values())
+
+    def _drop_batch(self) -> None:
+        """Scatter the kept batch back into per-stream slices."""
+        b = self._batch
+        if b is None:
+            return
+        self._batch = None
+        for row, sid in enumerate(b.ids):
+            st = self._streams.get(sid)
+            if st is None:
+                continue
+            r = torch.tensor([row], device=self.device)
+            st.enc = b.enc.select(r)
+        for method, (rows, state) in b.groups.items():
+            for j, row in enumerate(rows.tolist()):
+                st = self._streams.get(b.ids[row])
+                if st is not None:
+                    st.search = state.select(torch.tensor([j], device=self.device))
+        if b.kws_rows is not None:
+            for j, row in enumerate(b.kws_rows.tolist()):
+                st = self._streams.get(b.ids[row])
+                if st is not None:
+                    st.kws = b.kws.select(torch.tensor([j], device=self.device))
+
+    def _init_search(self, st: _Stream) -> Any:
+        search = self.searches[st.opts.method]
+        if st.opts.method in ("modified_beam", "ctc_prefix_beam"):
+            return search.init_state(torch.tensor([st.opts.beam], device=self.device), self.device)
+        if st.opts.method == "beam":
+            return search.init_state(torch.tensor([st.opts.beam], device=self.device), self.device)
+        return search.init_state(1, self.device)
+
+    def _gather(self, ids: tuple[int, ...]) -> _Batch:
+        if self._batch is not None and self._batch.ids == ids:
+            return self._batch
+        self._drop_batch()
+        streams = [self._streams[i] for i in ids]
+        for st in streams:
+            if st.enc is None:
+                st.enc = self.model.encoder.init_cache(1, self.device)
+                st.search = self._init_search(st)
+                if self.kws is not None and st.opts.keywords:
+                    st.kws = self.kws.init_state(1, self.device)
+        batch = _Batch(ids, EncoderCache.cat([st.enc for st in streams]))
+        by_method: dict[str, list[int]] = {}
+        for row, st in enumerate(streams):
+            by_method.setdefault(st.opts.method, []).append(row)
+        for method, rows in by_method.items():
+            state_cls = type(streams[rows[0]].search)
+            batch.groups[method] = (torch.tensor(rows, device=self.device),
+                                    state_cls.cat([streams[r].search for r in rows]))
+        kws_rows = [row for row, st in enumerate(streams) if st.kws is not None]
+        if kws_rows:
+            batch.kws_rows = torch.tensor(kws_rows, device=self.device)
+            batch.kws = type(streams[kws_rows[0]].kws).cat([streams[r].kws for r in kws_rows])
+        for st in streams:  # the batch owns the state now
+            st.enc = st.search = st.kws = None
+        self._batch = batch
+        return batch
+
+    # ------------------------------------------------------------------ the step
+
+    @torch.no_grad()
+    def step(self) -> list[Event]:
+        """Process one chunk for every ready stream (up to max_batch) in one batch."""
+        ready = self.ready_streams()
+        if not ready:
+            return []
+        if len(ready) > self.config.max_batch:
+            k = self._rr % len(ready)
+            ready = (ready[k:] + ready[:k])[: self.config.max_batch]
+            self._rr += self.config.max_batch
+        events: list[Event] = []
+        decode = tuple(sid for sid in ready if self._decodable(self._streams[sid]))
+        idle = tuple(sid for sid in ready if sid not in decode)  # only a segment/stream to close
+        if decode:
+            takes = {sid: min(self._streams[sid].fbank.frames_ready(), self.chunk_fbank) for sid in decode}
+            windows = {sid: self._streams[sid].fbank.take(takes[sid]) for sid in decode}
+            try:
+                events += self._run(decode, windows)
+            except Exception:  # noqa: BLE001 - isolate the failing stream(s)
+                log.exception("batch step failed for %d streams; retrying one by one", len(decode))
+                self._drop_batch()  # the batch still holds the state from before the step
+                for sid in decode:
+                    try:
+                        events += self._run((sid,), windows)
+                    except Exception as e:  # noqa: BLE001
+                        log.exception("stream %d failed", sid)
+                        self._drop_batch()
+                        events += self._fail(sid, "internal", f"decoding failed: {type(e).__name__}: {e}")
+        if idle:
+            events += self._close_segments(idle)
+        return events
+
+    def drain(self, max_steps: int | None = None) -> list[Event]:
+        """Step until no stream has work left (e.g. after finish())."""
+        out: list[Event] = []
+        n = 0
+        while self.pending() and (max_steps is None or n < max_steps):
+            out += self.step()
+            n += 1
+        return out
+
+    def _run(self, ids: tuple[int, ...], windows: dict[int, np.ndarray]) -> list[Event]:
+        """One batched chunk for streams ``ids`` whose sample windows were already taken.
+
+        Nothing in the kept batch changes until every stage has succeeded, so a
+        failure leaves the state as before the step (and the caller retries the
+        streams one by one with the same windows).
+        """
+        streams = [self._streams[i] for i in ids]
+        c4 = self.chunk_fbank
+        fcfg = self.model.cfg.fbank
+        # 1. features: one fbank call over the batch's sample windows
+        wav = np.zeros((len(ids), fcfg.frame_length + (c4 - 1) * fcfg.frame_shift), dtype=np.float32)
+        takes = []
+        for i, sid in enumerate(ids):
+            w = windows[sid]
+            wav[i, : w.size] = w
+            takes.append(0 if w.size == 0 else 1 + (w.size - fcfg.frame_length) // fcfg.frame_shift)
+        feats = self.fbank(torch.from_numpy(wav).to(self.device))  # (B, 4C, F)
+        lengths = torch.tensor(takes, device=self.device)
+        batch = self._gather(ids)
+        # 2. encoder with caches, then every head on the same output
+        enc, enc_len, new_enc = self.model.encoder.forward_chunk(feats, lengths, batch.enc)
+        bad = ~torch.isfinite(enc).flatten(1).all(dim=1)  # (B,)
+        heads = self.model.heads(enc)
+        offsets = torch.tensor([st.frames_done for st in streams], device=self.device)
+        # 3. searches, one call per method over its rows
+        new_groups = {}
+        for method, (rows, state) in batch.groups.items():
+            x = heads.ctc_log_probs[rows] if method.startswith("ctc") else heads.enc_p[rows]
+            new_groups[method] = (rows, self.searches[method].step(state, x, enc_len[rows], offsets[rows]))
+        # 4. wake words
+        dets, new_kws = [], batch.kws
+        if batch.kws_rows is not None:
+            rows = batch.kws_rows
+            new_kws, dets = self.kws.step(batch.kws, heads.kws_probs[rows], enc_len[rows], offsets[rows])
+        # commit
+        batch.enc, batch.groups, batch.kws = new_enc, new_groups, new_kws
+        events: list[Event] = [WakeWord(ids[int(batch.kws_rows[d.row])], d.keyword, d.score, d.start, d.end)
+                               for d in dets]
+        for st, n in zip(streams, enc_len.tolist()):
+            st.frames_done += n
+        for st, b in zip(streams, bad.tolist()):
+            if b:
+                events += self._fail(st.id, "internal", "non-finite encoder output (NaN/inf) for this stream")
+        if any(i not in self._streams for i in ids):
+            return events  # a failed stream was closed and the batch dropped
+        # 5. results, endpoints, ends of streams
+        return events + self._results(batch)
+
+    def _hyps(self, batch: _Batch) -> tuple[dict[int, HypOut], dict[int, int]]:
+        """Best hypothesis and trailing blank frames per stream id (one host transfer per method)."""
+        best: dict[int, HypOut] = {}
+        trailing: dict[int, int] = {}
+        for method, (rows, state) in batch.groups.items():
+            search = self.searches[method]
+            outs = search.best(state)
+            tb = search.trailing_blanks(state).tolist()
+            for j, row in enumerate(rows.tolist()):
+                best[batch.ids[row]] = outs[j]
+                trailing[batch.ids[row]] = tb[j]
+        return best, trailing
+
+    def _words(self, hyp: HypOut):
+        return tuple(tokens_to_words(self.tokens, hyp.tokens, hyp.frames, hyp.confs, self.frame_shift_s,
+                                     self.config.confidence.aggregation))
+
+    def _results(self, batch: _Batch) -> list[Event]:
+        events: list[Event] = []
+        best, trailing = self._hyps(batch)
+        streams = [self._streams[i] for i in batch.ids]
+        seg_frames = [st.frames_done - st.segment_start for st in streams]
+        rules = self.endpointer.check([trailing[st.id] for st in streams], seg_frames,
+                                      [len(best[st.id].tokens) for st in streams])
+        close: list[tuple[int, str]] = []
+        for st, rule in zip(streams, rules):
+            hyp = best[st.id]
+            done = st.finished and st.fbank.frames_ready() == 0
+            if st.opts.partials and not done:
+                events.append(Partial(st.id, st.segment, self.tokens.decode(hyp.tokens), self._words(hyp),
+                                      hyp.tokens))
+            if done:
+                close.append((st.id, "eos"))
+            elif st.reset_at is not None and st.fbank.frames_taken >= st.reset_at:
+                close.append((st.id, "reset"))
+            elif rule is not None and st.opts.endpointing:
+                close.append((st.id, f"endpoint:{rule}"))
+        if close:
+            events += self._finalize(batch, close, best)
+        return events
+
+    def _close_segments(self, ids: tuple[int, ...]) -> list[Event]:
+        """Streams with no chunk to decode: end them (eos) or close a requested segment (reset)."""
+        ids = tuple(sid for sid in ids if self._streams[sid].finished
+                    or self._streams[sid].fbank.frames_taken >= self._streams[sid].reset_at)
+        if not ids:
+            return []
+        batch = self._gather(ids)
+        best, _ = self._hyps(batch)
+        close = [(sid, "eos" if self._streams[sid].finished else "reset") for sid in ids]
+        return self._finalize(batch, close, best)
+
+    def _finalize(self, batch: _Batch, close: list[tuple[int, str]], best: dict[int, HypOut]) -> list[Event]:
+        events: list[Event] = []
+        reset_rows: list[int] = []
+        ended: list[int] = []
+        for sid, reason in close:
+            st = self._streams[sid]
+            hyp = best[sid]
+            text = self.tokens.decode(hyp.tokens)
+            st.reset_at = None
+            if text or reason in ("eos", "reset"):
+                alts, scores = self._alternatives(batch, sid)
+                events.append(Final(sid, st.segment, text, self._words(hyp),
+                                    st.segment_start * self.frame_shift_s, st.frames_done * self.frame_shift_s,
+                                    hyp.tokens, reason, alts, scores))
+                st.segment += 1
+            st.segment_start = st.frames_done
+            if reason == "eos":
+                ended.append(sid)
+            else:
+                reset_rows.append(batch.ids.index(sid))
+        if reset_rows:
+            for method, (rows, state) in batch.groups.items():
+                mask = torch.zeros(len(rows), dtype=torch.bool, device=self.device)
+                rl = rows.tolist()
+                for r in reset_rows:
+                    if r in rl:
+                        mask[rl.index(r)] = True
+                if bool(mask.any()):
+                    batch.groups[method] = (rows, self.searches[method].reset(state, mask))
+        for sid in ended:
+            st = self._streams[sid]
+            events.append(Done(sid, st.samples_in / st.opts.sample_rate))
+            self.close(sid)
+        return events
+
+    def _alternatives(self, batch: _Batch, sid: int) -> tuple[tuple[str, ...], tuple[float, ...]]:
+        method = self._streams[sid].opts.method
+        if method in ("greedy", "ctc_greedy"):
+            return (), ()
+        rows, state = batch.groups[method]
+        j = rows.tolist().index(batch.ids.index(sid))
+        nb = self.searches[method].nbest(state.select(torch.tensor([j], device=self.device)),
+                                        self._streams[sid].opts.beam)[0]
+        return (tuple(self.tokens.decode(h.tokens) for h in nb[1:]),
+                tuple(float(h.score) for h in nb))
