@@ -116,17 +116,20 @@ class CausalSubsampling(nn.Module):
         return self.out(z), x[:, :, -1:], y[:, :, -1:]
 
 
-def _rope(x: Tensor, pos: Tensor) -> Tensor:
-    """Rotate pairs of channels by position.
+def rope_angles(pos: Tensor, dh: int, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    """Rotary cos/sin for absolute positions, computed once per forward for all layers.
 
-    x: (B, H, T, Dh); pos: (B, T) int64 absolute frame indices. Angles are
-    computed in float64 so positions stay exact over hours of audio.
+    pos: (B, T) int64 absolute frame indices -> cos, sin: (B, 1, T, Dh/2).
+    Angles are computed in float64 so positions stay exact over hours of audio.
     """
-    dh = x.shape[-1]
-    inv = 10000.0 ** (-torch.arange(0, dh, 2, device=x.device, dtype=torch.float64) / dh)  # (Dh/2,)
+    inv = 10000.0 ** (-torch.arange(0, dh, 2, device=pos.device, dtype=torch.float64) / dh)  # (Dh/2,)
     ang = pos.to(torch.float64).unsqueeze(-1) * inv  # (B, T, Dh/2)
-    cos = ang.cos().to(x.dtype).unsqueeze(1)  # (B, 1, T, Dh/2)
-    sin = ang.sin().to(x.dtype).unsqueeze(1)
+    return ang.cos().to(dtype).unsqueeze(1), ang.sin().to(dtype).unsqueeze(1)
+
+
+def _rope(x: Tensor, rot: tuple[Tensor, Tensor]) -> Tensor:
+    """Rotate channel pairs of x: (B, H, T, Dh) by rot = (cos, sin) each (B, 1, T, Dh/2)."""
+    cos, sin = rot
     x1, x2 = x[..., 0::2], x[..., 1::2]
     out = torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)  # (B, H, T, Dh/2, 2)
     return out.flatten(-2)
@@ -156,16 +159,17 @@ class SelfAttention(nn.Module):
         self.out = nn.Linear(d, d)
         self.dropout = dropout
 
-    def forward(self, x: Tensor, pos: Tensor, mask: Tensor, past_k: Tensor | None = None,
+    def forward(self, x: Tensor, rot: tuple[Tensor, Tensor], mask: Tensor, past_k: Tensor | None = None,
                 past_v: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor]:
-        """x: (B, T, D); pos: (B, T) absolute positions; mask: (B, 1, T, L + T) bool (True = attend).
+        """x: (B, T, D); rot: rotary (cos, sin) of the frames' absolute positions (see rope_angles);
+        mask: (B, 1, T, L + T) bool (True = attend).
 
         past_k, past_v: (B, H, L, Dh) cached rotated keys and values (None for L = 0).
         Returns output (B, T, D) and this call's rotated keys and values (B, H, T, Dh).
         """
         b, t, d = x.shape
         q, k, v = self.qkv(self.norm(x)).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
-        q, k = _rope(q, pos), _rope(k, pos)  # (B, H, T, Dh)
+        q, k = _rope(q, rot), _rope(k, rot)  # (B, H, T, Dh)
         kk = k if past_k is None else torch.cat([past_k, k], dim=2)  # (B, H, L + T, Dh)
         vv = v if past_v is None else torch.cat([past_v, v], dim=2)
         y = F.scaled_dot_product_attention(q, kk, vv, attn_mask=mask,
@@ -216,10 +220,10 @@ class ConformerLayer(nn.Module):
         self.norm = nn.LayerNorm(d)
         self.drop = nn.Dropout(cfg.dropout)
 
-    def forward(self, x, pos, mask, valid, past_k, past_v, conv_left):
+    def forward(self, x, rot, mask, valid, past_k, past_v, conv_left):
         """x: (B, T, D) -> (B, T, D), new keys/values (B, H, T, Dh), new conv left (B, D, K-1)."""
         x = x + 0.5 * self.drop(self.ff1(x))
-        a, k, v = self.attn(x, pos, mask, past_k, past_v)
+        a, k, v = self.attn(x, rot, mask, past_k, past_v)
         x = x + self.drop(a)
         c, conv_left = self.conv(x, conv_left, valid)
         x = x + c
@@ -282,10 +286,11 @@ class StreamingEncoder(nn.Module):
         eye = torch.eye(t2, dtype=torch.bool, device=x.device)
         mask = ((allowed[None] & valid[:, None, :]) | eye).unsqueeze(1)  # (B, 1, T', T')
         pos = torch.arange(t2, device=x.device).expand(b, t2)
+        rot = rope_angles(pos, cfg.d_model // cfg.num_heads, y.dtype)
         k_pad = self.cfg.conv_kernel - 1
         for layer in self.layers:
             conv_left = y.new_zeros(b, cfg.d_model, k_pad)
-            y, _, _, _ = layer(y, pos, mask, valid, None, None, conv_left)
+            y, _, _, _ = layer(y, rot, mask, valid, None, None, conv_left)
         return y, enc_len
 
     def init_cache(self, batch: int, device: torch.device | str = "cpu", left_context: int | None = None) -> EncoderCache:
@@ -326,9 +331,10 @@ class StreamingEncoder(nn.Module):
                          torch.eye(t2, dtype=torch.bool, device=x.device)], dim=1)  # (T', L + T')
         mask = (keys_ok[:, None, :] | eye).unsqueeze(1)  # (B, 1, T', L + T')
         pos = cache.offset[:, None] + ar[None, :]  # (B, T')
+        rot = rope_angles(pos, self.cfg.d_model // self.cfg.num_heads, y.dtype)
         new_k, new_v, new_conv = [], [], []
         for i, layer in enumerate(self.layers):
-            y, k, v, cl = layer(y, pos, mask, valid, cache.keys[i], cache.values[i], cache.conv[i])
+            y, k, v, cl = layer(y, rot, mask, valid, cache.keys[i], cache.values[i], cache.conv[i])
             new_k.append(torch.cat([cache.keys[i], k], dim=2)[:, :, t2:] if lc else cache.keys[i])
             new_v.append(torch.cat([cache.values[i], v], dim=2)[:, :, t2:] if lc else cache.values[i])
             new_conv.append(cl)

@@ -99,14 +99,16 @@ def test_chunk_needs_multiple_of_four():
 
 def test_rope_relative_far_from_start():
     """Streams hours long: scores depend only on distance, also ~1e6 frames in (float64 angles)."""
-    from streamd.model.encoder import _rope
+    from streamd.model.encoder import _rope, rope_angles
 
     torch.manual_seed(0)
     q = torch.randn(1, 2, 1, 8)
     k = torch.randn(1, 2, 1, 8)
 
     def score(pq, pk):
-        return (_rope(q, torch.tensor([[pq]])) * _rope(k, torch.tensor([[pk]]))).sum(-1)
+        rq = rope_angles(torch.tensor([[pq]]), 8, torch.float32)
+        rk = rope_angles(torch.tensor([[pk]]), 8, torch.float32)
+        return (_rope(q, rq) * _rope(k, rk)).sum(-1)
 
     torch.testing.assert_close(score(5, 2), score(1_000_005, 1_000_002), atol=1e-4, rtol=1e-4)
     assert not torch.allclose(score(5, 2), score(5, 4))
