@@ -1,0 +1,141 @@
+"""Checkpoint averaging and the experiment folder's checkpoint naming.
+
+The trainer writes ``<exp_dir>/checkpoint-<step>.pt`` (streamd checkpoint
+format, see :mod:`streamd.model.checkpoint`).  Averaging the weights of the
+last few checkpoints usually gives a better model than the last one alone:
+:func:`average_checkpoints` returns the element-wise mean of every
+floating-point tensor (accumulated in float64, cast back to the stored
+dtype); integer tensors must be equal in all files and are copied.  All
+files must hold the same model configuration and the same tensor names and
+shapes; errors name the offending file and tensor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+from typing import Sequence
+
+import torch
+from torch import Tensor
+
+from ..config import ModelConfig, from_dict
+from ..decode.tokens import TokenTable
+from ..model.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from ..model.transducer import Transducer
+
+__all__ = ["CHECKPOINT_RE", "checkpoint_path", "list_checkpoints", "average_checkpoints",
+           "write_averaged_checkpoint", "main"]
+
+CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)\.pt$")
+
+
+def checkpoint_path(exp_dir: str | Path, step: int) -> Path:
+    """``<exp_dir>/checkpoint-<step>.pt``."""
+    return Path(exp_dir) / f"checkpoint-{step}.pt"
+
+
+def list_checkpoints(exp_dir: str | Path) -> list[tuple[int, Path]]:
+    """``(step, path)`` of every ``checkpoint-<step>.pt`` in ``exp_dir``, by increasing step."""
+    d = Path(exp_dir)
+    if not d.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in d.iterdir() if (m := CHECKPOINT_RE.match(p.name)) and p.is_file()]
+    return sorted(found)
+
+
+def _load_raw(path: Path) -> dict:
+    # validate the file like any checkpoint (format, config, strict weights) before averaging it
+    load_checkpoint(path)
+    return torch.load(path, map_location="cpu", weights_only=True)
+
+
+def average_checkpoints(paths: Sequence[str | Path]) -> dict[str, Tensor]:
+    """Mean state dict of the checkpoints at ``paths`` (see module docstring)."""
+    paths = [Path(p) for p in paths]
+    if not paths:
+        raise ValueError("average_checkpoints needs at least one checkpoint path")
+    first = _load_raw(paths[0])
+    ref_cfg = first["model_config"]
+    acc: dict[str, Tensor] = {}
+    ints: dict[str, Tensor] = {}
+    dtypes: dict[str, torch.dtype] = {}
+    for k, v in first["state_dict"].items():
+        dtypes[k] = v.dtype
+        if v.is_floating_point():
+            acc[k] = v.double()
+        else:
+            ints[k] = v
+    for p in paths[1:]:
+        obj = _load_raw(p)
+        if obj["model_config"] != ref_cfg:
+            raise CheckpointError(f"{p}: model_config differs from {paths[0]}; only checkpoints of the same "
+                                  "model can be averaged")
+        sd = obj["state_dict"]
+        if set(sd) != set(dtypes):
+            diff = sorted(set(sd) ^ set(dtypes))
+            raise CheckpointError(f"{p}: tensor names differ from {paths[0]} ({', '.join(diff[:5])})")
+        for k, v in sd.items():
+            if k in acc:
+                if v.shape != acc[k].shape:
+                    raise CheckpointError(f"{p}: tensor {k} has shape {tuple(v.shape)}, "
+                                          f"{paths[0]} has {tuple(acc[k].shape)}")
+                acc[k] += v.double()
+            elif not torch.equal(v, ints[k]):
+                raise CheckpointError(f"{p}: integer tensor {k} differs from {paths[0]}; cannot average it")
+    n = len(paths)
+    out = {k: (acc[k] / n).to(dtypes[k]) if k in acc else ints[k] for k in dtypes}
+    return out
+
+
+def write_averaged_checkpoint(paths: Sequence[str | Path], out_path: str | Path, half: bool = False) -> Path:
+    """Average ``paths`` and save a loadable checkpoint at ``out_path``.
+
+    Tokens and meta come from the last checkpoint; meta gains
+    ``averaged_from`` (the input paths) and keeps its ``step``.
+    """
+    paths = [Path(p) for p in paths]
+    sd = average_checkpoints(paths)
+    last = torch.load(paths[-1], map_location="cpu", weights_only=True)
+    cfg = from_dict(ModelConfig, last["model_config"], "model_config")
+    model = Transducer(cfg)
+    model.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in sd.items()}, strict=True)
+    meta = dict(last.get("meta") or {})
+    meta["averaged_from"] = [str(p) for p in paths]
+    out_path = Path(out_path)
+    save_checkpoint(out_path, model, TokenTable(tuple(last["tokens"]), blank_id=cfg.blank_id), meta, half=half)
+    return out_path
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``streamd average (CHECKPOINT ... | --exp-dir DIR --last N) --out PATH [--half]``."""
+    p = argparse.ArgumentParser(prog="streamd average", description="Average the weights of checkpoints.")
+    p.add_argument("checkpoints", nargs="*", help="checkpoint files to average")
+    p.add_argument("--exp-dir", help="take the newest --last checkpoint-<step>.pt files of this folder")
+    p.add_argument("--last", type=int, default=5, help="how many of the newest checkpoints (with --exp-dir)")
+    p.add_argument("--out", required=True, help="output checkpoint path")
+    p.add_argument("--half", action="store_true", help="store float16 weights")
+    args = p.parse_args(argv)
+    if bool(args.checkpoints) == bool(args.exp_dir):
+        print("streamd average: give either checkpoint files or --exp-dir (not both)", file=sys.stderr)
+        return 2
+    if args.exp_dir:
+        if args.last < 1:
+            print(f"streamd average: --last must be >= 1, got {args.last}", file=sys.stderr)
+            return 2
+        found = list_checkpoints(args.exp_dir)
+        if not found:
+            print(f"streamd average: no checkpoint-<step>.pt in {args.exp_dir}", file=sys.stderr)
+            return 2
+        paths = [path for _, path in found[-args.last:]]
+    else:
+        paths = [Path(c) for c in args.checkpoints]
+    try:
+        out = write_averaged_checkpoint(paths, args.out, half=args.half)
+    except (CheckpointError, ValueError) as e:
+        print(f"streamd average: {e}", file=sys.stderr)
+        return 2
+    print(f"averaged {len(paths)} checkpoints ({', '.join(p.name for p in paths)}) -> {out}")
+    return 0

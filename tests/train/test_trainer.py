@@ -1,0 +1,283 @@
+"""Trainer: config errors, loss assembly vs a per-utterance loop, overfitting, exact resume, averaging, CLI."""
+
+import copy
+import json
+import math
+import wave
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from streamd.config import ConfigError, DecoderConfig, EncoderConfig, FbankConfig, ModelConfig, from_dict
+from streamd.decode.tokens import TokenTable
+from streamd.model.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from streamd.model.transducer import Transducer
+from streamd.train.average import average_checkpoints, list_checkpoints, write_averaged_checkpoint
+from streamd.train.average import main as average_main
+from streamd.train.data import Batch, default_char_tokens
+from streamd.train.losses import rnnt_loss
+from streamd.train.trainer import (LossConfig, OptimConfig, TrainConfig, compute_losses, learning_rate,
+                                   load_train_config, main, train)
+
+REPO = Path(__file__).resolve().parents[2]
+TINY_MODEL = {
+    "vocab_size": 29, "joiner_dim": 32, "keywords": ["hey stream"],
+    "encoder": {"num_features": 20, "d_model": 32, "num_layers": 2, "num_heads": 2, "ff_dim": 64, "conv_kernel": 5,
+                "subsampling_channels": 8, "chunk_size": 4, "left_chunks": 2, "dropout": 0.0},
+    "decoder": {"dim": 32}, "fbank": {"num_mel_bins": 20},
+}
+
+
+def make_corpus(root: Path, items):
+    """items: (text, seconds, keyword) -> manifest with 16 kHz 16-bit WAVs (a distinct tone + noise each)."""
+    (root / "wav").mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(1)
+    lines = []
+    for i, (text, sec, kw) in enumerate(items):
+        t = np.arange(int(sec * 16000)) / 16000
+        x = 0.3 * np.sin(2 * np.pi * (250 + 170 * i) * t * (1 + 0.5 * t)) + 0.01 * rng.standard_normal(len(t))
+        with wave.open(str(root / "wav" / f"{i}.wav"), "wb") as w:
+            w.setnchannels(1)
+            w.setsampwidth(2)
+            w.setframerate(16000)
+            w.writeframes((np.clip(x, -1, 1) * 32767).astype("<i2").tobytes())
+        lines.append(json.dumps({"audio": f"wav/{i}.wav", "text": text, "duration": len(t) / 16000, "keyword": kw}))
+    (root / "manifest.jsonl").write_text("\n".join(lines) + "\n")
+    return root / "manifest.jsonl"
+
+
+def tiny_config(exp_dir, manifest, **over) -> TrainConfig:
+    data = {"exp_dir": str(exp_dir), "model": copy.deepcopy(TINY_MODEL),
+            "data": {"train": [str(manifest)], "max_frames": 400, "num_workers": 0},
+            "optim": {"lr": 5e-3, "warmup_steps": 3, "schedule": "constant"},
+            "chunk_sizes": [2, 4, -1], "left_chunks": [1, -1],
+            "steps": 30, "log_every": 10, "checkpoint_every": 100, "num_threads": 1, "seed": 3}
+    for k, v in over.items():
+        node = data
+        *parents, last = k.split("__")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[last] = v
+    return from_dict(TrainConfig, data)
+
+
+# --------------------------------------------------------------------------- config
+
+
+def test_shipped_config_loads_and_is_small():
+    cfg = load_train_config(REPO / "configs" / "train.yaml")
+    n = Transducer(cfg.model).num_params()
+    assert 3e6 <= n <= 5e6, n
+    assert cfg.model.vocab_size == len(default_char_tokens())
+    assert -1 in cfg.chunk_sizes
+
+
+@pytest.mark.parametrize("over, key", [
+    (["optim.lrr=0.1"], r"^optim\.lrr: unknown key"),
+    (["model.encoder.d_modell=8"], r"^model\.encoder\.d_modell: unknown key"),
+    (["optim.schedule=linear"], r"^optim\.schedule: must be one of"),
+    (["steps=0"], r"^steps: must be >= 1"),
+    (["chunk_sizes=[4, 0]"], r"^chunk_sizes\[1\]: must be >= 1 or -1"),
+    (["loss.ctc=0.5", "model.ctc_head=false"], r"^loss\.ctc: weight is 0.5 but model.ctc_head is false"),
+    (["model.keywords=[]"], r"^loss\.kws: .*model.keywords is empty"),
+    (["data.train=[]"], r"^data\.train: at least one training manifest"),
+    (["data.max_frames=abc"], r"^data\.max_frames: expected an integer"),
+    (["model.encoder.num_features=40"], r"^model\.encoder\.num_features: must equal model.fbank.num_mel_bins"),
+    (["optim=3"], r"^optim: expected a mapping"),
+    (["nokey"], r"override 'nokey': expected KEY=VALUE"),
+])
+def test_config_errors_name_the_key(over, key):
+    with pytest.raises(ConfigError, match=key):
+        load_train_config(REPO / "configs" / "train.yaml", over)
+
+
+def test_vocab_mismatch_names_key(tmp_path):
+    man = make_corpus(tmp_path / "c", [("a", 0.3, None)])
+    cfg = tiny_config(tmp_path / "exp", man, model__vocab_size=30)
+    with pytest.raises(ConfigError, match=r"^model\.vocab_size: is 30 but the token table .* has 29 tokens"):
+        train(cfg)
+
+
+def test_learning_rate_schedules():
+    c = OptimConfig(lr=1e-3, warmup_steps=10, min_lr=1e-5, schedule="cosine")
+    assert learning_rate(c, 5, 100) == pytest.approx(5e-4)
+    assert learning_rate(c, 10, 100) == pytest.approx(1e-3)
+    assert learning_rate(c, 55, 100) == pytest.approx(1e-5 + (1e-3 - 1e-5) * 0.5)
+    assert learning_rate(c, 100, 100) == pytest.approx(1e-5)
+    n = OptimConfig(lr=1e-3, warmup_steps=10, min_lr=0.0, schedule="noam")
+    assert learning_rate(n, 40, 100) == pytest.approx(1e-3 * math.sqrt(10 / 40))
+    assert learning_rate(OptimConfig(lr=1e-3, warmup_steps=0, schedule="constant"), 7, 10) == 1e-3
+
+
+# --------------------------------------------------------------------------- loss assembly
+
+
+def reference_rnnt(model, feats, length, tokens, chunk, left):
+    """Per-utterance oracle: unpadded encoder pass, lattice built by explicit (t, u) joiner calls."""
+    enc, enc_len = model.encoder(feats[None, :length], torch.tensor([length]), chunk_size=chunk, left_chunks=left)
+    enc_p = model.heads(enc).enc_p[0]  # (T', J)
+    dec_p = model.decoder_proj(model.decoder(tokens[None]))[0]  # (U+1, J)
+    lattice = torch.stack([torch.stack([model.joiner(enc_p[t], dec_p[u]) for u in range(dec_p.shape[0])])
+                           for t in range(enc_p.shape[0])])  # (T', U+1, V)
+    return rnnt_loss(lattice[None], tokens[None], enc_len, torch.tensor([len(tokens)]), reduction="sum")
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("chunk,left", [(2, 1), (-1, -1)])
+def test_compute_losses_matches_per_utterance_loop(seed, chunk, left):
+    torch.manual_seed(seed)
+    cfg = from_dict(ModelConfig, TINY_MODEL)
+    model = Transducer(cfg).eval()
+    lengths = torch.tensor([37, 21, 30])
+    toks = [torch.randint(1, 29, (n,)) for n in (5, 2, 0)]
+    feats = torch.randn(3, 37, 20)
+    targets = torch.zeros(3, 5, dtype=torch.long)
+    for i, t in enumerate(toks):
+        targets[i, :len(t)] = t
+    batch = Batch(feats, lengths, targets, torch.tensor([5, 2, 0]), torch.tensor([0, -1, -1]),
+                  lengths * 160)
+    w = LossConfig(rnnt=1.0, ctc=0.3, kws=0.7)
+    with torch.no_grad():
+        parts = compute_losses(model, batch, w, chunk, left)
+        ref = sum(reference_rnnt(model, feats[i], int(lengths[i]), toks[i], chunk, left) for i in range(3)) / 3
+    torch.testing.assert_close(parts.rnnt, ref, rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(parts.total, parts.rnnt + 0.3 * parts.ctc + 0.7 * parts.kws)
+    assert parts.ctc > 0 and parts.kws > 0
+
+
+# --------------------------------------------------------------------------- training
+
+
+def test_overfits_two_utterances(tmp_path):
+    man = make_corpus(tmp_path / "c", [("hey stream", 0.8, "hey stream"), ("no", 0.6, None)])
+    cfg = tiny_config(tmp_path / "exp", man, spec_augment__enabled=False)
+    res = train(cfg)
+    losses = [r.loss for r in res.history]
+    assert len(losses) == 30 and res.step == 30
+    assert all(math.isfinite(v) for v in losses)
+    first, last = np.mean(losses[:3]), np.mean(losses[-3:])
+    assert last < 0.35 * first, (first, last)
+    assert np.mean([r.rnnt for r in res.history[-3:]]) < 0.35 * np.mean([r.rnnt for r in res.history[:3]])
+    assert {r.chunk_size for r in res.history} == {2, 4, -1}
+    # outputs: a loadable checkpoint with feature stats, tokens, config and a log
+    loaded = load_checkpoint(res.checkpoint)
+    assert loaded.meta["step"] == 30 and loaded.tokens.tokens == default_char_tokens()
+    assert not torch.allclose(loaded.model.encoder.feat_mean, torch.zeros(20))
+    assert (tmp_path / "exp" / "train.yaml").is_file() and (tmp_path / "exp" / "tokens.txt").is_file()
+    logs = [json.loads(x) for x in (tmp_path / "exp" / "log.jsonl").read_text().splitlines()]
+    assert [x["step"] for x in logs] == [10, 20, 30] and logs[0]["audio_s_per_s"] > 0
+
+
+def test_resume_continues_exactly(tmp_path):
+    items = [("hey stream", 0.5, "hey stream"), ("on", 0.3, None), ("off now", 0.45, None),
+             ("yes", 0.25, None), ("hey stream stop", 0.6, "hey stream"), ("no", 0.35, None)]
+    man = make_corpus(tmp_path / "c", items)
+    over = dict(steps=7, checkpoint_every=2, keep_last=2, optim__schedule="cosine",
+                model__encoder__dropout=0.1, data__max_frames=120)
+    full = train(tiny_config(tmp_path / "a", man, **over))
+    assert {r.batch_size for r in full.history} != {6}  # several batches per epoch: resume lands mid-epoch
+
+    part = train(tiny_config(tmp_path / "b", man, **over), stop=lambda s: s == 3)
+    assert part.step == 3 and [s for s, _ in list_checkpoints(tmp_path / "b")] == [2, 3]
+    with pytest.raises(ConfigError, match=r"^exp_dir: .* holds checkpoints \(latest step 3\); set resume"):
+        train(tiny_config(tmp_path / "b", man, **over))
+    (tmp_path / "w").mkdir()
+    (tmp_path / "w" / "checkpoint-5.pt").write_bytes((tmp_path / "b" / "checkpoint-3.pt").read_bytes())
+    with pytest.raises(ConfigError, match=r"^exp_dir: cannot resume, no checkpoint .* train_state"):
+        train(tiny_config(tmp_path / "w", man, resume=True, **over))
+    rest = train(tiny_config(tmp_path / "b", man, resume=True, **over))
+    assert [r.step for r in rest.history] == [4, 5, 6, 7]
+    for a, b in zip(full.history[3:], rest.history):
+        assert (a.loss, a.rnnt, a.ctc, a.kws, a.chunk_size, a.batch_size) == \
+               (b.loss, b.rnnt, b.ctc, b.kws, b.chunk_size, b.batch_size)
+    wa, wb = load_checkpoint(full.checkpoint).model.state_dict(), load_checkpoint(rest.checkpoint).model.state_dict()
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+    assert [s for s, _ in list_checkpoints(tmp_path / "b")] == [6, 7]  # keep_last
+    assert sorted(p.name for p in (tmp_path / "b").glob("train_state-*.pt")) == ["train_state-6.pt",
+                                                                                   "train_state-7.pt"]
+    # resuming a finished run does nothing; a different model config is refused
+    assert train(tiny_config(tmp_path / "b", man, resume=True, **over)).history == []
+    with pytest.raises(ConfigError, match=r"^model: differs .* \(keys joiner_dim\)"):
+        train(tiny_config(tmp_path / "b", man, resume=True, model__joiner_dim=16, **{**over, "steps": 9}))
+
+
+def test_cli_main(tmp_path, capsys):
+    man = make_corpus(tmp_path / "c", [("hi", 0.3, None)])
+    cfg = yaml.safe_load((REPO / "configs" / "train.yaml").read_text())
+    cfg.update({"exp_dir": str(tmp_path / "exp"), "model": copy.deepcopy(TINY_MODEL), "steps": 2, "log_every": 1,
+                "num_threads": 1})
+    cfg["data"].update({"train": [str(man)], "valid": [str(man)], "num_workers": 1})
+    cfg["valid_every"] = 2
+    path = tmp_path / "t.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    assert main(["--config", str(path)]) == 0
+    assert [s for s, _ in list_checkpoints(tmp_path / "exp")] == [2]
+    assert main(["--config", str(path), "--set", "steps=3", "--resume"]) == 0
+    assert [s for s, _ in list_checkpoints(tmp_path / "exp")] == [2, 3]
+    valid = [json.loads(x)["valid"] for x in (tmp_path / "exp" / "log.jsonl").read_text().splitlines()
+             if "valid" in x]
+    assert len(valid) == 1 and valid[0]["step"] == 2 and math.isfinite(valid[0]["loss"])
+    assert main(["--config", str(path), "--set", "optim.lr=-1"]) == 2
+    assert "optim.lr: must be > 0" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------- averaging
+
+
+def _tiny_model(seed, **cfg_over):
+    torch.manual_seed(seed)
+    cfg = ModelConfig(vocab_size=29, joiner_dim=16, keywords=("hey stream",),
+                      encoder=EncoderConfig(num_features=20, d_model=16, num_layers=1, num_heads=2, ff_dim=32,
+                                            conv_kernel=3, subsampling_channels=4, **cfg_over),
+                      decoder=DecoderConfig(dim=12), fbank=FbankConfig(num_mel_bins=20))
+    m = Transducer(cfg)
+    with torch.no_grad():
+        m.encoder.feat_mean.normal_()
+    return m
+
+
+def test_average_two_checkpoints(tmp_path):
+    tokens = TokenTable(default_char_tokens())
+    a, b = _tiny_model(0), _tiny_model(1)
+    save_checkpoint(tmp_path / "checkpoint-1.pt", a, tokens, {"step": 1})
+    save_checkpoint(tmp_path / "checkpoint-2.pt", b, tokens, {"step": 2})
+    paths = [p for _, p in list_checkpoints(tmp_path)]
+    avg = average_checkpoints(paths)
+    sa, sb = a.state_dict(), b.state_dict()
+    assert set(avg) == set(sa)
+    for k in sa:
+        torch.testing.assert_close(avg[k], (sa[k] + sb[k]) / 2, rtol=0, atol=1e-7)
+    out = write_averaged_checkpoint(paths, tmp_path / "avg.pt")
+    loaded = load_checkpoint(out)
+    assert loaded.meta["step"] == 2 and loaded.meta["averaged_from"] == [str(p) for p in paths]
+    for k, v in loaded.model.state_dict().items():
+        torch.testing.assert_close(v, avg[k])
+    assert average_checkpoints(paths[:1])["joiner.out.weight"].equal(sa["joiner.out.weight"])
+
+
+def test_average_refuses_different_models(tmp_path):
+    tokens = TokenTable(default_char_tokens())
+    save_checkpoint(tmp_path / "x.pt", _tiny_model(0), tokens)
+    save_checkpoint(tmp_path / "y.pt", _tiny_model(0, chunk_size=2), tokens)
+    with pytest.raises(CheckpointError, match=r"y.pt: model_config differs from .*x.pt"):
+        average_checkpoints([tmp_path / "x.pt", tmp_path / "y.pt"])
+    with pytest.raises(CheckpointError, match="no such checkpoint file"):
+        average_checkpoints([tmp_path / "x.pt", tmp_path / "missing.pt"])
+    with pytest.raises(ValueError, match="at least one"):
+        average_checkpoints([])
+
+
+def test_average_cli(tmp_path, capsys):
+    tokens = TokenTable(default_char_tokens())
+    models = [_tiny_model(s) for s in range(3)]
+    for s, m in enumerate(models):
+        save_checkpoint(tmp_path / f"checkpoint-{s + 1}.pt", m, tokens, {"step": s + 1})
+    assert average_main(["--exp-dir", str(tmp_path), "--last", "2", "--out", str(tmp_path / "avg.pt")]) == 0
+    w = load_checkpoint(tmp_path / "avg.pt").model.state_dict()
+    ref = {k: (models[1].state_dict()[k] + models[2].state_dict()[k]) / 2 for k in w}
+    assert all(torch.allclose(w[k], ref[k], atol=1e-7) for k in w)
+    assert average_main([str(tmp_path / "checkpoint-1.pt"), "--exp-dir", str(tmp_path), "--out", "x.pt"]) == 2
+    assert "either checkpoint files or --exp-dir" in capsys.readouterr().err
