@@ -152,6 +152,14 @@ def _cmd_model_info(args: argparse.Namespace) -> int:
     return 0
 
 
+# Commands whose modules own their argument parsing: ``streamd NAME ARGS...`` -> module.main(ARGS).
+DELEGATED = {
+    "train": ("streamd.train.trainer", "train the transducer (configs/train.yaml)"),
+    "average": ("streamd.train.average", "average the last checkpoints of a training run"),
+    "synth": ("streamd.train.synth", "synthesize the training corpus (TTS voices + augmentation)"),
+}
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="streamd", description="Streaming speech recognizer daemon and tools")
     sub = ap.add_subparsers(dest="command", required=True)
@@ -170,10 +178,18 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("path", nargs="?", help="checkpoint (default: the shipped model)")
     m.add_argument("--json", action="store_true")
     m.set_defaults(func=_cmd_model_info)
+
+    for name, (_module, helptext) in DELEGATED.items():
+        sub.add_parser(name, help=helptext + f" (streamd {name} --help)", add_help=False)
     return ap
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in DELEGATED:
+        import importlib
+
+        return int(importlib.import_module(DELEGATED[argv[0]][0]).main(argv[1:]) or 0)
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)

@@ -66,3 +66,11 @@ def test_model_info(tiny_ckpt, capsys):
     assert main(["model-info", tiny_ckpt, "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
     assert info["tokens"] == 29 and info["model_config"]["encoder"]["chunk_size"] == 4
+
+
+def test_delegated_commands_have_help(capsys):
+    for name in ("train", "average"):
+        with pytest.raises(SystemExit) as e:
+            main([name, "--help"])
+        assert e.value.code == 0
+        assert f"usage: streamd {name}" in capsys.readouterr().out
