@@ -152,11 +152,59 @@ def _cmd_model_info(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---- streamd mic (owner: mic/clients) ------------------------------------------------------------
+
+
+def _cmd_mic(args: argparse.Namespace) -> int:
+    """Live transcription of the microphone (or of --wav FILE played as the microphone) in-process."""
+    from .mic import MicCapture, MicError, format_devices, list_devices, run_console
+
+    try:
+        if args.list_devices:
+            devices = list_devices()
+            print(format_devices(devices), file=sys.stdout if devices else sys.stderr)
+            return 0 if devices else 2
+        source = None
+        if args.wav:
+            from .mic import WavSource
+
+            source = WavSource(args.wav, speed=args.speed)
+        capture = MicCapture(args.input_device, sample_rate=args.rate, source=source)
+    except MicError as e:
+        print(f"streamd mic: {e}", file=sys.stderr)
+        return 2
+    from .engine import Recognizer
+
+    ns = argparse.Namespace(config=args.config, method=args.method, beam=args.beam, device=args.compute_device)
+    rec = Recognizer.from_checkpoint(_model_arg(args.model), _engine_config(ns))
+    color = {"auto": None, "always": True, "never": False}[args.color]
+    return run_console(rec, capture, color=color)
+
+
+def _add_mic_parser(sub) -> None:
+    c = sub.add_parser("mic", help="live transcription of the microphone in-process")
+    c.add_argument("--device", dest="input_device", metavar="N|NAME", type=lambda v: int(v) if v.lstrip("-").isdigit() else v,
+                   help="input device: PortAudio index or name substring (default: the system default input)")
+    c.add_argument("--list-devices", action="store_true", help="list input devices and exit")
+    c.add_argument("--wav", metavar="FILE", help="play FILE as if it were the microphone (no sound card needed)")
+    c.add_argument("--speed", type=float, default=1.0, help="--wav playback speed (1 = real time, 0 = no pacing)")
+    c.add_argument("--rate", type=int, default=16000, help="capture sample rate in Hz (default 16000)")
+    c.add_argument("--model", help="checkpoint (default: the shipped model)")
+    c.add_argument("--config", help="YAML config; its 'engine' section is used")
+    c.add_argument("--method", choices=SEARCH_METHODS)
+    c.add_argument("--beam", type=int)
+    c.add_argument("--compute-device", help="engine device: auto, cpu, cuda or cuda:N")
+    c.add_argument("--color", choices=("auto", "always", "never"), default="auto",
+                   help="colored words by confidence (auto: when stdout is a terminal)")
+    c.set_defaults(func=_cmd_mic)
+
+
 # Commands whose modules own their argument parsing: ``streamd NAME ARGS...`` -> module.main(ARGS).
 DELEGATED = {
     "train": ("streamd.train.trainer", "train the transducer (configs/train.yaml)"),
     "average": ("streamd.train.average", "average the last checkpoints of a training run"),
     "synth": ("streamd.train.synth", "synthesize the training corpus (TTS voices + augmentation)"),
+    "bench": ("streamd.bench", "benchmarks: bench engine (streams in real time, latency, batching gain)"),
 }
 
 
@@ -178,6 +226,8 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("path", nargs="?", help="checkpoint (default: the shipped model)")
     m.add_argument("--json", action="store_true")
     m.set_defaults(func=_cmd_model_info)
+
+    _add_mic_parser(sub)
 
     for name, (_module, helptext) in DELEGATED.items():
         sub.add_parser(name, help=helptext + f" (streamd {name} --help)", add_help=False)

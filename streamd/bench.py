@@ -1,0 +1,239 @@
+"""Benchmarks: ``streamd bench engine`` (the Recognizer without sockets).
+
+``bench engine`` answers: how many live streams does one machine hold in
+real time, and how long does a chunk wait for its result?
+
+For each stream count N:
+
+1. **Real-time run.** N streams replay real audio files at real-time pace:
+   every stream delivers a 100 ms packet every 100 ms of wall time (phases
+   spread at random, as independent clients would), and the loop calls
+   ``Recognizer.step()`` whenever a stream has a full chunk, batching
+   whatever is ready.  A chunk's latency is the time from the arrival of its
+   last sample to the end of the step that decoded it.  ``realtime`` means
+   p95 latency below the chunk duration (the engine keeps up).  ``rtf`` is
+   step wall time / audio seconds decoded.
+2. **Throughput, batched vs per stream.** The same audio, fed as fast as
+   possible, once through the batched engine and once with ``max_batch=1``
+   (one stream and its hypotheses per step: the per-stream loop of
+   icefall's decode scripts), both timed; ``batched_speedup`` is the ratio
+   of audio seconds decoded per wall second.
+
+Prints a table, or with ``--json`` one JSON object per N and a summary
+object (``max_realtime_streams``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+__all__ = ["main", "bench_engine"]
+
+PACKET_S = 0.1
+
+
+@dataclass
+class EngineResult:
+    streams: int
+    method: str
+    device: str
+    rtf: float
+    p50_ms: float
+    p95_ms: float
+    p99_ms: float
+    realtime: bool
+    chunk_ms: float
+    mean_batch: float
+    throughput_batched: float  # audio seconds per wall second
+    throughput_single: float
+    batched_speedup: float
+
+    def to_json(self) -> dict:
+        return {k: (round(v, 4) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
+
+
+def _load_audio(paths: Sequence[str], seconds: float) -> list[np.ndarray]:
+    """16 kHz clips of ``seconds`` each, cut from the files (looped if short)."""
+    from .audio.pcm import load_audio
+    from .audio.resample import resample
+
+    clips = []
+    for p in paths:
+        x, rate = load_audio(p)
+        if rate != 16000:
+            x = resample(x, rate, 16000)
+        clips.append(x.astype(np.float32))
+    whole = np.concatenate(clips)
+    n = int(seconds * 16000)
+    out = []
+    rnd = random.Random(0)
+    for i in range(len(paths)):
+        start = rnd.randrange(0, max(1, whole.size))
+        idx = (start + np.arange(n)) % whole.size
+        out.append(whole[idx])
+    return out
+
+
+def _make_rec(model_path: str, device: str, max_batch: int):
+    from .config import EndpointConfig, EngineConfig
+    from .engine import Recognizer
+
+    return Recognizer.from_checkpoint(model_path, EngineConfig(device=device, max_batch=max_batch,
+                                                               endpoint=EndpointConfig(enabled=True)))
+
+
+def _sync(rec) -> None:
+    if rec.device.type == "cuda":
+        import torch
+
+        torch.cuda.synchronize(rec.device)
+
+
+def _realtime_run(rec, clips: list[np.ndarray], n: int, method: str, beam: int, seed: int):
+    """Replay n streams at real-time pace; returns (latencies_s, step_time_s, audio_s, mean_batch)."""
+    rnd = random.Random(seed)
+    sids = [rec.create_stream(method=method, beam=beam, partials=True) for _ in range(n)]
+    audio = [clips[i % len(clips)] for i in range(n)]
+    pkt = int(PACKET_S * 16000)
+    phase = [rnd.uniform(0, PACKET_S) for _ in range(n)]
+    pos = [0] * n
+    chunk_samples = rec.chunk_fbank * 160
+    # packet k of stream i (samples [k*pkt, (k+1)*pkt)) arrives at phase[i] + (k+1) * PACKET_S;
+    # pending[i] holds the arrival times of its complete chunks not yet decoded, oldest first
+    pending: list[list[float]] = [[] for _ in range(n)]
+    latencies: list[float] = []
+    step_time = 0.0
+    batches: list[int] = []
+    t0 = time.perf_counter()
+    total = audio[0].size
+    decoded_chunks = [0] * n
+    sid_index = {sid: i for i, sid in enumerate(sids)}
+    while True:
+        now = time.perf_counter() - t0
+        for i in range(n):
+            while pos[i] < total and phase[i] + (pos[i] // pkt + 1) * PACKET_S <= now:
+                arrival = phase[i] + (pos[i] // pkt + 1) * PACKET_S
+                rec.accept_audio(sids[i], audio[i][pos[i]:pos[i] + pkt])
+                pos[i] += pkt
+                # chunk c (0-based) is complete once the last sample of its last fbank window arrived
+                while (decoded_chunks[i] + len(pending[i]) + 1) * chunk_samples + 240 <= pos[i]:
+                    pending[i].append(arrival)
+                if pos[i] >= total:
+                    rec.finish(sids[i])
+        ready = rec.ready_streams()
+        if ready:
+            batches.append(min(len(ready), rec.config.max_batch))
+            s = time.perf_counter()
+            events = rec.step()
+            _sync(rec)
+            e = time.perf_counter()
+            step_time += e - s
+            done_now = e - t0
+            stepped = {ev.stream for ev in events if type(ev).__name__ in ("Partial", "Final", "Done")}
+            for sid in stepped:
+                i = sid_index[sid]
+                if pending[i]:
+                    latencies.append(done_now - pending[i].pop(0))
+                decoded_chunks[i] += 1
+            continue
+        if all(p >= total for p in pos) and not rec.pending():
+            break
+        nxt = min((phase[i] + (pos[i] // pkt + 1) * PACKET_S for i in range(n) if pos[i] < total), default=None)
+        if nxt is not None:
+            time.sleep(max(0.0, nxt - (time.perf_counter() - t0)))
+    return latencies, step_time, n * total / 16000, (float(np.mean(batches)) if batches else 0.0)
+
+
+def _throughput(rec, clips: list[np.ndarray], n: int, method: str, beam: int) -> float:
+    """Audio seconds decoded per wall second, everything fed up front."""
+    sids = [rec.create_stream(method=method, beam=beam, partials=True) for _ in range(n)]
+    audio = [clips[i % len(clips)] for i in range(n)]
+    for sid, x in zip(sids, audio):
+        rec.accept_audio(sid, x)
+        rec.finish(sid)
+    s = time.perf_counter()
+    rec.drain()
+    _sync(rec)
+    return sum(x.size for x in audio) / 16000 / (time.perf_counter() - s)
+
+
+def bench_engine(model: str, streams: Sequence[int], method: str, device: str, seconds: float,
+                 audio_files: Sequence[str], beam: int = 4, single_seconds: float | None = None,
+                 seed: int = 0) -> tuple[list[EngineResult], dict]:
+    """Run the engine benchmark; returns per-N results and a summary dict."""
+    import torch
+
+    clips = _load_audio(audio_files, seconds)
+    results = []
+    # warm up (lazy init, allocator, threads)
+    warm = _make_rec(model, device, max(streams))
+    _throughput(warm, [c[:16000] for c in clips], min(4, max(streams)), method, beam)
+    for n in streams:
+        rec = _make_rec(model, device, max_batch=max(1, n))
+        lat, step_time, audio_s, mean_batch = _realtime_run(rec, clips, n, method, beam, seed)
+        lat_ms = np.array(lat) * 1000 if lat else np.array([np.nan])
+        chunk_ms = rec.chunk_frames * rec.frame_shift_s * 1000
+        p50, p95, p99 = (float(np.percentile(lat_ms, q)) for q in (50, 95, 99))
+        single_clips = [c[: int((single_seconds or seconds) * 16000)] for c in clips]
+        tb = _throughput(_make_rec(model, device, max_batch=max(1, n)), single_clips, n, method, beam)
+        ts = _throughput(_make_rec(model, device, max_batch=1), single_clips, n, method, beam)
+        results.append(EngineResult(n, method, str(rec.device), step_time / audio_s, p50, p95, p99,
+                                    bool(p95 < chunk_ms), chunk_ms, mean_batch, tb, ts, tb / ts))
+    rt = [r.streams for r in results if r.realtime]
+    summary = {"summary": True, "method": method, "device": results[0].device if results else device,
+               "max_realtime_streams": max(rt) if rt else 0, "threads": torch.get_num_threads(),
+               "model": model, "seconds": seconds}
+    return results, summary
+
+
+def _default_audio() -> list[str]:
+    dev = Path(__file__).resolve().parents[2] / "shared" / "eval" / "dev" / "asr"
+    return sorted(str(p) for p in dev.glob("*.wav"))[:16]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="streamd bench", description="streamd benchmarks")
+    sub = ap.add_subparsers(dest="what", required=True)
+    e = sub.add_parser("engine", help="Recognizer throughput and chunk latency at N real-time streams")
+    e.add_argument("--model", help="checkpoint (default: the shipped model)")
+    e.add_argument("--streams", default="1,8,32,128", help="comma-separated stream counts")
+    e.add_argument("--method", default="greedy", choices=["greedy", "modified_beam", "beam", "ctc_greedy",
+                                                          "ctc_prefix_beam"])
+    e.add_argument("--beam", type=int, default=4)
+    e.add_argument("--device", default="cpu")
+    e.add_argument("--seconds", type=float, default=10.0, help="audio seconds per stream")
+    e.add_argument("--audio", nargs="*", help="WAV files to replay (default: the dev set beside the checkout)")
+    e.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+
+    from .cli import _model_arg
+
+    audio = args.audio or _default_audio()
+    if not audio:
+        print("streamd bench: no audio files: pass --audio FILE...", file=sys.stderr)
+        return 2
+    streams = [int(s) for s in args.streams.split(",") if s.strip()]
+    results, summary = bench_engine(_model_arg(args.model), streams, args.method, args.device, args.seconds, audio,
+                                    beam=args.beam)
+    if args.json:
+        for r in results:
+            print(json.dumps(r.to_json()))
+        print(json.dumps(summary))
+    else:
+        print(f"{'streams':>7} {'rtf':>7} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'batch':>6} "
+              f"{'realtime':>8} {'x batched':>9}   ({args.method}, {summary['device']}, chunk "
+              f"{results[0].chunk_ms:.0f} ms)")
+        for r in results:
+            print(f"{r.streams:>7} {r.rtf:>7.4f} {r.p50_ms:>8.1f} {r.p95_ms:>8.1f} {r.p99_ms:>8.1f} "
+                  f"{r.mean_batch:>6.1f} {str(r.realtime):>8} {r.batched_speedup:>9.2f}")
+        print(f"max real-time streams: {summary['max_realtime_streams']}")
+    return 0

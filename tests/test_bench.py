@@ -1,0 +1,21 @@
+"""The engine benchmark runs end to end and reports every field (no timing assertions)."""
+
+import json
+
+from helpers import random_audio
+from streamd.bench import main
+from test_cli import write_wav
+
+
+def test_bench_engine_json(tiny_ckpt, tmp_path, capsys):
+    wavs = [write_wav(tmp_path / f"{i}.wav", random_audio(1.0, seed=i), 16000) for i in range(2)]
+    assert main(["engine", "--model", tiny_ckpt, "--streams", "1,3", "--seconds", "1.0", "--json",
+                 "--audio", *wavs]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    per_n, summary = rows[:-1], rows[-1]
+    assert [r["streams"] for r in per_n] == [1, 3]
+    for r in per_n:
+        for k in ("streams", "method", "device", "rtf", "p50_ms", "p95_ms", "p99_ms", "realtime", "batched_speedup"):
+            assert k in r
+        assert r["method"] == "greedy" and r["device"] == "cpu" and r["rtf"] > 0
+    assert summary["max_realtime_streams"] in (0, 1, 3)
