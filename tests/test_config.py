@@ -1,0 +1,61 @@
+"""Config dataclasses: validation once at construction, key paths in every error."""
+
+import pytest
+
+from streamd.config import (ConfigError, ConfidenceConfig, EncoderConfig, EngineConfig, KwsConfig, ModelConfig,
+                            from_dict, load_yaml, to_dict)
+
+
+def test_defaults_round_trip():
+    cfg = EngineConfig()
+    assert from_dict(EngineConfig, to_dict(cfg)) == cfg
+    m = ModelConfig(keywords=("hey stream",))
+    assert from_dict(ModelConfig, to_dict(m)) == m
+
+
+@pytest.mark.parametrize("data,msg", [
+    ({"decoding": {"beam": 0}}, "decoding.beam: must be 1..64, got 0"),
+    ({"decoding": {"methd": "greedy"}}, "decoding.methd: unknown key"),
+    ({"confidence": {"alpha": -1}}, "confidence.alpha: must be > 0"),
+    ({"confidence": {"aggregation": "median"}}, "confidence.aggregation: must be one of"),
+    ({"endpoint": {"rule2_trailing_silence": "long"}}, "endpoint.rule2_trailing_silence: expected a number"),
+    ({"kws": {"thresholds": {"hey stream": 1.5}}}, "kws.thresholds.hey stream: must be in (0, 1)"),
+    ({"device": "tpu"}, "device: must be auto, cpu, cuda or cuda:N"),
+    ({"max_batch": True}, "max_batch: expected an integer"),
+])
+def test_errors_name_the_key(data, msg):
+    with pytest.raises(ConfigError) as e:
+        from_dict(EngineConfig, data)
+    assert msg in str(e.value)
+
+
+def test_model_config_checks():
+    with pytest.raises(ConfigError, match="d_model: must be divisible by num_heads"):
+        EncoderConfig(d_model=30, num_heads=4)
+    with pytest.raises(ConfigError, match=r"encoder\.num_layers: must be a positive integer"):
+        from_dict(ModelConfig, {"encoder": {"num_layers": 0}})
+    with pytest.raises(ConfigError, match="blank_id"):
+        ModelConfig(vocab_size=4, blank_id=4)
+    with pytest.raises(ConfigError, match="keywords: duplicate keyword"):
+        ModelConfig(keywords=("a", "a"))
+
+
+def test_frozen_and_immutable_mapping():
+    k = KwsConfig(thresholds={"hey stream": 0.7})
+    assert k.threshold_for("hey stream") == 0.7 and k.threshold_for("other") == 0.5
+    with pytest.raises(TypeError):
+        k.thresholds["x"] = 0.1  # type: ignore[index]
+    with pytest.raises(Exception):
+        ConfidenceConfig().alpha = 2  # type: ignore[misc]
+    assert ConfidenceConfig().name == "entropy_tsallis_exp"
+    assert ConfidenceConfig(measure="max_prob").name == "max_prob"
+
+
+def test_load_yaml_section(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text("engine:\n  device: cpu\n  decoding:\n    method: modified_beam\n")
+    cfg = load_yaml(p, EngineConfig, section="engine")
+    assert cfg.device == "cpu" and cfg.decoding.method == "modified_beam"
+    p.write_text("engine:\n  decoding:\n    beam: 100\n")
+    with pytest.raises(ConfigError, match=r"engine\.decoding\.beam: must be 1..64, got 100"):
+        load_yaml(p, EngineConfig, section="engine")
