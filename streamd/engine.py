@@ -51,20 +51,12 @@ from .decode.modified_beam import ModifiedBeamSearch
 from .decode.tokens import TokenTable, tokens_to_words
 from .events import Done, Error, Event, Final, Partial, WakeWord
 from .model.checkpoint import LoadedModel, load_checkpoint
+from .device import resolve_device
 from .model.encoder import EncoderCache
 
 __all__ = ["Recognizer", "StreamOptions", "resolve_device"]
 
 log = logging.getLogger("streamd.engine")
-
-
-def resolve_device(name: str) -> torch.device:
-    """``auto`` -> cuda if available else cpu; ``cuda`` without a GPU is an error."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise RuntimeError(f"device {name!r} requested but CUDA is not available (use 'auto' or 'cpu')")
-    return torch.device(name)
 
 
 @dataclass(frozen=True)

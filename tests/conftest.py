@@ -2,7 +2,7 @@
 
 import pytest
 
-from helpers import make_model, write_checkpoint  # noqa: F401  (make_model re-exported for older imports)
+from helpers import write_checkpoint
 
 
 @pytest.fixture(scope="session")

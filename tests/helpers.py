@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import numpy as np
 import torch
 
@@ -64,3 +66,29 @@ def make_model(vocab=7, kind="stateless", seed=0, joiner_dim=16, keywords=(), ct
     with torch.no_grad():  # sharper distributions so searches actually disagree / emit
         m.joiner.out.weight.mul_(scale)
     return m
+
+
+def max_prob(lp):
+    """A simple confidence measure for search tests: the top probability of log-probs (..., V)."""
+    return lp.exp().max(-1).values
+
+
+def random_batch(model, b, t_max, seed):
+    """Random projected encoder frames (B, T, J) and lengths (B,) (the first stream full length)."""
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(1, t_max + 1, (b,), generator=g)
+    lengths[0] = t_max
+    enc_p = torch.randn(b, t_max, model.cfg.joiner_dim, generator=g)
+    return enc_p, lengths
+
+
+def run_chunked(search, state, enc_p, lengths, seed):
+    """Feed enc_p in random chunks; each stream's frames beyond its length are padding."""
+    rnd = random.Random(seed)
+    t, t_max = 0, enc_p.shape[1]
+    while t < t_max:
+        chunk = enc_p[:, t:t + rnd.randint(1, 5)]
+        ln = (lengths - t).clamp(0, chunk.shape[1])
+        state = search.step(state, chunk, ln, torch.full((enc_p.shape[0],), t))
+        t += chunk.shape[1]
+    return state

@@ -63,7 +63,7 @@ from torch import Tensor
 
 from ..model.decoder import DecoderState
 from ..model.transducer import Transducer
-from .common import Measure
+from .common import Measure, initial_decoder
 from .hyps import HypOut
 
 __all__ = ["BeamHyp", "BeamSearchState", "BeamSearch"]
@@ -239,12 +239,6 @@ class BeamSearch:
 
     # ------------------------------------------------------------------ state
 
-    def _initial(self, device) -> tuple[DecoderState, Tensor]:
-        """Decoder state and (1, J) projected output of the empty sequence."""
-        dec = self.model.decoder
-        out, st = dec.step(dec.init_state(1, device), torch.full((1,), self.blank, dtype=torch.long, device=device))
-        return st, self.model.decoder_proj(out)
-
     @torch.no_grad()
     def init_state(self, beams: Tensor | Sequence[int], device: torch.device | str = "cpu") -> BeamSearchState:
         """Fresh state; beams: (B,) int64 beam size per stream (>= 1)."""
@@ -252,7 +246,7 @@ class BeamSearch:
         bad = [b for b in beams if b < 1]
         if bad:
             raise ValueError(f"beam sizes must be >= 1, got {bad[0]} in {beams}")
-        st, dp = self._initial(device)  # one pooled row shared by every stream
+        st, dp = initial_decoder(self.model, 1, device)  # one pooled row shared by every stream
         return BeamSearchState(list(beams), [{(): BeamHyp(0.0)} for _ in beams], [{(): 0} for _ in beams], st, dp)
 
     @torch.no_grad()
@@ -263,7 +257,7 @@ class BeamSearch:
         which = rows.tolist()
         if not any(which):
             return state
-        st, dp = self._initial(state.dec_p.device)
+        st, dp = initial_decoder(self.model, 1, state.dec_p.device)
         r0 = state.dec_p.shape[0]
         state.dec_state = DecoderState.cat([state.dec_state, st])
         state.dec_p = torch.cat([state.dec_p, dp])

@@ -12,18 +12,31 @@ Shape legend: B streams, K hypotheses per stream.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import torch
 from torch import Tensor
 
-__all__ = ["Measure", "BlankConfAcc", "hash_extend", "HASH_START"]
+if TYPE_CHECKING:
+    from ..model.decoder import DecoderState
+
+__all__ = ["Measure", "BlankConfAcc", "hash_extend", "HASH_START", "initial_decoder"]
 
 Measure = Callable[[Tensor], Tensor]
 """Maps log-probs (..., V) to a confidence (...) in [0, 1]."""
 
 HASH_START = 0x5EED
 _HASH_MUL = 0x100000001B3  # FNV-64 prime; int64 products wrap, which is fine for hashing
+
+
+def initial_decoder(model, n: int, device) -> tuple["DecoderState", Tensor]:
+    """Decoder state and projected output (n, J) of n empty hypotheses (blank is the start symbol).
+
+    model: a :class:`~streamd.model.transducer.Transducer`.
+    """
+    dec = model.decoder
+    out, st = dec.step(dec.init_state(n, device), torch.full((n,), model.blank_id, dtype=torch.long, device=device))
+    return st, model.decoder_proj(out)
 
 
 def hash_extend(h: Tensor, tokens: Tensor) -> Tensor:

@@ -26,7 +26,7 @@ from torch import Tensor
 
 from ..model.decoder import DecoderState
 from ..model.transducer import Transducer
-from .common import BlankConfAcc, Measure
+from .common import BlankConfAcc, Measure, initial_decoder
 from .hyps import HypBuffer, HypOut
 
 __all__ = ["GreedyState", "GreedySearch"]
@@ -80,20 +80,14 @@ class GreedySearch:
         self.exclude_blank = exclude_blank
         self.aggregation = aggregation
 
-    def _initial(self, n: int, device) -> tuple[DecoderState, Tensor]:
-        dec = self.model.decoder
-        st = dec.init_state(n, device)
-        out, st = dec.step(st, torch.full((n,), self.blank, dtype=torch.long, device=device))
-        return st, self.model.decoder_proj(out)
-
     def init_state(self, batch: int, device: torch.device | str = "cpu") -> GreedyState:
-        st, dp = self._initial(batch, device)
+        st, dp = initial_decoder(self.model, batch, device)
         return GreedyState(st, dp, HypBuffer.empty(batch, 1, device), torch.zeros(batch, device=device),
                            torch.zeros(batch, dtype=torch.long, device=device), BlankConfAcc.zeros(batch, 1, device))
 
     def reset(self, state: GreedyState, rows: Tensor) -> GreedyState:
         """Start a new segment for streams where rows (B,) bool: empty hypothesis, fresh decoder context."""
-        st, dp = self._initial(state.dec_p.shape[0], state.dec_p.device)
+        st, dp = initial_decoder(self.model, state.dec_p.shape[0], state.dec_p.device)
         state.dec_state = state.dec_state.where(rows, st)
         state.dec_p = torch.where(rows[:, None], dp, state.dec_p)
         state.hyps.clear(rows)

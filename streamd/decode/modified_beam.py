@@ -28,7 +28,7 @@ from torch import Tensor
 
 from ..model.decoder import DecoderState
 from ..model.transducer import Transducer
-from .common import HASH_START, BlankConfAcc, Measure, hash_extend
+from .common import HASH_START, BlankConfAcc, Measure, hash_extend, initial_decoder
 from .hyps import HypBuffer, HypOut
 
 __all__ = ["BeamState", "ModifiedBeamSearch"]
@@ -109,18 +109,12 @@ class ModifiedBeamSearch:
         self.exclude_blank = exclude_blank
         self.aggregation = aggregation
 
-    def _initial(self, n: int, device) -> tuple[DecoderState, Tensor]:
-        dec = self.model.decoder
-        st = dec.init_state(n, device)
-        out, st = dec.step(st, torch.full((n,), self.blank, dtype=torch.long, device=device))
-        return st, self.model.decoder_proj(out)
-
     def init_state(self, beams: Tensor, device: torch.device | str = "cpu") -> BeamState:
         """Fresh state; beams: (B,) int64 beam size per stream."""
         beams = beams.to(device)
         b = beams.shape[0]
         k = int(beams.max()) if b else 1
-        st, dp = self._initial(b * k, device)
+        st, dp = initial_decoder(self.model, b * k, device)
         scores = torch.full((b, k), NEG_INF, device=device)
         scores[:, 0] = 0.0
         return BeamState(beams, scores, torch.full((b, k), HASH_START, dtype=torch.long, device=device), st,
@@ -130,7 +124,7 @@ class ModifiedBeamSearch:
     def reset(self, state: BeamState, rows: Tensor) -> BeamState:
         """New segment for streams where rows (B,) bool: a single empty hypothesis."""
         b, k = state.scores.shape
-        st, dp = self._initial(b * k, state.scores.device)
+        st, dp = initial_decoder(self.model, b * k, state.scores.device)
         flat = rows[:, None].expand(b, k).reshape(-1)
         state.dec_state = state.dec_state.where(flat, st)
         state.dec_p = torch.where(rows[:, None, None], dp.view(b, k, -1), state.dec_p)

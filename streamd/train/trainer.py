@@ -48,6 +48,7 @@ import torch
 import yaml
 from torch import Tensor
 
+from ..device import resolve_device
 from ..config import ConfigError, ModelConfig, from_dict, to_dict
 from ..decode.tokens import TokenTable
 from ..model.checkpoint import save_checkpoint
@@ -337,14 +338,6 @@ def _latest_complete(exp_dir: Path) -> int | None:
     return steps[-1] if steps else None
 
 
-def _resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError(f"device: {name!r} requested but CUDA is not available")
-    return torch.device(name)
-
-
 def _load_tokens(cfg: TrainConfig) -> TokenTable:
     if cfg.data.tokens:
         tokens = TokenTable.from_file(cfg.data.tokens, blank_id=cfg.model.blank_id)
@@ -413,7 +406,10 @@ def train(cfg: TrainConfig, stop: Callable[[int], bool] | None = None) -> TrainR
     """
     if cfg.num_threads:
         torch.set_num_threads(cfg.num_threads)
-    device = _resolve_device(cfg.device)
+    try:
+        device = resolve_device(cfg.device)
+    except RuntimeError as e:
+        raise ConfigError(f"device: {e}") from None
     tokens = _load_tokens(cfg)
     exp = Path(cfg.exp_dir)
     existing = list_checkpoints(exp)

@@ -6,12 +6,11 @@ scratch by feeding the whole token sequence (no caches, no batching).
 """
 
 import math
-import random
 
 import pytest
 import torch
 
-from conftest import make_model
+from helpers import make_model, max_prob, random_batch, run_chunked
 from streamd.decode.beam import BeamSearch, BeamSearchState
 from streamd.decode.confidence import aggregate
 
@@ -24,10 +23,6 @@ def _one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(n)
-
-
-def max_prob(lp):
-    return lp.exp().max(-1).values
 
 
 # ----------------------------------------------------------------- reference
@@ -91,26 +86,6 @@ def ref_beam(model, enc_p, beam, max_sym=3, max_exp=None, exclude_blank=True, ag
 
 
 # ----------------------------------------------------------------- helpers
-
-
-def random_batch(model, b, t_max, seed):
-    g = torch.Generator().manual_seed(seed)
-    lengths = torch.randint(1, t_max + 1, (b,), generator=g)
-    lengths[0] = t_max
-    enc_p = torch.randn(b, t_max, model.cfg.joiner_dim, generator=g)
-    return enc_p, lengths
-
-
-def run_chunked(search, state, enc_p, lengths, seed):
-    """Feed enc_p in random chunks; each stream's frames beyond its length are padding."""
-    rnd = random.Random(seed)
-    t, t_max = 0, enc_p.shape[1]
-    while t < t_max:
-        chunk = enc_p[:, t:t + rnd.randint(1, 5)]
-        ln = (lengths - t).clamp(0, chunk.shape[1])
-        state = search.step(state, chunk, ln, torch.full((enc_p.shape[0],), t))
-        t += chunk.shape[1]
-    return state
 
 
 def assert_matches(search, state, model, enc_p, lengths, beams, **ref_kw):

@@ -5,18 +5,13 @@ one utterance, one hypothesis at a time, Python lists and dicts.
 """
 
 import math
-import random
 
 import pytest
 import torch
 
-from helpers import make_model
+from helpers import make_model, max_prob, random_batch, run_chunked
 from streamd.decode.greedy import GreedySearch
 from streamd.decode.modified_beam import BeamState, ModifiedBeamSearch
-
-
-def max_prob(lp):
-    return lp.exp().max(-1).values
 
 
 # ----------------------------------------------------------------- references
@@ -86,28 +81,6 @@ def ref_modified_beam(model, enc_p, beam):
 
 
 # ----------------------------------------------------------------- helpers
-
-
-def random_batch(model, b, t_max, seed):
-    g = torch.Generator().manual_seed(seed)
-    lengths = torch.randint(1, t_max + 1, (b,), generator=g)
-    lengths[0] = t_max
-    enc_p = torch.randn(b, t_max, model.cfg.joiner_dim, generator=g)
-    return enc_p, lengths
-
-
-def run_chunked(search, state, enc_p, lengths, seed):
-    """Feed enc_p in random chunks; each stream's frames beyond its length are padding."""
-    rnd = random.Random(seed)
-    t = 0
-    t_max = enc_p.shape[1]
-    while t < t_max:
-        n = rnd.randint(1, 5)
-        chunk = enc_p[:, t:t + n]
-        ln = (lengths - t).clamp(0, chunk.shape[1])
-        state = search.step(state, chunk, ln, torch.full((enc_p.shape[0],), t))
-        t += n
-    return state
 
 
 # ----------------------------------------------------------------- greedy
