@@ -30,7 +30,7 @@ import itertools
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -53,8 +53,9 @@ from .events import Done, Error, Event, Final, Partial, WakeWord
 from .model.checkpoint import LoadedModel, load_checkpoint
 from .device import resolve_device
 from .model.encoder import EncoderCache
+from .model.transducer import HeadOutputs
 
-__all__ = ["Recognizer", "StreamOptions", "resolve_device"]
+__all__ = ["Recognizer", "StreamOptions", "BatchView", "resolve_device"]
 
 log = logging.getLogger("streamd.engine")
 
@@ -104,6 +105,22 @@ class _Stream:
     kws: Any = None
 
 
+@dataclass(frozen=True)
+class BatchView:
+    """What one committed batch step computed, for observers (evaluation, recording).
+
+    stream_ids: the batch's streams, row order of every tensor.
+    heads: per-frame head outputs (enc_p (B, T', J), ctc_log_probs (B, T', V) or None,
+    kws_probs (B, T', K) or None), on the engine's device.
+    lengths: (B,) valid encoder frames; frame_offsets: (B,) index of each row's first frame in its stream.
+    """
+
+    stream_ids: tuple[int, ...]
+    heads: HeadOutputs
+    lengths: Tensor
+    frame_offsets: Tensor
+
+
 @dataclass
 class _Batch:
     """Batched state of an ordered set of streams, kept between steps."""
@@ -118,8 +135,18 @@ class _Batch:
 class Recognizer:
     """Loads a model once on a device and decodes many streams in batches."""
 
-    def __init__(self, loaded: LoadedModel, config: EngineConfig | None = None):
+    def __init__(self, loaded: LoadedModel, config: EngineConfig | None = None, *,
+                 measure: Callable[[Tensor], Tensor] | None = None,
+                 on_batch: Callable[[BatchView], None] | None = None):
+        """loaded: model from :func:`~streamd.model.checkpoint.load_checkpoint`.
+
+        measure: replaces the confidence measure built from ``config.confidence``
+        (a function of log-probs (..., V) -> (...); evaluation tools use it).
+        on_batch: called after every committed batch step with a :class:`BatchView`
+        (synchronously, in the caller's thread; it must not call the Recognizer).
+        """
         self.config = config or EngineConfig()
+        self.on_batch = on_batch
         self.device = resolve_device(self.config.device)
         self.loaded = loaded
         self.model = loaded.model.to(self.device).eval()
@@ -130,7 +157,7 @@ class Recognizer:
         self.chunk_fbank = 4 * self.chunk_frames
         self.fbank = Fbank(mcfg.fbank).to(self.device)
         ccfg = self.config.confidence
-        self.measure = make_measure(ccfg)
+        self.measure = measure if measure is not None else make_measure(ccfg)
         dcfg = self.config.decoding
         agg, exb = ccfg.aggregation, ccfg.exclude_blank
         self.searches: dict[str, Any] = {
@@ -421,6 +448,8 @@ class Recognizer:
         batch.enc, batch.groups, batch.kws = new_enc, new_groups, new_kws
         events: list[Event] = [WakeWord(ids[int(batch.kws_rows[d.row])], d.keyword, d.score, d.start, d.end)
                                for d in dets]
+        if self.on_batch is not None:
+            self.on_batch(BatchView(ids, heads, enc_len, offsets))
         for st, n in zip(streams, enc_len.tolist()):
             st.frames_done += n
         for st, b in zip(streams, bad.tolist()):
@@ -461,7 +490,7 @@ class Recognizer:
             done = st.finished and st.fbank.frames_ready() == 0
             if st.opts.partials and not done:
                 events.append(Partial(st.id, st.segment, self.tokens.decode(hyp.tokens), self._words(hyp),
-                                      hyp.tokens))
+                                      hyp.tokens, hyp.frames, hyp.confs))
             if done:
                 close.append((st.id, "eos"))
             elif st.reset_at is not None and st.fbank.frames_taken >= st.reset_at:
@@ -496,7 +525,7 @@ class Recognizer:
                 alts, scores = self._alternatives(batch, sid)
                 events.append(Final(sid, st.segment, text, self._words(hyp),
                                     st.segment_start * self.frame_shift_s, st.frames_done * self.frame_shift_s,
-                                    hyp.tokens, reason, alts, scores))
+                                    hyp.tokens, hyp.frames, hyp.confs, reason, alts, scores))
                 st.segment += 1
             st.segment_start = st.frames_done
             if reason == "eos":

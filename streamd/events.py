@@ -38,6 +38,8 @@ class Partial:
     text: str
     words: tuple[Word, ...] = ()
     tokens: tuple[int, ...] = ()
+    token_frames: tuple[int, ...] = ()
+    token_confs: tuple[float, ...] = ()
 
     def to_wire(self) -> dict:
         return {"type": "partial", "segment": self.segment, "text": self.text,
@@ -50,6 +52,8 @@ class Final:
 
     ``alternatives`` holds the other n-best texts of beam searches (best first
     is ``text`` itself, not repeated), with their total log-scores in ``scores``.
+    ``tokens``, ``token_frames`` (encoder frame since stream start) and
+    ``token_confs`` describe the best hypothesis token by token (not on the wire).
     """
 
     stream: int
@@ -59,6 +63,8 @@ class Final:
     start: float = 0.0
     end: float = 0.0
     tokens: tuple[int, ...] = ()
+    token_frames: tuple[int, ...] = ()
+    token_confs: tuple[float, ...] = ()
     reason: str = "eos"  # "endpoint:rule1|rule2|rule3", "reset", "eos"
     alternatives: tuple[str, ...] = ()
     scores: tuple[float, ...] = ()

@@ -297,3 +297,24 @@ def test_lstm_decoder_model(tmp_path):
     x = random_audio(1.5, seed=12)
     for method in ("greedy", "modified_beam"):
         assert final_tokens(run_one(rec, x, method=method)) == offline_tokens(rec, x, method)[0]
+
+
+def test_observer_hook_and_measure_override(tiny_ckpt):
+    """on_batch sees every committed step's head outputs; a measure override drives token confidences."""
+    seen = []
+    rec = Recognizer(__import__("streamd.model.checkpoint", fromlist=["x"]).load_checkpoint(tiny_ckpt), NO_ENDPOINT,
+                     measure=lambda lp: torch.full(lp.shape[:-1], 0.25), on_batch=seen.append)
+    x = random_audio(1.0, seed=2)
+    ev = run_one(rec, x)
+    fin = [e for e in ev if isinstance(e, Final)][0]
+    assert fin.token_confs and all(c == 0.25 for c in fin.token_confs)
+    assert len(fin.token_frames) == len(fin.tokens) and list(fin.token_frames) == sorted(fin.token_frames)
+    assert seen and all(v.heads.kws_probs.shape[0] == len(v.stream_ids) for v in seen)
+    assert sum(int(v.lengths.sum()) for v in seen) == (FbankStream_frames(rec, x.size) + 3) // 4
+
+
+def FbankStream_frames(rec, n):
+    fs = FbankStream(rec.model.cfg.fbank)
+    fs.accept(np.zeros(n, dtype=np.float32))
+    fs.finish()
+    return fs.frames_ready()
