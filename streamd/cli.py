@@ -204,6 +204,7 @@ DELEGATED = {
     "train": ("streamd.train.trainer", "train the transducer (configs/train.yaml)"),
     "average": ("streamd.train.average", "average the last checkpoints of a training run"),
     "synth": ("streamd.train.synth", "synthesize the training corpus (TTS voices + augmentation)"),
+    "eval": ("streamd.train.evaluate", "evaluate a model through the streaming engine: WER, RTF, confidence, KWS"),
     "bench": ("streamd.bench", "benchmarks: bench engine (streams in real time, latency, batching gain)"),
 }
 

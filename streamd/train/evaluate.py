@@ -1,0 +1,901 @@
+"""``streamd eval``: score a model through the streaming engine (WER, RTF, confidence, KWS).
+
+Every file of an evaluation set (JSON lines: ``audio`` relative to the
+file's folder, ``text``, optional ``voice``, ``keyword``, ``duration``) is
+decoded as the daemon would: 0.1 s pieces fed to concurrent streams of one
+:class:`~streamd.engine.Recognizer` (``batch_streams`` at a time), one batch
+step between rounds, endpointing on; the hypothesis is every non-empty
+``Final`` joined.  Two decodes per set, both through the engine:
+
+1. **plain** (timed): the configured engine, exactly as served.  Gives the
+   WER (Levenshtein word alignment, :func:`align_words`), the real-time
+   factor (decode wall time / audio duration; ``rtf_single`` decodes the
+   files one at a time instead) and the wake events at the configured
+   thresholds.
+2. **recording**: the same engine whose searches get a :class:`MeasureBank`
+   as confidence measure.  Called with a joiner (or CTC) log-prob vector
+   ``(..., V)``, the bank computes every (measure, alpha) of the study at
+   once, stores the values on the device and returns, instead of a
+   confidence, a *tag*: the row of those values (an integer held exactly in
+   float32).  The searches carry token confidences untouched (with
+   ``exclude_blank``, which the recording forces), so each emitted token of
+   a final hypothesis keeps the tag of the frame that emitted it, and word
+   confidences for any measure, alpha and aggregation are recomputed
+   afterwards from the stored rows without decoding again -- the same
+   numbers the engine gives when configured with that measure.  The KWS
+   detector of this engine records the KWS head's per-frame scores of each
+   stream; :func:`replay_kws` re-runs :class:`~streamd.decode.kws.KwsDetector`
+   over the recorded tracks for a whole threshold sweep at once.
+
+Scoring conventions (``/work/shared/eval/dev/README.md``): words are
+lower-cased, hyphens split words, other punctuation is deleted (apostrophes
+inside words are kept).  Hypothesis words are *correct* when the alignment
+matches them, wrong when substituted or inserted; AUC-ROC (ties count half)
+and NCE (NIST / NeMo: ``(H(p_c) - H_conf) / H(p_c)``, confidences clipped to
+``[1e-15, 1 - 1e-15]``) measure how well confidence separates them.  KWS:
+a positive file (``keyword`` set) is detected when its keyword fires at
+least once; every wake event in a negative file (``keyword`` null) is a
+false alarm; FRR = missed / positives, FA/h per hour of negative audio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from streamd.audio.pcm import check_sample_rate, load_audio
+from streamd.audio.resample import resample
+from streamd.config import SEARCH_METHODS, ConfigError, DecodingConfig, EngineConfig, KwsConfig, load_yaml
+from streamd.decode.confidence import AGGREGATIONS, MEASURE_NAMES, aggregate, frame_confidence
+from streamd.decode.kws import Detection, KwsDetector
+from streamd.decode.tokens import tokens_to_words
+from streamd.engine import Recognizer
+from streamd.events import Error, Event, Final, WakeWord, Word
+from streamd.model.checkpoint import LoadedModel, load_checkpoint
+
+__all__ = [
+    "EvalEntry", "read_eval_set", "normalize_words", "Alignment", "align_words", "auc_roc", "nce",
+    "MeasureBank", "TaggedWord", "RecordingRecognizer", "replay_kws", "EvalOptions", "Evaluator",
+    "format_report", "main", "BANK_ALPHAS", "DEFAULT_THRESHOLDS",
+]
+
+BANK_ALPHAS: tuple[float, ...] = (0.25, 0.33, 0.5, 1.0)
+DEFAULT_THRESHOLDS: tuple[float, ...] = tuple(round(i / 100, 2) for i in range(5, 100))
+NCE_EPS = 1e-15
+_MAX_TAGS = 2 ** 24  # integers up to here are exact in float32 (the searches store confidences as float32)
+
+
+# --------------------------------------------------------------------------- evaluation sets
+
+
+@dataclass(frozen=True)
+class EvalEntry:
+    """One line of an evaluation set; ``audio`` is resolved against the set's folder."""
+
+    audio: str
+    rel_audio: str
+    text: str
+    voice: str = "unknown"
+    keyword: str | None = None
+
+
+def read_eval_set(path: str | Path, limit: int | None = None) -> tuple[list[EvalEntry], bool]:
+    """Read a JSON-lines set; returns (entries, is_kws) where is_kws = some line has a ``keyword`` field.
+
+    Raises ValueError naming the file, line and field for malformed lines or missing audio.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"{path}: no such evaluation set")
+    entries: list[EvalEntry] = []
+    is_kws = False
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if limit is not None and len(entries) >= limit:
+            break
+        if not line.strip():
+            continue
+        try:
+            d = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}:{n}: not valid JSON ({e.msg})") from None
+        if not isinstance(d, dict):
+            raise ValueError(f"{path}:{n}: expected a JSON object, got {type(d).__name__}")
+        for key in ("audio", "text"):
+            if not isinstance(d.get(key), str):
+                raise ValueError(f"{path}:{n}: field {key!r} must be a string, got {d.get(key)!r}")
+        kw = d.get("keyword")
+        if kw is not None and (not isinstance(kw, str) or not kw.strip()):
+            raise ValueError(f"{path}:{n}: field 'keyword' must be a non-empty string or null, got {kw!r}")
+        is_kws = is_kws or "keyword" in d
+        audio = path.parent / d["audio"]
+        if not audio.is_file():
+            raise ValueError(f"{path}:{n}: audio file {str(audio)!r} not found")
+        entries.append(EvalEntry(str(audio), d["audio"], d["text"], str(d.get("voice") or "unknown"), kw))
+    if not entries:
+        raise ValueError(f"{path}: no entries")
+    return entries, is_kws
+
+
+# --------------------------------------------------------------------------- WER
+
+
+_HYPHENS = "-\u2010\u2011\u2012\u2013\u2014\u2212"
+_APOSTROPHES = "\u2019\u02bc"
+
+
+def normalize_words(text: str) -> list[str]:
+    """Scoring words: lower case, hyphens split words, punctuation deleted, inner apostrophes kept."""
+    t = text.lower()
+    for h in _HYPHENS:
+        t = t.replace(h, " ")
+    for a in _APOSTROPHES:
+        t = t.replace(a, "'")
+    t = "".join(c for c in t if c.isalnum() or c.isspace() or c == "'")
+    return [w for w in (w.strip("'") for w in t.split()) if w]
+
+
+@dataclass(frozen=True)
+class Alignment:
+    """A minimum-edit alignment of hypothesis words to reference words.
+
+    ops: ``(op, ref_index, hyp_index)`` in order; op ``=`` match, ``S``
+    substitution, ``D`` deletion (hyp_index None), ``I`` insertion (ref_index None).
+    """
+
+    ops: tuple[tuple[str, int | None, int | None], ...]
+    hits: int
+    subs: int
+    dels: int
+    ins: int
+
+    @property
+    def errors(self) -> int:
+        return self.subs + self.dels + self.ins
+
+    @property
+    def hyp_correct(self) -> tuple[bool, ...]:
+        """Per hypothesis word: True when matched, False when substituted or inserted."""
+        out = {j: op == "=" for op, _, j in self.ops if j is not None}
+        return tuple(out[j] for j in range(len(out)))
+
+
+def align_words(ref: Sequence[str], hyp: Sequence[str]) -> Alignment:
+    """Levenshtein alignment (unit costs) of word sequences.
+
+    Among the alignments with the fewest errors, one with the most matches is
+    chosen; remaining ties are broken while tracing back from the end by
+    preferring match/substitution, then deletion, then insertion.
+    """
+    n, m = len(ref), len(hyp)
+    # cost[i][j] = (errors, -hits) of the best alignment of ref[:i] with hyp[:j]
+    cost = [[(0, 0)] * (m + 1) for _ in range(n + 1)]
+    for i in range(1, n + 1):
+        cost[i][0] = (i, 0)
+    for j in range(1, m + 1):
+        cost[0][j] = (j, 0)
+
+    def diag(i: int, j: int) -> tuple[int, int]:
+        e, h = cost[i - 1][j - 1]
+        return (e, h - 1) if ref[i - 1] == hyp[j - 1] else (e + 1, h)
+
+    for i in range(1, n + 1):
+        for j in range(1, m + 1):
+            up, left = cost[i - 1][j], cost[i][j - 1]
+            cost[i][j] = min(diag(i, j), (up[0] + 1, up[1]), (left[0] + 1, left[1]))
+    ops: list[tuple[str, int | None, int | None]] = []
+    i, j = n, m
+    while i > 0 or j > 0:
+        if i > 0 and j > 0 and cost[i][j] == diag(i, j):
+            ops.append(("=" if ref[i - 1] == hyp[j - 1] else "S", i - 1, j - 1))
+            i, j = i - 1, j - 1
+        elif i > 0 and cost[i][j] == (cost[i - 1][j][0] + 1, cost[i - 1][j][1]):
+            ops.append(("D", i - 1, None))
+            i -= 1
+        else:
+            ops.append(("I", None, j - 1))
+            j -= 1
+    ops.reverse()
+    count = {k: sum(op == k for op, _, _ in ops) for k in "=SDI"}
+    return Alignment(tuple(ops), count["="], count["S"], count["D"], count["I"])
+
+
+# --------------------------------------------------------------------------- confidence metrics
+
+
+def _labels_scores(labels: Sequence[bool], scores: Sequence[float], what: str) -> tuple[np.ndarray, np.ndarray]:
+    y = np.asarray(labels, dtype=bool)
+    s = np.asarray(scores, dtype=np.float64)
+    if y.ndim != 1 or s.shape != y.shape:
+        raise ValueError(f"{what}: labels and scores must be 1-D of equal length, got shapes {y.shape} and {s.shape}")
+    if not np.isfinite(s).all():
+        raise ValueError(f"{what}: scores must be finite, got {int((~np.isfinite(s)).sum())} NaN/inf values")
+    return y, s
+
+
+def auc_roc(labels: Sequence[bool], scores: Sequence[float]) -> float | None:
+    """Area under the ROC curve of ``scores`` separating True from False labels.
+
+    Mann-Whitney form with average ranks, so a tied (positive, negative) pair
+    counts 1/2.  None when one class is empty (undefined).
+    """
+    y, s = _labels_scores(labels, scores, "auc_roc")
+    n1 = int(y.sum())
+    n0 = y.size - n1
+    if n1 == 0 or n0 == 0:
+        return None
+    _, inverse, counts = np.unique(s, return_inverse=True, return_counts=True)
+    avg_rank = np.cumsum(counts) - (counts - 1) / 2.0  # 1-based average rank of each distinct value
+    ranks = avg_rank[inverse]
+    return float((ranks[y].sum() - n1 * (n1 + 1) / 2.0) / (n1 * n0))
+
+
+def nce(labels: Sequence[bool], confs: Sequence[float]) -> float | None:
+    """Normalized cross entropy of confidences ``confs`` in [0, 1] for correctness ``labels``.
+
+    ``(H(p_c) - H_conf) / H(p_c)`` in bits per word, ``p_c`` the fraction of
+    correct words; 1 is perfect, 0 is no better than always saying ``p_c``.
+    Confidences are clipped to ``[1e-15, 1 - 1e-15]``.  None when every word
+    is correct or every word is wrong (``H(p_c) = 0``).
+    """
+    y, c = _labels_scores(labels, confs, "nce")
+    if ((c < 0) | (c > 1)).any():
+        raise ValueError(f"nce: confidences must be in [0, 1], got min {c.min()} max {c.max()}")
+    if y.size == 0:
+        return None
+    p = float(y.mean())
+    if p in (0.0, 1.0):
+        return None
+    h_p = -(p * math.log2(p) + (1 - p) * math.log2(1 - p))
+    c = np.clip(c, NCE_EPS, 1 - NCE_EPS)
+    h_conf = -float(np.mean(np.where(y, np.log2(c), np.log2(1 - c))))
+    return (h_p - h_conf) / h_p
+
+
+# --------------------------------------------------------------------------- the recording engine
+
+
+class MeasureBank:
+    """A confidence measure for the searches that records every measure of a study at once.
+
+    specs: the (measure name, alpha) pairs to compute, names from MEASURE_NAMES.
+    Calling it with ``log_probs (..., V)`` stores ``(..., M)`` float32 values
+    (M = len(specs)) on the input's device and returns ``(...)`` float32 tags
+    (row numbers of the stored values).  :meth:`lookup` maps tags back to
+    values with one host transfer; :meth:`reset` clears the store once every
+    stream that holds tags is done.
+    """
+
+    def __init__(self, specs: Sequence[tuple[str, float]]):
+        specs = tuple((str(n), float(a)) for n, a in specs)
+        if not specs:
+            raise ValueError("MeasureBank: need at least one (measure, alpha)")
+        for name, alpha in specs:
+            if name not in MEASURE_NAMES:
+                raise ValueError(f"MeasureBank: unknown measure {name!r}; expected one of {list(MEASURE_NAMES)}")
+            if not alpha > 0:
+                raise ValueError(f"MeasureBank: alpha must be > 0, got {alpha!r} for {name}")
+        self.specs = specs
+        self._rows: list[Tensor] = []
+        self._count = 0
+
+    @property
+    def num_tags(self) -> int:
+        return self._count
+
+    def __call__(self, log_probs: Tensor) -> Tensor:
+        """log_probs (..., V) log-softmax of one search step -> (...) float32 tags (values stored)."""
+        vals = torch.stack([frame_confidence(log_probs, n, a).to(torch.float32) for n, a in self.specs], -1)
+        lead = vals.shape[:-1]
+        k = math.prod(lead)
+        if self._count + k > _MAX_TAGS:
+            raise RuntimeError(f"MeasureBank: more than {_MAX_TAGS} recorded frames since the last reset; "
+                               "evaluate with fewer concurrent streams (--batch-streams)")
+        self._rows.append(vals.reshape(k, len(self.specs)))
+        tags = torch.arange(self._count, self._count + k, dtype=torch.float32, device=log_probs.device)
+        self._count += k
+        return tags.reshape(lead)
+
+    def tag_of(self, conf: float) -> int:
+        """The tag a search stored as a token's confidence (checked: an integer in range)."""
+        t = int(conf)
+        if t != conf or not 0 <= t < self._count:
+            raise RuntimeError(f"MeasureBank: token confidence {conf!r} is not a recorded tag "
+                               "(the search changed the measure's output)")
+        return t
+
+    def lookup(self, tags: Sequence[int]) -> np.ndarray:
+        """(N, M) float32 values of ``tags`` (one device-to-host transfer)."""
+        if not len(tags):
+            return np.zeros((0, len(self.specs)), dtype=np.float32)
+        table = torch.cat(self._rows) if len(self._rows) > 1 else self._rows[0]
+        self._rows = [table]
+        idx = torch.as_tensor(list(tags), dtype=torch.long, device=table.device)
+        return table[idx].cpu().numpy()
+
+    def reset(self) -> None:
+        self._rows, self._count = [], 0
+
+
+@dataclass(frozen=True)
+class TaggedWord(Word):
+    """A word of a recording run: ``tags`` are its tokens' MeasureBank tags; ``conf`` is NaN."""
+
+    tags: tuple[int, ...] = ()
+
+
+class _KwsRecorder(KwsDetector):
+    """The engine's KWS detector, unchanged, that also hands each chunk's scores to its owner."""
+
+    def __init__(self, owner: "RecordingRecognizer", *args: Any) -> None:
+        super().__init__(*args)
+        self._owner = owner
+
+    def step(self, state, scores, lengths, frame_offset):
+        """KwsDetector.step (scores (B, T, K), lengths (B,), frame_offset (B,)), then record the chunk."""
+        out = super().step(state, scores, lengths, frame_offset)
+        self._owner._record_kws(scores, lengths, frame_offset)
+        return out
+
+
+class RecordingRecognizer(Recognizer):
+    """A Recognizer whose Finals carry :class:`TaggedWord` and whose KWS scores are recorded.
+
+    Decoding is the plain engine's: the searches, endpointing and KWS
+    detector are the same objects and code; only the confidence measure is a
+    :class:`MeasureBank` (``exclude_blank`` forced, so token confidences are
+    never folded) and the KWS detector keeps the scores it is given.  Streams
+    must be created with ``keywords=True`` (rows of the KWS step are then the
+    batch's streams in order).
+    """
+
+    def __init__(self, loaded: LoadedModel, config: EngineConfig, bank: MeasureBank):
+        conf = dataclasses.replace(config.confidence, exclude_blank=True)
+        super().__init__(loaded, dataclasses.replace(config, confidence=conf))
+        self.bank = bank
+        for name, search in self.searches.items():
+            if not hasattr(search, "measure"):
+                raise RuntimeError(f"search {name!r} has no 'measure' attribute to record")
+            search.measure = bank
+        if self.kws is not None:
+            self.kws = _KwsRecorder(self, self.keywords, self.config.kws, self.frame_shift_s)
+        self._step_ids: tuple[int, ...] = ()
+        self._kws_chunks: list[tuple[tuple[int, ...], Tensor, Tensor, Tensor]] = []
+
+    def _run(self, ids, windows):
+        """The engine's batch step; remembers the batch's stream ids (rows of the KWS step)."""
+        self._step_ids = tuple(ids)
+        return super()._run(ids, windows)
+
+    def _record_kws(self, scores: Tensor, lengths: Tensor, frame_offset: Tensor) -> None:
+        """scores (B, T, K) of the step's B streams; lengths (B,); frame_offset (B,) (kept on the device)."""
+        if scores.shape[0] != len(self._step_ids):
+            raise RuntimeError(f"KWS recording: {scores.shape[0]} score rows for a batch of "
+                               f"{len(self._step_ids)} streams (create streams with keywords=True)")
+        self._kws_chunks.append((self._step_ids, scores, lengths, frame_offset))
+
+    def take_kws_tracks(self) -> dict[int, np.ndarray]:
+        """Per stream id the recorded (frames, K) float64 scores; clears the record (one host transfer)."""
+        chunks, self._kws_chunks = self._kws_chunks, []
+        if not chunks:
+            return {}
+        flat = torch.cat([torch.cat([off.double(), ln.double(), sc.double().flatten()]) for _, sc, ln, off in chunks])
+        host = flat.cpu().numpy()
+        by_sid: dict[int, dict[int, np.ndarray]] = {}
+        pos = 0
+        for ids, sc, _, _ in chunks:
+            b, t, k = sc.shape
+            off, ln = host[pos:pos + b].astype(np.int64), host[pos + b:pos + 2 * b].astype(np.int64)
+            vals = host[pos + 2 * b:pos + 2 * b + b * t * k].reshape(b, t, k)
+            pos += 2 * b + b * t * k
+            for r, sid in enumerate(ids):
+                if ln[r] > 0:  # a retried chunk overwrites the record of the failed attempt
+                    by_sid.setdefault(sid, {})[int(off[r])] = vals[r, : ln[r]]
+        tracks = {}
+        for sid, parts in by_sid.items():
+            expect = 0
+            for off in sorted(parts):
+                if off != expect:
+                    raise RuntimeError(f"KWS recording of stream {sid}: chunk at frame {off}, expected {expect}")
+                expect += len(parts[off])
+            tracks[sid] = np.concatenate([parts[o] for o in sorted(parts)])
+        return tracks
+
+    def _words(self, hyp):
+        """Words of a final hypothesis as TaggedWords: the engine's grouping (tokens_to_words run on
+        token positions, so min / max give each word's first / last token) with the tokens' tags."""
+        n = len(hyp.tokens)
+        pos = [float(i) for i in range(n)]
+        agg = {how: tokens_to_words(self.tokens, hyp.tokens, hyp.frames, pos, self.frame_shift_s, how)
+               for how in ("min", "max")}
+        return tuple(TaggedWord(w.word, w.start, w.end, math.nan,
+                                tuple(self.bank.tag_of(hyp.confs[k]) for k in range(int(w.conf), int(last.conf) + 1)))
+                     for w, last in zip(agg["min"], agg["max"]))
+
+
+# --------------------------------------------------------------------------- KWS replay
+
+
+def replay_kws(tracks: Sequence[np.ndarray], keywords: Sequence[str], cfg: KwsConfig, frame_shift_s: float,
+               thresholds: Sequence[float], max_elements: int = 2_000_000) -> list[list[list[Detection]]]:
+    """Run the KWS detector over recorded score tracks for many thresholds at once.
+
+    tracks: per file an (N_f, K) array of the KWS head's sigmoid scores, K = len(keywords).
+    cfg: smoothing window and refractory period (its thresholds are ignored: every keyword
+        uses each of ``thresholds`` in turn).
+    Returns ``dets[i][f]``: the detections of file f at thresholds[i] (``row`` = f), the same
+    as the engine's with ``KwsConfig(threshold=thresholds[i])``.  One detector with K x
+    len(thresholds) columns (keyword k at threshold i) runs over batches of files.
+    """
+    keywords = tuple(keywords)
+    thr = [float(t) for t in thresholds]
+    k, n = len(keywords), len(thr)
+    for f, tr in enumerate(tracks):
+        if tr.ndim != 2 or tr.shape[1] != k:
+            raise ValueError(f"tracks[{f}]: expected shape (frames, {k}), got {tr.shape}")
+    columns = [f"{i}\t{kw}" for i in range(n) for kw in keywords]
+    det_cfg = KwsConfig(enabled=True, thresholds={c: thr[i // k] for i, c in enumerate(columns)},
+                        smoothing_frames=cfg.smoothing_frames, refractory_s=cfg.refractory_s)
+    detector = KwsDetector(tuple(columns), det_cfg, frame_shift_s)
+    out: list[list[list[Detection]]] = [[[] for _ in tracks] for _ in range(n)]
+    order = sorted(range(len(tracks)), key=lambda f: len(tracks[f]))
+    start = 0
+    while start < len(order):
+        end = start + 1
+        while end < len(order) and (end + 1 - start) * len(tracks[order[end]]) * k * n <= max_elements:
+            end += 1
+        files = order[start:end]
+        t_max = max(1, max(len(tracks[f]) for f in files))
+        x = np.zeros((len(files), t_max, k), dtype=np.float64)
+        for r, f in enumerate(files):
+            x[r, : len(tracks[f])] = tracks[f]
+        scores = torch.from_numpy(x).repeat(1, 1, n)  # column i * K + k = keyword k at threshold i
+        lengths = torch.tensor([len(tracks[f]) for f in files])
+        offsets = torch.zeros(len(files), dtype=torch.long)
+        _, dets = detector.step(detector.init_state(len(files)), scores, lengths, offsets)
+        for d in dets:
+            i, kw = d.keyword.split("\t", 1)
+            f = files[d.row]
+            out[int(i)][f].append(Detection(f, kw, d.score, d.start, d.end))
+        start = end
+    return out
+
+
+def _kws_counts(dets_per_file: Sequence[Sequence[Any]], entries: Sequence[EvalEntry], neg_hours: float) -> dict:
+    """FRR / false alarms from per-file wake events (objects with a ``keyword``)."""
+    pos = [i for i, e in enumerate(entries) if e.keyword is not None]
+    neg = [i for i, e in enumerate(entries) if e.keyword is None]
+    missed = sum(not any(d.keyword == entries[i].keyword for d in dets_per_file[i]) for i in pos)
+    fa = sum(len(dets_per_file[i]) for i in neg)
+    return {"frr": missed / len(pos) if pos else None, "missed": missed, "false_alarms": fa,
+            "fa_per_hour": fa / neg_hours if neg_hours > 0 else None}
+
+
+# --------------------------------------------------------------------------- decoding
+
+
+def _feed(rec: Recognizer, audio: Sequence[tuple[np.ndarray, int]], piece_seconds: float,
+          **stream_opts: Any) -> tuple[list[int], list[list[Event]]]:
+    """Decode ``audio`` [(samples, rate)] as concurrent streams, like ``cli.transcribe_files``.
+
+    One ``piece_seconds`` piece per live stream, then one batch step, until
+    every stream is finished; then drain.  Returns (stream ids, events per item).
+    """
+    sids = [rec.create_stream(sample_rate=rate, **stream_opts) for _, rate in audio]
+    index = {sid: i for i, sid in enumerate(sids)}
+    events: list[list[Event]] = [[] for _ in audio]
+    pos = [0] * len(audio)
+
+    def emit(evs: list[Event]) -> None:
+        for ev in evs:
+            events[index[ev.stream]].append(ev)
+
+    live = list(range(len(audio)))
+    while live:
+        for i in list(live):
+            x, rate = audio[i]
+            if not rec.has_stream(sids[i]):
+                live.remove(i)
+                continue
+            n = max(1, int(piece_seconds * rate))
+            piece = x[pos[i]: pos[i] + n]
+            pos[i] += n
+            if piece.size:
+                emit(rec.accept_audio(sids[i], piece))
+            if pos[i] >= x.size and rec.has_stream(sids[i]):
+                rec.finish(sids[i])
+                live.remove(i)
+        emit(rec.step())
+    emit(rec.drain())
+    return sids, events
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+@dataclass(frozen=True)
+class EvalOptions:
+    """What ``streamd eval`` does besides decoding (see the CLI flags)."""
+
+    resample_to: int | None = None
+    batch_streams: int = 16
+    rtf_single: bool = False
+    piece_seconds: float = 0.1
+    limit: int | None = None
+    alphas: tuple[float, ...] = BANK_ALPHAS
+    thresholds: tuple[float, ...] = DEFAULT_THRESHOLDS
+
+    def __post_init__(self) -> None:
+        if self.resample_to is not None:
+            check_sample_rate(self.resample_to)
+        if isinstance(self.batch_streams, bool) or not isinstance(self.batch_streams, int) or self.batch_streams < 1:
+            raise ValueError(f"batch_streams must be an integer >= 1, got {self.batch_streams!r}")
+        if not 0 < self.piece_seconds <= 10:
+            raise ValueError(f"piece_seconds must be in (0, 10], got {self.piece_seconds!r}")
+        if self.limit is not None and (isinstance(self.limit, bool) or not isinstance(self.limit, int)
+                                       or self.limit < 1):
+            raise ValueError(f"limit must be an integer >= 1, got {self.limit!r}")
+        if not self.alphas or any(not a > 0 for a in self.alphas):
+            raise ValueError(f"alphas must be numbers > 0, got {self.alphas!r}")
+        if not self.thresholds or any(not 0 < t < 1 for t in self.thresholds):
+            raise ValueError(f"thresholds must be in (0, 1), got {self.thresholds!r}")
+
+
+@dataclass
+class _Decoded:
+    """One file's outcome: plain run (text, words, wake events, errors) and recording run."""
+
+    text: str = ""
+    words: list[Word] = dataclasses.field(default_factory=list)
+    wakes: list[WakeWord] = dataclasses.field(default_factory=list)
+    errors: list[str] = dataclasses.field(default_factory=list)
+    rec_text: str = ""
+    rec_words: list[tuple[str, np.ndarray]] = dataclasses.field(default_factory=list)  # (word, (tokens, M) values)
+    track: np.ndarray | None = None
+
+
+def _finals(events: Sequence[Event]) -> list[Final]:
+    return [e for e in events if isinstance(e, Final) and e.text]
+
+
+class Evaluator:
+    """Loads a model once; :meth:`evaluate` scores one evaluation set (a dict of figures)."""
+
+    def __init__(self, loaded: LoadedModel, config: EngineConfig, options: EvalOptions | None = None):
+        self.config = config
+        self.options = options or EvalOptions()
+        cc = config.confidence
+        alphas = sorted(set(self.options.alphas) | {cc.alpha})
+        specs = [(n, a) for n in MEASURE_NAMES for a in alphas]
+        self.bank = MeasureBank(specs)
+        self.plain = Recognizer(loaded, config)
+        self.recording = RecordingRecognizer(loaded, config, self.bank)
+        self.keywords = self.plain.keywords
+        self._warm = False
+
+    # ---- decoding
+
+    def _load(self, entries: Sequence[EvalEntry]) -> list[tuple[np.ndarray, int]]:
+        out = []
+        for e in entries:
+            x, rate = load_audio(e.audio)
+            target = self.options.resample_to
+            if target is not None and rate != target:
+                x, rate = resample(x, rate, target), target
+            out.append((x, rate))
+        return out
+
+    def _timed(self, audio: Sequence[tuple[np.ndarray, int]], per_group: int) -> tuple[list[list[Event]], float]:
+        rec, opts = self.plain, self.options
+        if not self._warm:  # first-call overheads are not decoding time
+            _feed(rec, [(np.zeros(16000, dtype=np.float32), 16000)], opts.piece_seconds)
+            self._warm = True
+        events: list[list[Event]] = []
+        wall = 0.0
+        for g in range(0, len(audio), per_group):
+            _sync(rec.device)
+            t0 = time.perf_counter()
+            _, evs = _feed(rec, audio[g:g + per_group], opts.piece_seconds)
+            _sync(rec.device)
+            wall += time.perf_counter() - t0
+            events += evs
+        return events, wall
+
+    def _record(self, audio: Sequence[tuple[np.ndarray, int]], out: list[_Decoded], keywords: bool) -> None:
+        """The recording decode: per file the final words with their tokens' bank values, and KWS tracks."""
+        rec, bank = self.recording, self.bank
+        n = self.options.batch_streams
+        for g in range(0, len(audio), n):
+            bank.reset()
+            sids, evs = _feed(rec, audio[g:g + n], self.options.piece_seconds, partials=False, keywords=keywords)
+            finals = [_finals(e) for e in evs]
+            words = [w for fs in finals for f in fs for w in f.words]
+            vals = bank.lookup([t for w in words for t in w.tags])
+            tracks = rec.take_kws_tracks()
+            pos = 0
+            for i, (sid, fs) in enumerate(zip(sids, finals)):
+                d = out[g + i]
+                d.rec_text = " ".join(f.text for f in fs)
+                for f in fs:
+                    for w in f.words:
+                        d.rec_words.append((w.word, vals[pos:pos + len(w.tags)]))
+                        pos += len(w.tags)
+                if keywords:
+                    d.track = tracks.get(sid, np.zeros((0, len(self.keywords))))
+        bank.reset()
+
+    # ---- scoring
+
+    def evaluate(self, path: str | Path) -> dict:
+        """Decode and score the set at ``path``; returns the figures (see the module docstring)."""
+        opts = self.options
+        entries, is_kws = read_eval_set(path, opts.limit)
+        audio = self._load(entries)
+        seconds = [x.size / rate for x, rate in audio]
+        total = sum(seconds)
+        out = [_Decoded() for _ in entries]
+
+        events, wall = self._timed(audio, opts.batch_streams)
+        for d, evs in zip(out, events):
+            fs = _finals(evs)
+            d.text = " ".join(f.text for f in fs)
+            d.words = [w for f in fs for w in f.words]
+            d.wakes = [e for e in evs if isinstance(e, WakeWord)]
+            d.errors = [f"{e.code}: {e.message}" for e in evs if isinstance(e, Error)]
+        rtf_single = None
+        if opts.rtf_single:
+            _, wall1 = self._timed(audio, 1)
+            rtf_single = wall1 / total if total > 0 else None
+        self._record(audio, out, keywords=is_kws and bool(self.keywords))
+
+        result: dict[str, Any] = {"set": str(path), "utterances": len(entries), "audio_seconds": round(total, 3)}
+        result.update(self._wer(entries, out))
+        result.update({"rtf": wall / total if total > 0 else None, "rtf_single": rtf_single,
+                       "decode_seconds": round(wall, 3), "batch_streams": opts.batch_streams,
+                       "sample_rate": opts.resample_to or "native"})
+        result["errors"] = [f"{e.rel_audio}: {m}" for e, d in zip(entries, out) for m in d.errors]
+        result["confidence"] = self._confidence(entries, out)
+        result["kws"] = self._kws(entries, out, seconds) if is_kws and self.keywords else None
+        if is_kws and not self.keywords:
+            result["kws_skipped"] = "the model has no keywords (KWS head)"
+        result["files"] = [{"audio": e.rel_audio, "voice": e.voice, "ref": e.text, "hyp": d.text,
+                            "errors": align_words(normalize_words(e.text), normalize_words(d.text)).errors,
+                            "wakes": len(d.wakes)} for e, d in zip(entries, out)]
+        return result
+
+    @staticmethod
+    def _wer(entries: Sequence[EvalEntry], out: Sequence[_Decoded]) -> dict:
+        tot = {"words": 0, "sub": 0, "del": 0, "ins": 0, "hits": 0, "wrong_utts": 0, "utts": 0}
+        voices: dict[str, dict[str, int]] = {}
+        for e, d in zip(entries, out):
+            ref = normalize_words(e.text)
+            a = align_words(ref, normalize_words(d.text))
+            for acc in (tot, voices.setdefault(e.voice, dict.fromkeys(tot, 0))):
+                acc["words"] += len(ref)
+                acc["sub"] += a.subs
+                acc["del"] += a.dels
+                acc["ins"] += a.ins
+                acc["hits"] += a.hits
+                acc["wrong_utts"] += a.errors > 0
+                acc["utts"] += 1
+
+        def rates(acc: dict[str, int]) -> dict:
+            errs = acc["sub"] + acc["del"] + acc["ins"]
+            return {"wer": errs / acc["words"] if acc["words"] else None, "ser": acc["wrong_utts"] / acc["utts"],
+                    "ref_words": acc["words"], "sub": acc["sub"], "del": acc["del"], "ins": acc["ins"],
+                    "hits": acc["hits"], "utterances": acc["utts"]}
+
+        res = rates(tot)
+        res.pop("utterances")
+        res["per_voice"] = {v: rates(acc) for v, acc in sorted(voices.items())}
+        return res
+
+    def _confidence(self, entries: Sequence[EvalEntry], out: Sequence[_Decoded]) -> dict:
+        cc = self.config.confidence
+        specs = self.bank.specs
+        labels: list[bool] = []
+        token_vals: list[np.ndarray] = []  # per scored hypothesis word: (tokens, M)
+        mismatched = 0
+        for e, d in zip(entries, out):
+            mismatched += d.rec_text != d.text
+            hyp, vals = [], []
+            for word, v in d.rec_words:
+                for piece in normalize_words(word):  # a word may split (hyphen) or vanish (punctuation)
+                    hyp.append(piece)
+                    vals.append(v)
+            labels += align_words(normalize_words(e.text), hyp).hyp_correct
+            token_vals += vals
+        table = []
+        default = (cc.name, cc.alpha, cc.aggregation)
+        word_confs: dict[tuple[str, float, str], list[float]] = {}
+        for m, (name, alpha) in enumerate(specs):
+            if alpha not in self.options.alphas and (name, alpha) != (cc.name, cc.alpha):
+                continue
+            for how in AGGREGATIONS:
+                confs = [aggregate(v[:, m].tolist(), how) for v in token_vals]
+                word_confs[(name, alpha, how)] = confs
+                table.append({"measure": name, "alpha": alpha, "aggregation": how, "auc": auc_roc(labels, confs),
+                              "nce": nce(labels, confs), "default": (name, alpha, how) == default})
+        # self-check: the plain engine's word confidences equal the ones recomputed from the recording
+        diff = None
+        if cc.exclude_blank:
+            ours = word_confs[default]
+            k = 0
+            for d in out:
+                n_scored = sum(len(normalize_words(w)) for w, _ in d.rec_words)
+                if d.rec_text == d.text:
+                    engine = [w.conf for w in d.words for _ in normalize_words(w.word)]
+                    for a, b in zip(engine, ours[k:k + n_scored]):
+                        diff = max(diff or 0.0, abs(a - b))
+                k += n_scored
+        return {"words": len(labels), "correct": int(sum(labels)), "exclude_blank": True,
+                "recording_text_mismatches": mismatched, "engine_conf_max_abs_diff": diff, "table": table}
+
+    def _kws(self, entries: Sequence[EvalEntry], out: Sequence[_Decoded], seconds: Sequence[float]) -> dict:
+        kcfg = self.config.kws
+        neg_s = sum(s for e, s in zip(entries, seconds) if e.keyword is None)
+        hours = neg_s / 3600.0
+        unknown = sorted({e.keyword for e in entries if e.keyword is not None and e.keyword not in self.keywords})
+        default = _kws_counts([d.wakes for d in out], entries, hours)
+        thresholds = sorted(set(self.options.thresholds) | {kcfg.threshold})
+        dets = replay_kws([d.track for d in out], self.keywords, kcfg, self.plain.frame_shift_s, thresholds)
+        sweep = [{"threshold": t, **_kws_counts(dt, entries, hours)} for t, dt in zip(thresholds, dets)]
+        at_cfg = next(s for s in sweep if s["threshold"] == kcfg.threshold)
+
+        def best(budget: float) -> dict | None:
+            ok = [s for s in sweep if s["fa_per_hour"] is not None and s["fa_per_hour"] <= budget
+                  and s["frr"] is not None]
+            if not ok:
+                return None
+            s = min(ok, key=lambda s: (s["frr"], s["fa_per_hour"], s["threshold"]))
+            return {"frr": s["frr"], "threshold": s["threshold"], "fa_per_hour": s["fa_per_hour"]}
+
+        return {"positives": sum(e.keyword is not None for e in entries),
+                "negatives": sum(e.keyword is None for e in entries), "negative_seconds": round(neg_s, 3),
+                "threshold": kcfg.threshold, "per_keyword_thresholds": dict(kcfg.thresholds),
+                "smoothing_frames": kcfg.smoothing_frames, "refractory_s": kcfg.refractory_s,
+                "unknown_keywords": unknown, **default,
+                "sweep_matches_engine": (not kcfg.thresholds and kcfg.enabled
+                                         and (at_cfg["missed"], at_cfg["false_alarms"])
+                                         == (default["missed"], default["false_alarms"])),
+                "frr_at_1_fa_per_hour": best(1.0), "frr_at_0.1_fa_per_hour": best(0.1),
+                "sweep": sweep, "det": [[s["fa_per_hour"], s["frr"]] for s in
+                                        sorted(sweep, key=lambda s: (s["fa_per_hour"] or 0.0, -(s["frr"] or 0.0)))]}
+
+
+# --------------------------------------------------------------------------- report
+
+
+def _pct(x: float | None) -> str:
+    return "   n/a" if x is None else f"{100 * x:6.2f}%"
+
+
+def _num(x: float | None, fmt: str = ".3f") -> str:
+    return "n/a" if x is None else format(x, fmt)
+
+
+def format_report(report: dict) -> str:
+    """Readable text of :meth:`Evaluator.evaluate` results (the ``report`` of :func:`run`)."""
+    lines = [f"model {report['model']}  method {report['method']} (beam {report['beam']})  device {report['device']}"]
+    for r in report["sets"]:
+        lines += ["", f"== {r['set']}: {r['utterances']} utterances, {r['audio_seconds']:.1f} s of audio "
+                      f"(sample rate {r['sample_rate']})",
+                  f"WER {_pct(r['wer'])}  (sub {r['sub']}, del {r['del']}, ins {r['ins']} / {r['ref_words']} words)"
+                  f"   SER {_pct(r['ser'])}"]
+        for v, pv in r["per_voice"].items():
+            lines.append(f"    {v:32s} WER {_pct(pv['wer'])}  SER {_pct(pv['ser'])}  "
+                         f"({pv['ref_words']} words, {pv['utterances']} utts)")
+        lines.append(f"RTF {_num(r['rtf'], '.4f')} ({r['batch_streams']} concurrent streams), "
+                     f"single stream {_num(r['rtf_single'], '.4f')}")
+        for e in r["errors"]:
+            lines.append(f"  error: {e}")
+        c = r["confidence"]
+        lines.append(f"Confidence: {c['words']} hypothesis words, {c['correct']} correct "
+                     f"(* = engine setting; engine check max |diff| {_num(c['engine_conf_max_abs_diff'], '.2g')})")
+        lines.append(f"  {'measure':22s} {'alpha':>5s} {'agg':>5s} {'AUC':>7s} {'NCE':>8s}")
+        for t in c["table"]:
+            lines.append(f"{'*' if t['default'] else ' '} {t['measure']:22s} {t['alpha']:5.2f} {t['aggregation']:>5s} "
+                         f"{_num(t['auc']):>7s} {_num(t['nce']):>8s}")
+        k = r["kws"]
+        if k is None:
+            continue
+        lines.append(f"KWS: {k['positives']} positives, {k['negatives']} negatives ({k['negative_seconds'] / 60:.1f} "
+                     f"min); threshold {k['threshold']}: FRR {_pct(k['frr'])}, {k['false_alarms']} false alarms "
+                     f"= {_num(k['fa_per_hour'], '.2f')} FA/h")
+        for budget, key in (("1", "frr_at_1_fa_per_hour"), ("0.1", "frr_at_0.1_fa_per_hour")):
+            b = k[key]
+            lines.append(f"  FRR at <= {budget} FA/h: " + ("none of the thresholds" if b is None else
+                         f"{_pct(b['frr'])} (threshold {b['threshold']}, {_num(b['fa_per_hour'], '.2f')} FA/h)"))
+        points = [f"{s['threshold']:.2f}: {_pct(s['frr']).strip()}, {_num(s['fa_per_hour'], '.2f')} FA/h"
+                  for s in k["sweep"] if round(s["threshold"] * 100) % 5 == 0]
+        lines.append("  DET (threshold: FRR, FA/h; every 0.05 of the sweep):")
+        lines += ["    " + "   ".join(points[i:i + 4]) for i in range(0, len(points), 4)]
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- command line
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="streamd eval", description="Evaluate a model through the streaming engine: "
+                                 "WER, real-time factor, confidence quality (AUC, NCE), wake words (FRR, FA/h).")
+    ap.add_argument("--set", dest="sets", action="append", required=True, metavar="PATH.jsonl",
+                    help="evaluation set (JSON lines: audio, text[, voice, keyword]); repeatable")
+    ap.add_argument("--model", help="checkpoint (default: the shipped model)")
+    ap.add_argument("--config", help="YAML config; its 'engine' section is used")
+    ap.add_argument("--method", choices=SEARCH_METHODS)
+    ap.add_argument("--beam", type=int)
+    ap.add_argument("--device", help="auto, cpu, cuda or cuda:N")
+    ap.add_argument("--resample-to", type=int, metavar="RATE",
+                    help="downsample the audio to RATE Hz first and stream it at that rate (e.g. 8000)")
+    ap.add_argument("--batch-streams", type=int, default=16, metavar="N", help="concurrent streams (default 16)")
+    ap.add_argument("--rtf-single", action="store_true", help="also time the files one at a time (one stream)")
+    ap.add_argument("--limit", type=int, metavar="N", help="only the first N entries of each set")
+    ap.add_argument("--json", action="store_true", help="one JSON object with every figure")
+    return ap
+
+
+def _engine_config(args: argparse.Namespace) -> EngineConfig:
+    cfg = load_yaml(args.config, EngineConfig, section="engine") if args.config else EngineConfig()
+    dec = cfg.decoding
+    if args.method or args.beam is not None:
+        dec = DecodingConfig(method=args.method or dec.method, beam=dec.beam if args.beam is None else args.beam,
+                             max_symbols_per_frame=dec.max_symbols_per_frame, ctc_top_paths=dec.ctc_top_paths)
+    return dataclasses.replace(cfg, device=args.device or cfg.device, decoding=dec)
+
+
+def run(model: str, sets: Sequence[str], config: EngineConfig, options: EvalOptions) -> dict:
+    """Evaluate ``sets`` with the checkpoint at ``model``: the full report as a dict."""
+    loaded = load_checkpoint(model, "cpu")
+    ev = Evaluator(loaded, config, options)
+    dec = config.decoding
+    return {"model": str(model), "method": dec.method, "beam": dec.beam, "device": str(ev.plain.device),
+            "confidence_default": {"measure": config.confidence.name, "alpha": config.confidence.alpha,
+                                   "aggregation": config.confidence.aggregation},
+            "sets": [ev.evaluate(s) for s in sets]}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.model:
+            model = args.model
+        else:
+            from streamd.cli import default_model_path
+
+            model = str(default_model_path())
+            if not Path(model).is_file():
+                raise ValueError(f"no model given and no default model at {model}; pass --model PATH")
+        options = EvalOptions(resample_to=args.resample_to, batch_streams=args.batch_streams,
+                              rtf_single=args.rtf_single, limit=args.limit)
+        report = run(model, args.sets, _engine_config(args), options)
+    except ConfigError as e:
+        print(f"streamd eval: config error: {e}", file=sys.stderr)
+        return 2
+    except (ValueError, RuntimeError, OSError) as e:
+        print(f"streamd eval: {e}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(report))
+    else:
+        print(format_report(report))
+    errors = [e for r in report["sets"] for e in r["errors"]]
+    for e in errors:
+        print(f"streamd eval: {e}", file=sys.stderr)
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
