@@ -31,7 +31,12 @@ class Word:
 
 @dataclass(frozen=True)
 class Partial:
-    """Current best hypothesis of the open segment (after every chunk)."""
+    """Current best hypothesis of the open segment (after every chunk).
+
+    ``start``: where the segment began; ``end``: how much of the stream has
+    been decoded (seconds from the stream's first sample) — a client knows
+    which audio this partial covers.
+    """
 
     stream: int
     segment: int
@@ -40,10 +45,12 @@ class Partial:
     tokens: tuple[int, ...] = ()
     token_frames: tuple[int, ...] = ()
     token_confs: tuple[float, ...] = ()
+    start: float = 0.0
+    end: float = 0.0
 
     def to_wire(self) -> dict:
         return {"type": "partial", "segment": self.segment, "text": self.text,
-                "words": [w.to_wire() for w in self.words]}
+                "words": [w.to_wire() for w in self.words], "start": _r(self.start, 2), "end": _r(self.end, 2)}
 
 
 @dataclass(frozen=True)

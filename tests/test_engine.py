@@ -117,6 +117,8 @@ def test_partials_grow_and_final_matches(tiny_ckpt):
     assert len(partials) >= 2 and len(finals) == 1
     for a, b in zip(partials, partials[1:]):
         assert b.tokens[:len(a.tokens)] == a.tokens  # greedy partials only ever extend
+        assert b.end == pytest.approx(a.end + 0.16)  # each covers one more chunk (4 frames x 40 ms)
+    assert partials[0].start == 0.0 and partials[0].to_wire()["end"] == pytest.approx(0.16)
     assert finals[0].tokens[:len(partials[-1].tokens)] == partials[-1].tokens
     for w in finals[0].words:
         assert 0.0 <= w.conf <= 1.0 and 0.0 <= w.start < w.end <= 2.0 + 0.2

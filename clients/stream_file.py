@@ -1,0 +1,365 @@
+#!/usr/bin/env python3
+"""Stream audio files to a streamd daemon (v1 websocket protocol); print results and latency.
+
+    python clients/stream_file.py audio.wav --url ws://127.0.0.1:8765/v1/stream
+    python clients/stream_file.py *.wav --json --concurrency 8 --repeat 4   # load generator
+
+Per connection: ``{"type": "start", "sample_rate": <the file's rate>, "format":
+"s16le", ...}``, wait for ``ready``, send the samples in ``--chunk-ms`` binary
+frames (at real-time pace with ``--realtime``, ``--speed X`` times real time,
+or as fast as possible), then ``{"type": "eof"}``, and read events until
+``done`` and the close.  ``--concurrency N`` runs N connections at once over
+the jobs (the files, ``--repeat`` times; at least N jobs, cycling over the
+files).
+
+Latency, per job:
+
+* partial latency: the time from sending the frame that held the last
+  sample a partial needed to receiving that partial.  A partial covers the
+  audio up to its ``end`` field when the server sends one; otherwise the
+  count is used: the engine sends one partial per decoded chunk, so the k-th
+  covers the first ``k * chunk_seconds`` (from the ``ready`` message), plus
+  15 ms (the last fbank window reaches that far).  Only measured when audio
+  is paced at most at real time (``--realtime`` or ``--speed`` <= 1: faster
+  than that the server works through a backlog and "latency" is queueing),
+  and dropped when fewer partials came than chunks were sent (the server
+  coalesces partials a client has not read yet, which breaks the count).
+* finalize latency: from sending ``eof`` to the last ``final``; done latency:
+  to ``done``.
+
+Output: finals as text (the partial rewritten in place on a terminal when one
+stream runs at a time), or ``--json``: every server message as one JSON line
+with a ``file`` field (and ``job`` when files repeat), then one ``stats`` line
+per job.  A summary goes to stderr.  Exit status 1 if any job failed (error
+event, connection failure, close code other than 1000), 2 for usage errors.
+
+Needs ``websockets`` (>= 13) and numpy; ``soundfile`` is used when installed
+(any format it reads), else the stdlib ``wave`` module (integer PCM WAV).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import bisect
+import importlib.util
+import json
+import os
+import statistics
+import sys
+import time
+import wave
+from dataclasses import dataclass, field
+
+import numpy as np
+
+FBANK_LOOKAHEAD_S = 0.015  # a 25 ms window every 10 ms: the frame at t needs audio up to t + 15 ms
+
+
+def read_audio(path: str) -> tuple[np.ndarray, int]:
+    """Mono int16 samples ``(N,)`` and the sample rate of an audio file (channels averaged)."""
+    try:
+        import soundfile as sf
+    except (ImportError, OSError):
+        sf = None
+    if sf is not None:
+        data, rate = sf.read(path, dtype="float32", always_2d=True)
+        x = data.mean(axis=1)
+    else:
+        with wave.open(path, "rb") as w:
+            ch, width, rate, n = w.getnchannels(), w.getsampwidth(), w.getframerate(), w.getnframes()
+            raw = w.readframes(n)
+        if width == 1:
+            x = (np.frombuffer(raw, np.uint8).astype(np.float32) - 128) / 128
+        elif width == 2:
+            x = np.frombuffer(raw, "<i2").astype(np.float32) / 32768
+        elif width == 4:
+            x = (np.frombuffer(raw, "<i4") / 2147483648.0).astype(np.float32)
+        else:
+            raise ValueError(f"{8 * width}-bit WAV needs the soundfile package")
+        x = x[: len(x) - len(x) % ch].reshape(-1, ch).mean(axis=1)
+    return np.clip(np.round(x * 32768), -32768, 32767).astype("<i2"), int(rate)
+
+
+@dataclass
+class JobResult:
+    """What one connection measured (times in seconds)."""
+
+    file: str
+    job: int
+    audio_seconds: float = 0.0
+    wall_seconds: float = 0.0
+    partial_latencies: list[float] = field(default_factory=list)
+    finalize_latency: float | None = None
+    done_latency: float | None = None
+    finals: list[str] = field(default_factory=list)
+    error: str | None = None
+    partials: int = 0
+    latency_note: str | None = None  # why partial latency was not measured
+
+    def stats(self) -> dict:
+        lat = sorted(self.partial_latencies)
+        d = {"type": "stats", "file": self.file, "job": self.job, "ok": self.error is None,
+             "audio_seconds": round(self.audio_seconds, 3), "wall_seconds": round(self.wall_seconds, 3),
+             "partials": self.partials, "partials_measured": len(lat),
+             "partial_latency_median": _r(statistics.median(lat)) if lat else None,
+             "partial_latency_p95": _r(_pct(lat, 95)) if lat else None,
+             "partial_latency_max": _r(lat[-1]) if lat else None,
+             "finalize_latency": _r(self.finalize_latency), "done_latency": _r(self.done_latency),
+             "text": " ".join(t for t in self.finals if t)}
+        if self.latency_note:
+            d["latency_note"] = self.latency_note
+        if self.error:
+            d["error"] = self.error
+        return d
+
+
+def _r(x: float | None) -> float | None:
+    return None if x is None else round(x, 4)
+
+
+def _pct(sorted_values: list[float], q: float) -> float:
+    return sorted_values[min(len(sorted_values) - 1, int(round(q / 100 * (len(sorted_values) - 1))))]
+
+
+class Printer:
+    """Writes events: JSON lines, or text with an in-place partial when only one stream is live."""
+
+    def __init__(self, json_mode: bool, label: bool, live_partials: bool, out=None):
+        self.json = json_mode
+        self.label = label  # prefix finals with the file name
+        self.live = live_partials
+        self.out = out or sys.stdout
+        self._partial = 0
+
+    def _clear(self) -> None:
+        if self._partial:
+            self.out.write("\r\x1b[2K")
+            self._partial = 0
+
+    def message(self, res: JobResult, msg: dict, show_job: bool) -> None:
+        if self.json:
+            d = dict(msg, file=res.file)
+            if show_job:
+                d["job"] = res.job
+            self.out.write(json.dumps(d) + "\n")
+        else:
+            kind = msg.get("type")
+            if kind == "partial" and self.live:
+                self._clear()
+                line = msg.get("text", "")[-200:]
+                self.out.write(line)
+                self._partial = len(line)
+            elif kind == "final" and msg.get("text"):
+                self._clear()
+                self.out.write(f"{res.file}: {msg['text']}\n" if self.label else msg["text"] + "\n")
+            elif kind == "wake":
+                self._clear()
+                self.out.write(f"{res.file + ': ' if self.label else ''}*** wake {msg.get('keyword')!r} "
+                               f"score={msg.get('score')} at {msg.get('start')}-{msg.get('end')} s ***\n")
+        self.out.flush()
+
+
+async def stream_job(args: argparse.Namespace, path: str, audio: tuple[np.ndarray, int], job: int,
+                     printer: Printer, show_job: bool) -> JobResult:
+    """One connection: start, ready, audio frames, eof, events until done and the close."""
+    from websockets.asyncio.client import connect
+    from websockets.exceptions import ConnectionClosed, InvalidStatus
+
+    pcm, rate = audio
+    res = JobResult(path, job, audio_seconds=pcm.size / rate)
+    headers = {"Authorization": f"Bearer {args.token}"} if args.token else None
+    step = max(1, int(rate * args.chunk_ms / 1000))
+    sent_at: list[float] = []  # perf_counter after sending frame i
+    sent_end: list[int] = []  # samples sent after frame i
+    eof_at: float | None = None
+    t0 = time.perf_counter()
+    start = {"type": "start", "sample_rate": rate, "format": "s16le", "partials": not args.no_partials}
+    if args.method:
+        start["method"] = args.method
+    if args.beam:
+        start["beam"] = args.beam
+    try:
+        async with connect(args.url, additional_headers=headers, max_size=None, open_timeout=args.timeout,
+                           close_timeout=5) as ws:
+            await ws.send(json.dumps(start))
+            ready = json.loads(await asyncio.wait_for(ws.recv(), args.timeout))
+            printer.message(res, ready, show_job)
+            if ready.get("type") != "ready":
+                res.error = f"{ready.get('code', ready.get('type'))}: {ready.get('message', ready)}"
+                return res
+            chunk_s = (ready.get("model") or {}).get("chunk_seconds")
+
+            async def send() -> None:
+                nonlocal eof_at
+                speed = 1.0 if args.realtime else args.speed
+                t_send = time.perf_counter()
+                for i in range(0, pcm.size, step):
+                    if speed > 0:
+                        due = t_send + i / rate / speed
+                        await asyncio.sleep(max(0.0, due - time.perf_counter()))
+                    await ws.send(pcm[i: i + step].tobytes())
+                    sent_at.append(time.perf_counter())
+                    sent_end.append(min(pcm.size, i + step))
+                await ws.send(json.dumps({"type": "eof"}))
+                eof_at = time.perf_counter()
+
+            sender = asyncio.create_task(send())
+            paced = args.realtime or 0 < args.speed <= 1
+            try:
+                async for raw in ws:
+                    now = time.perf_counter()
+                    if isinstance(raw, bytes):
+                        continue
+                    msg = json.loads(raw)
+                    kind = msg.get("type")
+                    printer.message(res, msg, show_job)
+                    if kind == "partial":
+                        res.partials += 1
+                        covered = msg.get("end") if isinstance(msg.get("end"), (int, float)) else (
+                            res.partials * chunk_s if chunk_s else None)
+                        if paced and covered is not None:
+                            need = int(np.ceil((covered + FBANK_LOOKAHEAD_S) * rate))
+                            i = bisect.bisect_left(sent_end, need)
+                            if need <= pcm.size and i < len(sent_at):
+                                res.partial_latencies.append(now - sent_at[i])
+                    elif kind == "final":
+                        res.finals.append(msg.get("text", ""))
+                        if eof_at is not None:
+                            res.finalize_latency = now - eof_at
+                    elif kind == "error":
+                        res.error = f"{msg.get('code')}: {msg.get('message')}"
+                    elif kind == "done" and eof_at is not None:
+                        res.done_latency = now - eof_at
+            finally:
+                if not sender.done():
+                    sender.cancel()
+                try:
+                    await sender
+                except (asyncio.CancelledError, ConnectionClosed):
+                    pass
+            if not paced:
+                res.latency_note = "not paced at real time (use --realtime): partial latency not measured"
+            elif not chunk_s and not res.partial_latencies:
+                res.latency_note = "the ready message has no model.chunk_seconds: partial latency not measured"
+            elif chunk_s and res.partials < res.audio_seconds / chunk_s - 2:
+                res.partial_latencies.clear()
+                res.latency_note = (f"{res.partials} partials for {res.audio_seconds / chunk_s:.0f} chunks: the "
+                                    "server coalesced some, partial latency not measured")
+            code = ws.close_code
+            if code != 1000 and res.error is None:
+                res.error = f"connection closed with code {code} {ws.close_reason or ''}".strip()
+    except InvalidStatus as e:
+        res.error = f"server refused the connection: HTTP {e.response.status_code}"
+    except (OSError, asyncio.TimeoutError, ConnectionClosed) as e:
+        if res.error is None:
+            res.error = f"cannot talk to {args.url}: {type(e).__name__}: {e}"
+    res.wall_seconds = time.perf_counter() - t0
+    return res
+
+
+async def run(args: argparse.Namespace) -> list[JobResult]:
+    audio = {}
+    for p in dict.fromkeys(args.files):
+        audio[p] = read_audio(p)
+    n_jobs = max(len(args.files) * args.repeat, args.concurrency)
+    jobs = [(i, args.files[i % len(args.files)]) for i in range(n_jobs)]
+    show_job = n_jobs > len(set(args.files))
+    live = args.concurrency == 1 and sys.stdout.isatty() and not args.json
+    printer = Printer(args.json, label=n_jobs > 1, live_partials=live)
+    results: list[JobResult] = []
+    queue: asyncio.Queue = asyncio.Queue()
+    for j in jobs:
+        queue.put_nowait(j)
+
+    async def worker() -> None:
+        while not queue.empty():
+            i, p = queue.get_nowait()
+            r = await stream_job(args, p, audio[p], i, printer, show_job)
+            results.append(r)
+            if args.json:
+                printer.out.write(json.dumps(r.stats()) + "\n")
+                printer.out.flush()
+
+    await asyncio.gather(*(worker() for _ in range(min(args.concurrency, n_jobs))))
+    return sorted(results, key=lambda r: r.job)
+
+
+def summary(results: list[JobResult], wall: float) -> str:
+    lines = []
+    for r in results:
+        s = r.stats()
+        lat = (f"partial latency median {s['partial_latency_median'] * 1000:.0f} ms, p95 "
+               f"{s['partial_latency_p95'] * 1000:.0f} ms (n={s['partials_measured']})"
+               if s["partials_measured"] else "no partial latency")
+        fin = f"finalize {r.finalize_latency * 1000:.0f} ms" if r.finalize_latency is not None else "no final"
+        status = f"ERROR {r.error}" if r.error else "ok"
+        lines.append(f"{r.file}[{r.job}]: {status}; audio {r.audio_seconds:.2f} s in {r.wall_seconds:.2f} s; "
+                     f"{lat}; {fin}")
+    if len(results) > 1:
+        lat = sorted(x for r in results for x in r.partial_latencies)
+        fin = sorted(r.finalize_latency for r in results if r.finalize_latency is not None)
+        audio = sum(r.audio_seconds for r in results)
+        line = (f"total: {len(results)} streams, {sum(r.error is not None for r in results)} failed, "
+                f"{audio:.1f} s of audio in {wall:.2f} s ({audio / max(wall, 1e-9):.1f}x real time)")
+        if lat:
+            line += (f"; partial latency median {statistics.median(lat) * 1000:.0f} ms, "
+                     f"p95 {_pct(lat, 95) * 1000:.0f} ms")
+        if fin:
+            line += f"; finalize median {statistics.median(fin) * 1000:.0f} ms, p95 {_pct(fin, 95) * 1000:.0f} ms"
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description="Stream audio files to a streamd daemon and print results/latency.")
+    ap.add_argument("files", nargs="+", metavar="FILE", help="audio files (WAV; any rate 8-48 kHz)")
+    ap.add_argument("--url", default="ws://127.0.0.1:8765/v1/stream", help="daemon URL (default %(default)s)")
+    ap.add_argument("--realtime", action="store_true", help="send at real-time pace (like a live source)")
+    ap.add_argument("--speed", type=float, default=0.0,
+                    help="send at SPEED x real time (0: as fast as possible, the default)")
+    ap.add_argument("--json", action="store_true", help="JSON lines: every server message + 'file', then stats")
+    ap.add_argument("--concurrency", type=int, default=1, help="connections at once (cycling over the files)")
+    ap.add_argument("--repeat", type=int, default=1, help="stream each file this many times in total")
+    ap.add_argument("--chunk-ms", type=float, default=100.0, help="audio per binary frame (default 100 ms)")
+    ap.add_argument("--method", help="search method (greedy, modified_beam, ...; default: the server's)")
+    ap.add_argument("--beam", type=int, help="beam size for beam searches")
+    ap.add_argument("--no-partials", action="store_true", help="ask the server for finals only")
+    ap.add_argument("--token", help="bearer token (Authorization header)")
+    ap.add_argument("--timeout", type=float, default=10.0, help="connect / ready timeout in seconds")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = build_parser()
+    args = ap.parse_args(argv)
+    if args.concurrency < 1 or args.repeat < 1:
+        ap.error("--concurrency and --repeat must be >= 1")
+    if not args.chunk_ms > 0 or args.speed < 0:
+        ap.error("--chunk-ms must be > 0 and --speed >= 0")
+    if not args.url.startswith(("ws://", "wss://")):
+        ap.error(f"--url must start with ws:// or wss://, got {args.url!r}")
+    for p in args.files:
+        if not os.path.isfile(p):
+            print(f"stream_file: {p}: no such file", file=sys.stderr)
+            return 2
+    if importlib.util.find_spec("websockets") is None:
+        print("stream_file: needs the websockets package (pip install websockets)", file=sys.stderr)
+        return 2
+    t0 = time.perf_counter()
+    try:
+        results = asyncio.run(run(args))
+    except (ValueError, RuntimeError, OSError) as e:  # unreadable audio
+        print(f"stream_file: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    print(summary(results, time.perf_counter() - t0), file=sys.stderr)
+    for r in results:
+        if r.error:
+            print(f"stream_file: {r.file}: {r.error}", file=sys.stderr)
+    return 1 if any(r.error for r in results) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
