@@ -5,37 +5,28 @@ file's folder, ``text``, optional ``voice``, ``keyword``, ``duration``) is
 decoded as the daemon would: 0.1 s pieces fed to concurrent streams of one
 :class:`~streamd.engine.Recognizer` (``batch_streams`` at a time), one batch
 step between rounds, endpointing on; the hypothesis is every non-empty
-``Final`` joined.  Two decodes per set, both through the engine:
+``Final`` joined.  Two decodes per set, both through the engine's public API:
 
 1. **plain** (timed): the configured engine, exactly as served.  Gives the
-   WER (Levenshtein word alignment, :func:`align_words`), the real-time
-   factor (decode wall time / audio duration; ``rtf_single`` decodes the
-   files one at a time instead) and the wake events at the configured
-   thresholds.
-2. **recording**: the same engine whose searches get a :class:`MeasureBank`
-   as confidence measure.  Called with a joiner (or CTC) log-prob vector
-   ``(..., V)``, the bank computes every (measure, alpha) of the study at
-   once, stores the values on the device and returns, instead of a
-   confidence, a *tag*: the row of those values (an integer held exactly in
-   float32).  The searches carry token confidences untouched (with
-   ``exclude_blank``, which the recording forces), so each emitted token of
-   a final hypothesis keeps the tag of the frame that emitted it, and word
-   confidences for any measure, alpha and aggregation are recomputed
-   afterwards from the stored rows without decoding again -- the same
-   numbers the engine gives when configured with that measure.  The KWS
-   detector of this engine records the KWS head's per-frame scores of each
-   stream; :func:`replay_kws` re-runs :class:`~streamd.decode.kws.KwsDetector`
-   over the recorded tracks for a whole threshold sweep at once.
+   WER (:func:`~streamd.train.metrics.align_words`), the real-time factor
+   (decode wall time / audio duration; ``rtf_single`` decodes the files one
+   at a time instead) and the wake events at the configured thresholds.
+2. **recording** (:mod:`streamd.train.recording`): the same engine built with
+   a :class:`~streamd.train.recording.MeasureBank` as its ``measure`` and a
+   :class:`~streamd.train.recording.KwsTrackRecorder` as its ``on_batch``
+   observer.  Each Final's ``token_confs`` are bank tags, from which word
+   confidences for every (measure, alpha, aggregation) of the study are
+   recomputed without decoding again; the recorded KWS score tracks are
+   replayed (:func:`~streamd.train.recording.replay_kws`) for a whole
+   threshold sweep at once.  Self-checks in the report: the recording's text
+   equals the plain text, and the plain engine's word confidences equal the
+   recomputed ones for the configured measure.
 
-Scoring conventions (``/work/shared/eval/dev/README.md``): words are
-lower-cased, hyphens split words, other punctuation is deleted (apostrophes
-inside words are kept).  Hypothesis words are *correct* when the alignment
-matches them, wrong when substituted or inserted; AUC-ROC (ties count half)
-and NCE (NIST / NeMo: ``(H(p_c) - H_conf) / H(p_c)``, confidences clipped to
-``[1e-15, 1 - 1e-15]``) measure how well confidence separates them.  KWS:
-a positive file (``keyword`` set) is detected when its keyword fires at
-least once; every wake event in a negative file (``keyword`` null) is a
-false alarm; FRR = missed / positives, FA/h per hour of negative audio.
+Scoring conventions: see :mod:`streamd.train.metrics` (normalized words,
+hypothesis words correct when matched, AUC-ROC and NCE).  KWS: a positive
+file (``keyword`` set) is detected when its keyword fires at least once;
+every wake event in a negative file (``keyword`` null) is a false alarm;
+FRR = missed / positives, FA/h per hour of negative audio.
 """
 
 from __future__ import annotations
@@ -43,7 +34,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
 import sys
 import time
 from dataclasses import dataclass
@@ -52,28 +42,22 @@ from typing import Any, Sequence
 
 import numpy as np
 import torch
-from torch import Tensor
 
 from streamd.audio.pcm import check_sample_rate, load_audio
 from streamd.audio.resample import resample
-from streamd.config import SEARCH_METHODS, ConfigError, DecodingConfig, EngineConfig, KwsConfig, load_yaml
-from streamd.decode.confidence import AGGREGATIONS, MEASURE_NAMES, aggregate, frame_confidence
-from streamd.decode.kws import Detection, KwsDetector
-from streamd.decode.tokens import tokens_to_words
+from streamd.config import SEARCH_METHODS, ConfigError, DecodingConfig, EngineConfig, load_yaml
+from streamd.decode.confidence import AGGREGATIONS, MEASURE_NAMES, aggregate
 from streamd.engine import Recognizer
 from streamd.events import Error, Event, Final, WakeWord, Word
 from streamd.model.checkpoint import LoadedModel, load_checkpoint
+from streamd.train.metrics import align_words, auc_roc, nce, normalize_words
+from streamd.train.recording import KwsTrackRecorder, MeasureBank, recording_recognizer, replay_kws, tagged_words
 
-__all__ = [
-    "EvalEntry", "read_eval_set", "normalize_words", "Alignment", "align_words", "auc_roc", "nce",
-    "MeasureBank", "TaggedWord", "RecordingRecognizer", "replay_kws", "EvalOptions", "Evaluator",
-    "format_report", "main", "BANK_ALPHAS", "DEFAULT_THRESHOLDS",
-]
+__all__ = ["EvalEntry", "read_eval_set", "EvalOptions", "Evaluator", "format_report", "build_parser", "run", "main",
+           "BANK_ALPHAS", "DEFAULT_THRESHOLDS"]
 
 BANK_ALPHAS: tuple[float, ...] = (0.25, 0.33, 0.5, 1.0)
 DEFAULT_THRESHOLDS: tuple[float, ...] = tuple(round(i / 100, 2) for i in range(5, 100))
-NCE_EPS = 1e-15
-_MAX_TAGS = 2 ** 24  # integers up to here are exact in float32 (the searches store confidences as float32)
 
 
 # --------------------------------------------------------------------------- evaluation sets
@@ -127,348 +111,7 @@ def read_eval_set(path: str | Path, limit: int | None = None) -> tuple[list[Eval
     return entries, is_kws
 
 
-# --------------------------------------------------------------------------- WER
-
-
-_HYPHENS = "-\u2010\u2011\u2012\u2013\u2014\u2212"
-_APOSTROPHES = "\u2019\u02bc"
-
-
-def normalize_words(text: str) -> list[str]:
-    """Scoring words: lower case, hyphens split words, punctuation deleted, inner apostrophes kept."""
-    t = text.lower()
-    for h in _HYPHENS:
-        t = t.replace(h, " ")
-    for a in _APOSTROPHES:
-        t = t.replace(a, "'")
-    t = "".join(c for c in t if c.isalnum() or c.isspace() or c == "'")
-    return [w for w in (w.strip("'") for w in t.split()) if w]
-
-
-@dataclass(frozen=True)
-class Alignment:
-    """A minimum-edit alignment of hypothesis words to reference words.
-
-    ops: ``(op, ref_index, hyp_index)`` in order; op ``=`` match, ``S``
-    substitution, ``D`` deletion (hyp_index None), ``I`` insertion (ref_index None).
-    """
-
-    ops: tuple[tuple[str, int | None, int | None], ...]
-    hits: int
-    subs: int
-    dels: int
-    ins: int
-
-    @property
-    def errors(self) -> int:
-        return self.subs + self.dels + self.ins
-
-    @property
-    def hyp_correct(self) -> tuple[bool, ...]:
-        """Per hypothesis word: True when matched, False when substituted or inserted."""
-        out = {j: op == "=" for op, _, j in self.ops if j is not None}
-        return tuple(out[j] for j in range(len(out)))
-
-
-def align_words(ref: Sequence[str], hyp: Sequence[str]) -> Alignment:
-    """Levenshtein alignment (unit costs) of word sequences.
-
-    Among the alignments with the fewest errors, one with the most matches is
-    chosen; remaining ties are broken while tracing back from the end by
-    preferring match/substitution, then deletion, then insertion.
-    """
-    n, m = len(ref), len(hyp)
-    # cost[i][j] = (errors, -hits) of the best alignment of ref[:i] with hyp[:j]
-    cost = [[(0, 0)] * (m + 1) for _ in range(n + 1)]
-    for i in range(1, n + 1):
-        cost[i][0] = (i, 0)
-    for j in range(1, m + 1):
-        cost[0][j] = (j, 0)
-
-    def diag(i: int, j: int) -> tuple[int, int]:
-        e, h = cost[i - 1][j - 1]
-        return (e, h - 1) if ref[i - 1] == hyp[j - 1] else (e + 1, h)
-
-    for i in range(1, n + 1):
-        for j in range(1, m + 1):
-            up, left = cost[i - 1][j], cost[i][j - 1]
-            cost[i][j] = min(diag(i, j), (up[0] + 1, up[1]), (left[0] + 1, left[1]))
-    ops: list[tuple[str, int | None, int | None]] = []
-    i, j = n, m
-    while i > 0 or j > 0:
-        if i > 0 and j > 0 and cost[i][j] == diag(i, j):
-            ops.append(("=" if ref[i - 1] == hyp[j - 1] else "S", i - 1, j - 1))
-            i, j = i - 1, j - 1
-        elif i > 0 and cost[i][j] == (cost[i - 1][j][0] + 1, cost[i - 1][j][1]):
-            ops.append(("D", i - 1, None))
-            i -= 1
-        else:
-            ops.append(("I", None, j - 1))
-            j -= 1
-    ops.reverse()
-    count = {k: sum(op == k for op, _, _ in ops) for k in "=SDI"}
-    return Alignment(tuple(ops), count["="], count["S"], count["D"], count["I"])
-
-
-# --------------------------------------------------------------------------- confidence metrics
-
-
-def _labels_scores(labels: Sequence[bool], scores: Sequence[float], what: str) -> tuple[np.ndarray, np.ndarray]:
-    y = np.asarray(labels, dtype=bool)
-    s = np.asarray(scores, dtype=np.float64)
-    if y.ndim != 1 or s.shape != y.shape:
-        raise ValueError(f"{what}: labels and scores must be 1-D of equal length, got shapes {y.shape} and {s.shape}")
-    if not np.isfinite(s).all():
-        raise ValueError(f"{what}: scores must be finite, got {int((~np.isfinite(s)).sum())} NaN/inf values")
-    return y, s
-
-
-def auc_roc(labels: Sequence[bool], scores: Sequence[float]) -> float | None:
-    """Area under the ROC curve of ``scores`` separating True from False labels.
-
-    Mann-Whitney form with average ranks, so a tied (positive, negative) pair
-    counts 1/2.  None when one class is empty (undefined).
-    """
-    y, s = _labels_scores(labels, scores, "auc_roc")
-    n1 = int(y.sum())
-    n0 = y.size - n1
-    if n1 == 0 or n0 == 0:
-        return None
-    _, inverse, counts = np.unique(s, return_inverse=True, return_counts=True)
-    avg_rank = np.cumsum(counts) - (counts - 1) / 2.0  # 1-based average rank of each distinct value
-    ranks = avg_rank[inverse]
-    return float((ranks[y].sum() - n1 * (n1 + 1) / 2.0) / (n1 * n0))
-
-
-def nce(labels: Sequence[bool], confs: Sequence[float]) -> float | None:
-    """Normalized cross entropy of confidences ``confs`` in [0, 1] for correctness ``labels``.
-
-    ``(H(p_c) - H_conf) / H(p_c)`` in bits per word, ``p_c`` the fraction of
-    correct words; 1 is perfect, 0 is no better than always saying ``p_c``.
-    Confidences are clipped to ``[1e-15, 1 - 1e-15]``.  None when every word
-    is correct or every word is wrong (``H(p_c) = 0``).
-    """
-    y, c = _labels_scores(labels, confs, "nce")
-    if ((c < 0) | (c > 1)).any():
-        raise ValueError(f"nce: confidences must be in [0, 1], got min {c.min()} max {c.max()}")
-    if y.size == 0:
-        return None
-    p = float(y.mean())
-    if p in (0.0, 1.0):
-        return None
-    h_p = -(p * math.log2(p) + (1 - p) * math.log2(1 - p))
-    c = np.clip(c, NCE_EPS, 1 - NCE_EPS)
-    h_conf = -float(np.mean(np.where(y, np.log2(c), np.log2(1 - c))))
-    return (h_p - h_conf) / h_p
-
-
-# --------------------------------------------------------------------------- the recording engine
-
-
-class MeasureBank:
-    """A confidence measure for the searches that records every measure of a study at once.
-
-    specs: the (measure name, alpha) pairs to compute, names from MEASURE_NAMES.
-    Calling it with ``log_probs (..., V)`` stores ``(..., M)`` float32 values
-    (M = len(specs)) on the input's device and returns ``(...)`` float32 tags
-    (row numbers of the stored values).  :meth:`lookup` maps tags back to
-    values with one host transfer; :meth:`reset` clears the store once every
-    stream that holds tags is done.
-    """
-
-    def __init__(self, specs: Sequence[tuple[str, float]]):
-        specs = tuple((str(n), float(a)) for n, a in specs)
-        if not specs:
-            raise ValueError("MeasureBank: need at least one (measure, alpha)")
-        for name, alpha in specs:
-            if name not in MEASURE_NAMES:
-                raise ValueError(f"MeasureBank: unknown measure {name!r}; expected one of {list(MEASURE_NAMES)}")
-            if not alpha > 0:
-                raise ValueError(f"MeasureBank: alpha must be > 0, got {alpha!r} for {name}")
-        self.specs = specs
-        self._rows: list[Tensor] = []
-        self._count = 0
-
-    @property
-    def num_tags(self) -> int:
-        return self._count
-
-    def __call__(self, log_probs: Tensor) -> Tensor:
-        """log_probs (..., V) log-softmax of one search step -> (...) float32 tags (values stored)."""
-        vals = torch.stack([frame_confidence(log_probs, n, a).to(torch.float32) for n, a in self.specs], -1)
-        lead = vals.shape[:-1]
-        k = math.prod(lead)
-        if self._count + k > _MAX_TAGS:
-            raise RuntimeError(f"MeasureBank: more than {_MAX_TAGS} recorded frames since the last reset; "
-                               "evaluate with fewer concurrent streams (--batch-streams)")
-        self._rows.append(vals.reshape(k, len(self.specs)))
-        tags = torch.arange(self._count, self._count + k, dtype=torch.float32, device=log_probs.device)
-        self._count += k
-        return tags.reshape(lead)
-
-    def tag_of(self, conf: float) -> int:
-        """The tag a search stored as a token's confidence (checked: an integer in range)."""
-        t = int(conf)
-        if t != conf or not 0 <= t < self._count:
-            raise RuntimeError(f"MeasureBank: token confidence {conf!r} is not a recorded tag "
-                               "(the search changed the measure's output)")
-        return t
-
-    def lookup(self, tags: Sequence[int]) -> np.ndarray:
-        """(N, M) float32 values of ``tags`` (one device-to-host transfer)."""
-        if not len(tags):
-            return np.zeros((0, len(self.specs)), dtype=np.float32)
-        table = torch.cat(self._rows) if len(self._rows) > 1 else self._rows[0]
-        self._rows = [table]
-        idx = torch.as_tensor(list(tags), dtype=torch.long, device=table.device)
-        return table[idx].cpu().numpy()
-
-    def reset(self) -> None:
-        self._rows, self._count = [], 0
-
-
-@dataclass(frozen=True)
-class TaggedWord(Word):
-    """A word of a recording run: ``tags`` are its tokens' MeasureBank tags; ``conf`` is NaN."""
-
-    tags: tuple[int, ...] = ()
-
-
-class _KwsRecorder(KwsDetector):
-    """The engine's KWS detector, unchanged, that also hands each chunk's scores to its owner."""
-
-    def __init__(self, owner: "RecordingRecognizer", *args: Any) -> None:
-        super().__init__(*args)
-        self._owner = owner
-
-    def step(self, state, scores, lengths, frame_offset):
-        """KwsDetector.step (scores (B, T, K), lengths (B,), frame_offset (B,)), then record the chunk."""
-        out = super().step(state, scores, lengths, frame_offset)
-        self._owner._record_kws(scores, lengths, frame_offset)
-        return out
-
-
-class RecordingRecognizer(Recognizer):
-    """A Recognizer whose Finals carry :class:`TaggedWord` and whose KWS scores are recorded.
-
-    Decoding is the plain engine's: the searches, endpointing and KWS
-    detector are the same objects and code; only the confidence measure is a
-    :class:`MeasureBank` (``exclude_blank`` forced, so token confidences are
-    never folded) and the KWS detector keeps the scores it is given.  Streams
-    must be created with ``keywords=True`` (rows of the KWS step are then the
-    batch's streams in order).
-    """
-
-    def __init__(self, loaded: LoadedModel, config: EngineConfig, bank: MeasureBank):
-        conf = dataclasses.replace(config.confidence, exclude_blank=True)
-        super().__init__(loaded, dataclasses.replace(config, confidence=conf))
-        self.bank = bank
-        for name, search in self.searches.items():
-            if not hasattr(search, "measure"):
-                raise RuntimeError(f"search {name!r} has no 'measure' attribute to record")
-            search.measure = bank
-        if self.kws is not None:
-            self.kws = _KwsRecorder(self, self.keywords, self.config.kws, self.frame_shift_s)
-        self._step_ids: tuple[int, ...] = ()
-        self._kws_chunks: list[tuple[tuple[int, ...], Tensor, Tensor, Tensor]] = []
-
-    def _run(self, ids, windows):
-        """The engine's batch step; remembers the batch's stream ids (rows of the KWS step)."""
-        self._step_ids = tuple(ids)
-        return super()._run(ids, windows)
-
-    def _record_kws(self, scores: Tensor, lengths: Tensor, frame_offset: Tensor) -> None:
-        """scores (B, T, K) of the step's B streams; lengths (B,); frame_offset (B,) (kept on the device)."""
-        if scores.shape[0] != len(self._step_ids):
-            raise RuntimeError(f"KWS recording: {scores.shape[0]} score rows for a batch of "
-                               f"{len(self._step_ids)} streams (create streams with keywords=True)")
-        self._kws_chunks.append((self._step_ids, scores, lengths, frame_offset))
-
-    def take_kws_tracks(self) -> dict[int, np.ndarray]:
-        """Per stream id the recorded (frames, K) float64 scores; clears the record (one host transfer)."""
-        chunks, self._kws_chunks = self._kws_chunks, []
-        if not chunks:
-            return {}
-        flat = torch.cat([torch.cat([off.double(), ln.double(), sc.double().flatten()]) for _, sc, ln, off in chunks])
-        host = flat.cpu().numpy()
-        by_sid: dict[int, dict[int, np.ndarray]] = {}
-        pos = 0
-        for ids, sc, _, _ in chunks:
-            b, t, k = sc.shape
-            off, ln = host[pos:pos + b].astype(np.int64), host[pos + b:pos + 2 * b].astype(np.int64)
-            vals = host[pos + 2 * b:pos + 2 * b + b * t * k].reshape(b, t, k)
-            pos += 2 * b + b * t * k
-            for r, sid in enumerate(ids):
-                if ln[r] > 0:  # a retried chunk overwrites the record of the failed attempt
-                    by_sid.setdefault(sid, {})[int(off[r])] = vals[r, : ln[r]]
-        tracks = {}
-        for sid, parts in by_sid.items():
-            expect = 0
-            for off in sorted(parts):
-                if off != expect:
-                    raise RuntimeError(f"KWS recording of stream {sid}: chunk at frame {off}, expected {expect}")
-                expect += len(parts[off])
-            tracks[sid] = np.concatenate([parts[o] for o in sorted(parts)])
-        return tracks
-
-    def _words(self, hyp):
-        """Words of a final hypothesis as TaggedWords: the engine's grouping (tokens_to_words run on
-        token positions, so min / max give each word's first / last token) with the tokens' tags."""
-        n = len(hyp.tokens)
-        pos = [float(i) for i in range(n)]
-        agg = {how: tokens_to_words(self.tokens, hyp.tokens, hyp.frames, pos, self.frame_shift_s, how)
-               for how in ("min", "max")}
-        return tuple(TaggedWord(w.word, w.start, w.end, math.nan,
-                                tuple(self.bank.tag_of(hyp.confs[k]) for k in range(int(w.conf), int(last.conf) + 1)))
-                     for w, last in zip(agg["min"], agg["max"]))
-
-
-# --------------------------------------------------------------------------- KWS replay
-
-
-def replay_kws(tracks: Sequence[np.ndarray], keywords: Sequence[str], cfg: KwsConfig, frame_shift_s: float,
-               thresholds: Sequence[float], max_elements: int = 2_000_000) -> list[list[list[Detection]]]:
-    """Run the KWS detector over recorded score tracks for many thresholds at once.
-
-    tracks: per file an (N_f, K) array of the KWS head's sigmoid scores, K = len(keywords).
-    cfg: smoothing window and refractory period (its thresholds are ignored: every keyword
-        uses each of ``thresholds`` in turn).
-    Returns ``dets[i][f]``: the detections of file f at thresholds[i] (``row`` = f), the same
-    as the engine's with ``KwsConfig(threshold=thresholds[i])``.  One detector with K x
-    len(thresholds) columns (keyword k at threshold i) runs over batches of files.
-    """
-    keywords = tuple(keywords)
-    thr = [float(t) for t in thresholds]
-    k, n = len(keywords), len(thr)
-    for f, tr in enumerate(tracks):
-        if tr.ndim != 2 or tr.shape[1] != k:
-            raise ValueError(f"tracks[{f}]: expected shape (frames, {k}), got {tr.shape}")
-    columns = [f"{i}\t{kw}" for i in range(n) for kw in keywords]
-    det_cfg = KwsConfig(enabled=True, thresholds={c: thr[i // k] for i, c in enumerate(columns)},
-                        smoothing_frames=cfg.smoothing_frames, refractory_s=cfg.refractory_s)
-    detector = KwsDetector(tuple(columns), det_cfg, frame_shift_s)
-    out: list[list[list[Detection]]] = [[[] for _ in tracks] for _ in range(n)]
-    order = sorted(range(len(tracks)), key=lambda f: len(tracks[f]))
-    start = 0
-    while start < len(order):
-        end = start + 1
-        while end < len(order) and (end + 1 - start) * len(tracks[order[end]]) * k * n <= max_elements:
-            end += 1
-        files = order[start:end]
-        t_max = max(1, max(len(tracks[f]) for f in files))
-        x = np.zeros((len(files), t_max, k), dtype=np.float64)
-        for r, f in enumerate(files):
-            x[r, : len(tracks[f])] = tracks[f]
-        scores = torch.from_numpy(x).repeat(1, 1, n)  # column i * K + k = keyword k at threshold i
-        lengths = torch.tensor([len(tracks[f]) for f in files])
-        offsets = torch.zeros(len(files), dtype=torch.long)
-        _, dets = detector.step(detector.init_state(len(files)), scores, lengths, offsets)
-        for d in dets:
-            i, kw = d.keyword.split("\t", 1)
-            f = files[d.row]
-            out[int(i)][f].append(Detection(f, kw, d.score, d.start, d.end))
-        start = end
-    return out
+# --------------------------------------------------------------------------- KWS counts
 
 
 def _kws_counts(dets_per_file: Sequence[Sequence[Any]], entries: Sequence[EvalEntry], neg_hours: float) -> dict:
@@ -580,8 +223,9 @@ class Evaluator:
         alphas = sorted(set(self.options.alphas) | {cc.alpha})
         specs = [(n, a) for n in MEASURE_NAMES for a in alphas]
         self.bank = MeasureBank(specs)
+        self.kws_tracks = KwsTrackRecorder(enabled=False)
         self.plain = Recognizer(loaded, config)
-        self.recording = RecordingRecognizer(loaded, config, self.bank)
+        self.recording = recording_recognizer(loaded, config, self.bank, self.kws_tracks)
         self.keywords = self.plain.keywords
         self._warm = False
 
@@ -614,27 +258,36 @@ class Evaluator:
         return events, wall
 
     def _record(self, audio: Sequence[tuple[np.ndarray, int]], out: list[_Decoded], keywords: bool) -> None:
-        """The recording decode: per file the final words with their tokens' bank values, and KWS tracks."""
-        rec, bank = self.recording, self.bank
+        """The recording decode: per file the final words with their tokens' bank values, and KWS tracks.
+
+        Streams run without the wake-word detector (``keywords=False``): the
+        tracks come from the KWS head's scores that the recorder observes.
+        """
+        rec, bank, recorder = self.recording, self.bank, self.kws_tracks
         n = self.options.batch_streams
-        for g in range(0, len(audio), n):
-            bank.reset()
-            sids, evs = _feed(rec, audio[g:g + n], self.options.piece_seconds, partials=False, keywords=keywords)
-            finals = [_finals(e) for e in evs]
-            words = [w for fs in finals for f in fs for w in f.words]
-            vals = bank.lookup([t for w in words for t in w.tags])
-            tracks = rec.take_kws_tracks()
-            pos = 0
-            for i, (sid, fs) in enumerate(zip(sids, finals)):
-                d = out[g + i]
-                d.rec_text = " ".join(f.text for f in fs)
-                for f in fs:
-                    for w in f.words:
+        recorder.enabled = keywords
+        try:
+            for g in range(0, len(audio), n):
+                bank.reset()
+                sids, evs = _feed(rec, audio[g:g + n], self.options.piece_seconds, partials=False, keywords=False)
+                finals = [_finals(e) for e in evs]
+                words = [[w for f in fs for w in tagged_words(f, rec.tokens, rec.frame_shift_s, bank)]
+                         for fs in finals]  # per file
+                vals = bank.lookup([t for ws in words for w in ws for t in w.tags])
+                tracks = recorder.take_tracks()
+                pos = 0
+                for i, (sid, fs, ws) in enumerate(zip(sids, finals, words)):
+                    d = out[g + i]
+                    d.rec_text = " ".join(f.text for f in fs)
+                    for w in ws:
                         d.rec_words.append((w.word, vals[pos:pos + len(w.tags)]))
                         pos += len(w.tags)
-                if keywords:
-                    d.track = tracks.get(sid, np.zeros((0, len(self.keywords))))
-        bank.reset()
+                    if keywords:
+                        d.track = tracks.get(sid, np.zeros((0, len(self.keywords))))
+        finally:
+            recorder.enabled = False
+            recorder.take_tracks()  # drop anything left by a failed run
+            bank.reset()
 
     # ---- scoring
 

@@ -1,8 +1,9 @@
-"""streamd eval: WER alignment, AUC / NCE, KWS replay and end-to-end runs through the engine."""
+"""streamd eval end to end: sets, the report's figures vs direct engine runs, the CLI.
+
+Metrics are tested in test_metrics.py, the recording machinery in test_recording.py."""
 
 import itertools
 import json
-import math
 import wave
 from pathlib import Path
 
@@ -14,14 +15,14 @@ from helpers import random_audio, write_checkpoint
 from streamd.audio.resample import resample
 from streamd.cli import main as cli_main
 from streamd.cli import transcribe_files
-from streamd.config import ConfidenceConfig, DecodingConfig, EngineConfig, KwsConfig
-from streamd.decode.confidence import MEASURE_NAMES, aggregate, frame_confidence
-from streamd.decode.kws import KwsDetector
+from streamd.config import ConfidenceConfig, EngineConfig, KwsConfig
+from streamd.decode.confidence import MEASURE_NAMES
 from streamd.engine import Recognizer
 from streamd.events import Final, WakeWord
 from streamd.model.checkpoint import load_checkpoint
-from streamd.train.evaluate import (EvalOptions, Evaluator, MeasureBank, RecordingRecognizer, align_words, auc_roc,
-                                    nce, normalize_words, read_eval_set, replay_kws)
+from streamd.train.evaluate import EvalOptions, Evaluator, read_eval_set
+from streamd.train.metrics import align_words, auc_roc, nce, normalize_words
+from streamd.train.recording import KwsTrackRecorder, MeasureBank, recording_recognizer, replay_kws
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -42,32 +43,6 @@ def write_wav(path, x, rate=16000):
     return str(path)
 
 
-# --------------------------------------------------------------------------- WER
-
-
-def test_normalize_words():
-    assert normalize_words("Hello, World-wide 'quoted' don't  -- A.M.!") == \
-        ["hello", "world", "wide", "quoted", "don't", "am"]
-    assert normalize_words("  ") == []
-
-
-@pytest.mark.parametrize("ref, hyp, counts, correct", [
-    ("a b c", "a b c", (3, 0, 0, 0), [True, True, True]),
-    ("a b c d", "a x c", (2, 1, 1, 0), [True, False, True]),
-    ("", "a b", (0, 0, 0, 2), [False, False]),
-    ("a b", "", (0, 0, 2, 0), []),
-    ("a b", "b c", (1, 0, 1, 1), [True, False]),  # fewest errors (2), then most matches: D a, b=b, I c
-    ("the cat sat", "the the cat sat", (3, 0, 0, 1), [False, True, True, True]),
-    ("i like green eggs and ham", "i like eggs and the ham too", (5, 0, 1, 2),
-     [True, True, True, True, False, True, False]),
-    ("x y z", "p q", (0, 2, 1, 0), [False, False]),
-])
-def test_align_hand_cases(ref, hyp, counts, correct):
-    a = align_words(ref.split(), hyp.split())
-    assert (a.hits, a.subs, a.dels, a.ins) == counts
-    assert list(a.hyp_correct) == correct
-
-
 def _levenshtein(r, h):
     """Reference edit distance (textbook recursion, memoized)."""
     from functools import lru_cache
@@ -79,67 +54,6 @@ def _levenshtein(r, h):
         return min(d(i - 1, j) + 1, d(i, j - 1) + 1, d(i - 1, j - 1) + (r[i - 1] != h[j - 1]))
 
     return d(len(r), len(h))
-
-
-@pytest.mark.parametrize("seed", range(5))
-def test_align_random_vs_reference(seed):
-    g = np.random.default_rng(seed)
-    for _ in range(40):
-        ref = list(g.choice(list("abcd"), size=g.integers(0, 8)))
-        hyp = list(g.choice(list("abcd"), size=g.integers(0, 8)))
-        a = align_words(ref, hyp)
-        assert a.errors == _levenshtein(tuple(ref), tuple(hyp))
-        assert a.hits + a.subs + a.dels == len(ref) and a.hits + a.subs + a.ins == len(hyp)
-        # the ops walk both sequences in order and matches are equal words
-        assert [r for _, r, _ in a.ops if r is not None] == list(range(len(ref)))
-        assert [h for _, _, h in a.ops if h is not None] == list(range(len(hyp)))
-        assert all((op == "=") == (ref[r] == hyp[h]) for op, r, h in a.ops if r is not None and h is not None)
-
-
-# --------------------------------------------------------------------------- AUC / NCE
-
-
-def _auc_pairs(labels, scores):
-    pos = [s for y, s in zip(labels, scores) if y]
-    neg = [s for y, s in zip(labels, scores) if not y]
-    return sum((p > n) + 0.5 * (p == n) for p in pos for n in neg) / (len(pos) * len(neg))
-
-
-@pytest.mark.parametrize("seed", range(6))
-def test_auc_vs_pair_count_with_ties(seed):
-    g = np.random.default_rng(seed)
-    n = int(g.integers(2, 60))
-    labels = g.random(n) < 0.6
-    labels[0], labels[1] = True, False
-    scores = np.round(g.random(n) * (3 if seed % 2 else 20)) / 20  # few distinct values: many ties
-    assert auc_roc(labels, scores) == pytest.approx(_auc_pairs(labels, scores), abs=1e-12)
-
-
-def test_auc_hand_cases():
-    assert auc_roc([True, True, False], [0.9, 0.8, 0.1]) == 1.0
-    assert auc_roc([True, False], [0.1, 0.9]) == 0.0
-    assert auc_roc([True, False, True, False], [0.5] * 4) == 0.5
-    assert auc_roc([True, False, False], [0.5, 0.5, 0.2]) == 0.75
-    assert auc_roc([True, True], [0.1, 0.2]) is None
-    with pytest.raises(ValueError, match="equal length"):
-        auc_roc([True], [0.1, 0.2])
-    with pytest.raises(ValueError, match="finite"):
-        auc_roc([True, False], [float("nan"), 0.2])
-
-
-def test_nce_hand_cases():
-    # p_c = 1/2: H(p_c) = 1 bit; H_conf = -log2(0.8) per word
-    assert nce([True, False], [0.8, 0.2]) == pytest.approx(1 + math.log2(0.8), abs=1e-12)
-    assert nce([True, False], [0.2, 0.8]) == pytest.approx(1 + math.log2(0.2), abs=1e-12)  # worse than prior: < 0
-    assert nce([True, True, True, False], [0.75] * 4) == pytest.approx(0.0, abs=1e-12)  # the prior itself
-    assert nce([True, False], [1.0, 0.0]) == pytest.approx(1.0, abs=1e-12)  # perfect (clipped logs)
-    # hand value: p_c = 2/3, H = 0.918296 bits; H_conf = -(log2 .9 + log2 .6 + log2 .7) / 3
-    h_p = -(2 / 3 * math.log2(2 / 3) + 1 / 3 * math.log2(1 / 3))
-    h_c = -(math.log2(0.9) + math.log2(0.6) + math.log2(0.7)) / 3
-    assert nce([True, True, False], [0.9, 0.6, 0.3]) == pytest.approx((h_p - h_c) / h_p, abs=1e-12)
-    assert nce([True, True], [0.5, 0.9]) is None
-    with pytest.raises(ValueError, match=r"in \[0, 1\]"):
-        nce([True, False], [1.5, 0.2])
 
 
 # --------------------------------------------------------------------------- sets
@@ -160,51 +74,6 @@ def test_read_eval_set_errors(tmp_path):
     p.write_text('{"audio": "a.wav", "text": "hi", "keyword": null}\n{"audio": "a.wav", "text": "x"}\n')
     entries, is_kws = read_eval_set(p, limit=1)
     assert is_kws and len(entries) == 1 and entries[0].keyword is None and entries[0].voice == "unknown"
-
-
-# --------------------------------------------------------------------------- KWS replay vs the detector
-
-
-@pytest.mark.parametrize("seed, smoothing, refractory", [(0, 1, 1.0), (1, 3, 0.2), (2, 2, 0.0)])
-def test_replay_kws_equals_chunked_detector(seed, smoothing, refractory):
-    """The batched many-threshold replay equals one detector per threshold fed chunk by chunk, per file."""
-    g = np.random.default_rng(seed)
-    keywords = ("hey stream", "stop")
-    tracks = [g.random((int(g.integers(0, 40)), 2)).astype(np.float32).astype(np.float64) for _ in range(5)]
-    cfg = KwsConfig(smoothing_frames=smoothing, refractory_s=refractory)
-    thresholds = [0.3, 0.55, 0.8, 0.9]
-    got = replay_kws(tracks, keywords, cfg, 0.04, thresholds, max_elements=200)  # small batches of files
-    for i, t in enumerate(thresholds):
-        det = KwsDetector(keywords, KwsConfig(threshold=t, smoothing_frames=smoothing, refractory_s=refractory), 0.04)
-        for f, tr in enumerate(tracks):
-            state, expect = det.init_state(1), []
-            for off in range(0, len(tr), 4):
-                x = torch.from_numpy(tr[off:off + 4]).float()[None]
-                state, dets = det.step(state, x, torch.tensor([x.shape[1]]), torch.tensor([off]))
-                expect += [(d.keyword, d.score, d.start, d.end) for d in dets]
-            assert [(d.keyword, d.score, d.start, d.end) for d in got[i][f]] == expect
-            assert all(d.row == f for d in got[i][f])
-    assert sum(len(d) for d in got[0]) > sum(len(d) for d in got[-1])  # the sweep is not trivial
-
-
-def test_measure_bank_tags_and_lookup():
-    specs = [(n, a) for n in MEASURE_NAMES for a in (0.33, 1.0)]
-    bank = MeasureBank(specs)
-    g = torch.Generator().manual_seed(0)
-    x1 = torch.randn(3, 7, generator=g).log_softmax(-1)
-    x2 = torch.randn(2, 4, 7, generator=g).log_softmax(-1)
-    t1, t2 = bank(x1), bank(x2)
-    assert t1.shape == (3,) and t2.shape == (2, 4) and t1.dtype == torch.float32
-    assert t1.tolist() == [0, 1, 2] and t2.flatten().tolist() == list(range(3, 11))
-    vals = bank.lookup([bank.tag_of(c) for c in t2[1].tolist()])
-    for m, (n, a) in enumerate(specs):
-        assert vals[:, m].tolist() == frame_confidence(x2[1], n, a).tolist()
-    with pytest.raises(RuntimeError, match="not a recorded tag"):
-        bank.tag_of(0.5)
-    bank.reset()
-    assert bank.num_tags == 0
-    with pytest.raises(ValueError, match="unknown measure"):
-        MeasureBank([("entropy", 0.5)])
 
 
 # --------------------------------------------------------------------------- through the engine
@@ -293,55 +162,15 @@ def test_kws_sweep_agrees_with_engine_run(tiny_ckpt, wav_files, tmp_path):
     assert (sweep[t]["missed"], sweep[t]["false_alarms"]) == (missed, len(wakes[1]) + len(wakes[3]))
     assert sweep[0.05]["false_alarms"] != sweep[0.99]["false_alarms"]
     # detection by detection: record the tracks with the recording engine, replay, compare
-    bank = MeasureBank([("max_prob", 1.0)])
-    rec = RecordingRecognizer(loaded, EngineConfig(device="cpu"), bank)
+    recorder = KwsTrackRecorder()
+    rec = recording_recognizer(loaded, EngineConfig(device="cpu"), MeasureBank([("max_prob", 1.0)]), recorder)
     events = transcribe_files(rec, wav_files)
-    tracks = rec.take_kws_tracks()
+    tracks = recorder.take_tracks()
     sid = {w: next(e.stream for e in events[w]) for w in wav_files}
     replay = replay_kws([tracks[sid[w]] for w in wav_files], rec.keywords, KwsConfig(), rec.frame_shift_s, [t])[0]
     for f, w in enumerate(wav_files):
         assert [(d.keyword, d.score, d.start, d.end) for d in replay[f]] == \
             [(e.keyword, e.score, e.start, e.end) for e in wakes[f]]
-
-
-def _confidence_config(name, alpha, how):
-    if name == "max_prob":
-        return ConfidenceConfig(measure="max_prob", alpha=alpha, aggregation=how)
-    _, kind, norm = name.split("_")
-    return ConfidenceConfig(measure="entropy", entropy_type=kind, entropy_norm=norm, alpha=alpha, aggregation=how)
-
-
-@pytest.mark.parametrize("method, ckpt, settings", [
-    ("greedy", "ckpt5",
-     [("entropy_tsallis_exp", 0.25, "min"), ("max_prob", 1.0, "prod"), ("entropy_renyi_lin", 0.5, "mean")]),
-    ("modified_beam", "ckpt5", [("entropy_gibbs_lin", 0.25, "max"), ("entropy_renyi_exp", 1.0, "min")]),
-    ("beam", "tiny_ckpt", [("entropy_gibbs_exp", 0.5, "mean"), ("entropy_tsallis_lin", 0.25, "prod")]),
-    ("ctc_prefix_beam", "ckpt5", [("max_prob", 0.5, "max"), ("entropy_tsallis_exp", 0.5, "min")]),
-])
-def test_recorded_confidences_equal_engine(request, wav_files, method, ckpt, settings):
-    """Word confidences recomputed from recorded frames = the engine's when configured with that measure."""
-    files = wav_files[:2]
-    dec = DecodingConfig(method=method, beam=3)
-    loaded = load_checkpoint(request.getfixturevalue(ckpt))
-    bank = MeasureBank([(n, a) for n in MEASURE_NAMES for a in (0.25, 0.5, 1.0)])
-    rec = RecordingRecognizer(loaded, EngineConfig(device="cpu", decoding=dec), bank)
-    rec_words = {p: [w for e in evs if isinstance(e, Final) for w in e.words]
-                 for p, evs in transcribe_files(rec, files).items()}
-    assert sum(len(w.tags) for ws in rec_words.values() for w in ws) >= 3
-    for name, alpha, how in settings:
-        m = bank.specs.index((name, alpha))
-        engine = Recognizer(loaded, EngineConfig(device="cpu", decoding=dec,
-                                                 confidence=_confidence_config(name, alpha, how)))
-        for p, evs in transcribe_files(engine, files).items():
-            words = [w for e in evs if isinstance(e, Final) for w in e.words]
-            assert [w.word for w in words] == [w.word for w in rec_words[p]]
-            vals = bank.lookup([t for w in rec_words[p] for t in w.tags])
-            pos, confs = 0, []
-            for rw in rec_words[p]:
-                confs.append(aggregate(vals[pos:pos + len(rw.tags), m].tolist(), how))
-                pos += len(rw.tags)
-            assert confs == pytest.approx([w.conf for w in words], abs=1e-7), (name, alpha, how)
-            assert len(set(confs)) > 1 or len(confs) <= 1 or how == "max"
 
 
 def test_confidence_table_matches_engine_words(ckpt5, wav_files, tmp_path):
@@ -357,7 +186,12 @@ def test_confidence_table_matches_engine_words(ckpt5, wav_files, tmp_path):
     # references: keep every other hypothesis word and change the rest, so words are both right and wrong
     refs = [" ".join(w if i % 2 == 0 else "zz" for i, w in enumerate(hyps[p].split())) for p in files]
     jsonl = _write_set(tmp_path / "c.jsonl", files, refs)
-    report = Evaluator(loaded, EngineConfig(device="cpu"), EvalOptions(batch_streams=3)).evaluate(jsonl)
+    ev = Evaluator(loaded, EngineConfig(device="cpu"), EvalOptions(batch_streams=3))
+    report = ev.evaluate(jsonl)
+    # the recording engine is a plain Recognizer with the public hooks; nothing is left recorded
+    assert type(ev.recording) is Recognizer and ev.recording.measure is ev.bank
+    assert ev.recording.on_batch is ev.kws_tracks and not ev.kws_tracks.enabled and ev.kws_tracks.take_tracks() == {}
+    assert ev.bank.num_tags == 0
     labels, confs = [], []
     for p, ref in zip(files, refs):
         words = [w for e in events[p] if isinstance(e, Final) for w in e.words]

@@ -1,0 +1,108 @@
+"""streamd.train.metrics: word normalization, WER alignment (vs a textbook edit distance), AUC-ROC, NCE."""
+
+import math
+
+import numpy as np
+import pytest
+
+from streamd.train.metrics import align_words, auc_roc, nce, normalize_words
+
+
+# --------------------------------------------------------------------------- WER
+
+
+def test_normalize_words():
+    assert normalize_words("Hello, World-wide 'quoted' don't  -- A.M.!") == \
+        ["hello", "world", "wide", "quoted", "don't", "am"]
+    assert normalize_words("  ") == []
+
+
+@pytest.mark.parametrize("ref, hyp, counts, correct", [
+    ("a b c", "a b c", (3, 0, 0, 0), [True, True, True]),
+    ("a b c d", "a x c", (2, 1, 1, 0), [True, False, True]),
+    ("", "a b", (0, 0, 0, 2), [False, False]),
+    ("a b", "", (0, 0, 2, 0), []),
+    ("a b", "b c", (1, 0, 1, 1), [True, False]),  # fewest errors (2), then most matches: D a, b=b, I c
+    ("the cat sat", "the the cat sat", (3, 0, 0, 1), [False, True, True, True]),
+    ("i like green eggs and ham", "i like eggs and the ham too", (5, 0, 1, 2),
+     [True, True, True, True, False, True, False]),
+    ("x y z", "p q", (0, 2, 1, 0), [False, False]),
+])
+def test_align_hand_cases(ref, hyp, counts, correct):
+    a = align_words(ref.split(), hyp.split())
+    assert (a.hits, a.subs, a.dels, a.ins) == counts
+    assert list(a.hyp_correct) == correct
+
+
+def _levenshtein(r, h):
+    """Reference edit distance (textbook recursion, memoized)."""
+    from functools import lru_cache
+
+    @lru_cache(maxsize=None)
+    def d(i, j):
+        if i == 0 or j == 0:
+            return i + j
+        return min(d(i - 1, j) + 1, d(i, j - 1) + 1, d(i - 1, j - 1) + (r[i - 1] != h[j - 1]))
+
+    return d(len(r), len(h))
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_align_random_vs_reference(seed):
+    g = np.random.default_rng(seed)
+    for _ in range(40):
+        ref = list(g.choice(list("abcd"), size=g.integers(0, 8)))
+        hyp = list(g.choice(list("abcd"), size=g.integers(0, 8)))
+        a = align_words(ref, hyp)
+        assert a.errors == _levenshtein(tuple(ref), tuple(hyp))
+        assert a.hits + a.subs + a.dels == len(ref) and a.hits + a.subs + a.ins == len(hyp)
+        # the ops walk both sequences in order and matches are equal words
+        assert [r for _, r, _ in a.ops if r is not None] == list(range(len(ref)))
+        assert [h for _, _, h in a.ops if h is not None] == list(range(len(hyp)))
+        assert all((op == "=") == (ref[r] == hyp[h]) for op, r, h in a.ops if r is not None and h is not None)
+
+
+# --------------------------------------------------------------------------- AUC / NCE
+
+
+def _auc_pairs(labels, scores):
+    pos = [s for y, s in zip(labels, scores) if y]
+    neg = [s for y, s in zip(labels, scores) if not y]
+    return sum((p > n) + 0.5 * (p == n) for p in pos for n in neg) / (len(pos) * len(neg))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_auc_vs_pair_count_with_ties(seed):
+    g = np.random.default_rng(seed)
+    n = int(g.integers(2, 60))
+    labels = g.random(n) < 0.6
+    labels[0], labels[1] = True, False
+    scores = np.round(g.random(n) * (3 if seed % 2 else 20)) / 20  # few distinct values: many ties
+    assert auc_roc(labels, scores) == pytest.approx(_auc_pairs(labels, scores), abs=1e-12)
+
+
+def test_auc_hand_cases():
+    assert auc_roc([True, True, False], [0.9, 0.8, 0.1]) == 1.0
+    assert auc_roc([True, False], [0.1, 0.9]) == 0.0
+    assert auc_roc([True, False, True, False], [0.5] * 4) == 0.5
+    assert auc_roc([True, False, False], [0.5, 0.5, 0.2]) == 0.75
+    assert auc_roc([True, True], [0.1, 0.2]) is None
+    with pytest.raises(ValueError, match="equal length"):
+        auc_roc([True], [0.1, 0.2])
+    with pytest.raises(ValueError, match="finite"):
+        auc_roc([True, False], [float("nan"), 0.2])
+
+
+def test_nce_hand_cases():
+    # p_c = 1/2: H(p_c) = 1 bit; H_conf = -log2(0.8) per word
+    assert nce([True, False], [0.8, 0.2]) == pytest.approx(1 + math.log2(0.8), abs=1e-12)
+    assert nce([True, False], [0.2, 0.8]) == pytest.approx(1 + math.log2(0.2), abs=1e-12)  # worse than prior: < 0
+    assert nce([True, True, True, False], [0.75] * 4) == pytest.approx(0.0, abs=1e-12)  # the prior itself
+    assert nce([True, False], [1.0, 0.0]) == pytest.approx(1.0, abs=1e-12)  # perfect (clipped logs)
+    # hand value: p_c = 2/3, H = 0.918296 bits; H_conf = -(log2 .9 + log2 .6 + log2 .7) / 3
+    h_p = -(2 / 3 * math.log2(2 / 3) + 1 / 3 * math.log2(1 / 3))
+    h_c = -(math.log2(0.9) + math.log2(0.6) + math.log2(0.7)) / 3
+    assert nce([True, True, False], [0.9, 0.6, 0.3]) == pytest.approx((h_p - h_c) / h_p, abs=1e-12)
+    assert nce([True, True], [0.5, 0.9]) is None
+    with pytest.raises(ValueError, match=r"in \[0, 1\]"):
+        nce([True, False], [1.5, 0.2])
