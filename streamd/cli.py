@@ -11,6 +11,7 @@ Commands (each one a thin wrapper; the work lives in the library):
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -45,8 +46,7 @@ def _engine_config(args: argparse.Namespace) -> EngineConfig:
     if args.method or args.beam:
         dec = DecodingConfig(method=args.method or dec.method, beam=args.beam or dec.beam,
                              max_symbols_per_frame=dec.max_symbols_per_frame, ctc_top_paths=dec.ctc_top_paths)
-    return EngineConfig(model=cfg.model, device=args.device or cfg.device, max_batch=cfg.max_batch, decoding=dec,
-                        confidence=cfg.confidence, endpoint=cfg.endpoint, kws=cfg.kws)
+    return dataclasses.replace(cfg, device=args.device or cfg.device, decoding=dec)
 
 
 def transcribe_files(rec, paths: Sequence[str], piece_seconds: float = 0.1, on_event=None) -> dict[str, list]:
@@ -232,6 +232,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     for name, (_module, helptext) in DELEGATED.items():
         sub.add_parser(name, help=helptext + f" (streamd {name} --help)", add_help=False)
+
+    from .server import add_subcommands  # serve, check-config (the daemon; websockets imported on use)
+
+    add_subcommands(sub)
     return ap
 
 

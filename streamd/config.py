@@ -31,6 +31,12 @@ __all__ = [
     "KwsConfig",
     "DecodingConfig",
     "EngineConfig",
+    "ServerConfig",
+    "LimitsConfig",
+    "AuthConfig",
+    "TlsConfig",
+    "MicConfig",
+    "AppConfig",
     "from_dict",
     "to_dict",
     "load_yaml",
@@ -288,11 +294,16 @@ class DecodingConfig:
 
 @dataclass(frozen=True)
 class EngineConfig:
-    """Recognizer settings: device, batching bound and per-stream defaults."""
+    """Recognizer settings: device, batching bound and per-stream defaults.
+
+    ``num_threads``: torch intra-op threads for the process (0 keeps torch's
+    default; on a small shared CPU, 1 or 2 avoids thread-pool contention).
+    """
 
     model: str = ""
     device: str = "auto"
     max_batch: int = 256
+    num_threads: int = 0
     decoding: DecodingConfig = field(default_factory=DecodingConfig)
     confidence: ConfidenceConfig = field(default_factory=ConfidenceConfig)
     endpoint: EndpointConfig = field(default_factory=EndpointConfig)
@@ -302,6 +313,153 @@ class EngineConfig:
         _check(self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:"), "device",
                f"must be auto, cpu, cuda or cuda:N, got {self.device!r}")
         _check(self.max_batch >= 1, "max_batch", f"must be >= 1, got {self.max_batch}")
+        _check(self.num_threads >= 0, "num_threads", f"must be >= 0 (0 = torch's default), got {self.num_threads}")
+
+
+# --------------------------------------------------------------------------- daemon (streamd serve)
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """Listeners and lifecycle of ``streamd serve`` (see docs/protocol.md).
+
+    ``port`` 0 picks a free port (tests).  ``vosk_port`` None disables the
+    second, Vosk-only listener.  ``web_root`` "" serves the repository's
+    ``clients/web`` folder at ``GET /``.  ``ping_interval`` / ``ping_timeout``
+    0 disable websocket keepalive.
+    """
+
+    host: str = "127.0.0.1"
+    port: int = 8765
+    vosk_port: int | None = None
+    vosk_sample_rate: int = 8000
+    web_root: str = ""
+    grace_seconds: float = 10.0
+    max_steps_per_cycle: int = 4
+    ping_interval: float = 20.0
+    ping_timeout: float = 20.0
+    close_timeout: float = 5.0
+    log_level: str = "info"
+
+    def __post_init__(self) -> None:
+        _check(isinstance(self.host, str) and self.host != "", "host", f"must be a host name or address, got {self.host!r}")
+        _check(0 <= self.port <= 65535, "port", f"must be 0..65535, got {self.port}")
+        _check(self.vosk_port is None or 0 <= self.vosk_port <= 65535, "vosk_port",
+               f"must be 0..65535 or null, got {self.vosk_port}")
+        _check(8000 <= self.vosk_sample_rate <= 48000, "vosk_sample_rate",
+               f"must be 8000..48000, got {self.vosk_sample_rate}")
+        _positive(self.grace_seconds, "grace_seconds", strict=False)
+        _check(self.max_steps_per_cycle >= 1, "max_steps_per_cycle", f"must be >= 1, got {self.max_steps_per_cycle}")
+        _positive(self.ping_interval, "ping_interval", strict=False)
+        _positive(self.ping_timeout, "ping_timeout", strict=False)
+        _positive(self.close_timeout, "close_timeout")
+        _one_of(self.log_level, ("debug", "info", "warning", "error"), "log_level")
+
+
+@dataclass(frozen=True)
+class LimitsConfig:
+    """Per-server and per-connection limits (0 disables a timeout or the rate limit).
+
+    ``max_realtime``: a stream may send audio at most this many times faster
+    than real time on average, with a burst of ``burst_seconds`` of audio
+    (token bucket).  ``max_message_bytes`` bounds one binary frame,
+    ``max_text_bytes`` one text frame.  ``outbox_messages`` bounds the
+    messages queued for one client (partials coalesce; a client that lets
+    more pile up is disconnected).
+    """
+
+    max_streams: int = 64
+    max_message_bytes: int = 1048576
+    max_text_bytes: int = 65536
+    max_realtime: float = 4.0
+    burst_seconds: float = 30.0
+    idle_timeout: float = 30.0
+    open_timeout: float = 10.0
+    outbox_messages: int = 256
+
+    def __post_init__(self) -> None:
+        _check(self.max_streams >= 1, "max_streams", f"must be >= 1, got {self.max_streams}")
+        _check(self.max_message_bytes >= 1024, "max_message_bytes", f"must be >= 1024, got {self.max_message_bytes}")
+        _check(self.max_text_bytes >= 256, "max_text_bytes", f"must be >= 256, got {self.max_text_bytes}")
+        _positive(self.max_realtime, "max_realtime", strict=False)
+        _positive(self.burst_seconds, "burst_seconds")
+        _positive(self.idle_timeout, "idle_timeout", strict=False)
+        _positive(self.open_timeout, "open_timeout", strict=False)
+        _check(self.outbox_messages >= 4, "outbox_messages", f"must be >= 4, got {self.outbox_messages}")
+
+
+@dataclass(frozen=True)
+class AuthConfig:
+    """Optional bearer-token auth and the browser Origin allow-list.
+
+    ``tokens`` (and the lines of ``token_file``) are accepted bearer tokens;
+    none at all means no auth.  ``allowed_origins``: exact origins such as
+    ``https://app.example``, ``self`` (the Origin's host equals the request's
+    Host header) or ``*`` (any).  Requests without an Origin header
+    (non-browser clients) are always allowed.
+    """
+
+    tokens: tuple[str, ...] = ()
+    token_file: str = ""
+    allowed_origins: tuple[str, ...] = ("self",)
+
+    def __post_init__(self) -> None:
+        for i, t in enumerate(self.tokens):
+            _check(isinstance(t, str) and len(t) >= 8 and t.strip() == t, f"tokens[{i}]",
+                   "must be a string of at least 8 characters without surrounding spaces")
+        for i, o in enumerate(self.allowed_origins):
+            _check(isinstance(o, str) and o != "" and o == o.strip(), f"allowed_origins[{i}]", f"bad origin {o!r}")
+
+
+@dataclass(frozen=True)
+class TlsConfig:
+    """TLS for both listeners: PEM certificate chain and private key ("" = plain ws://)."""
+
+    cert: str = ""
+    key: str = ""
+
+    def __post_init__(self) -> None:
+        _check(bool(self.cert) == bool(self.key), "cert" if not self.cert else "key",
+               "cert and key must be given together")
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.cert)
+
+
+@dataclass(frozen=True)
+class MicConfig:
+    """The daemon's own microphone stream (``serve --mic``), broadcast on ``/v1/events``.
+
+    ``device``: None = the system default input, an integer index or a name.
+    ``retry_seconds``: after a capture error (no device, device lost) wait
+    this long and open the device again as a new stream (0 = give up).
+    """
+
+    enabled: bool = False
+    device: int | str | None = None
+    sample_rate: int = 16000
+    block_seconds: float = 0.1
+    partials: bool = True
+    keywords: bool = True
+    retry_seconds: float = 2.0
+
+    def __post_init__(self) -> None:
+        _check(8000 <= self.sample_rate <= 48000, "sample_rate", f"must be 8000..48000, got {self.sample_rate}")
+        _check(0.01 <= self.block_seconds <= 1.0, "block_seconds", f"must be 0.01..1.0, got {self.block_seconds}")
+        _positive(self.retry_seconds, "retry_seconds", strict=False)
+
+
+@dataclass(frozen=True)
+class AppConfig:
+    """Everything ``streamd serve`` reads from its YAML file (configs/default.yaml)."""
+
+    server: ServerConfig = field(default_factory=ServerConfig)
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    limits: LimitsConfig = field(default_factory=LimitsConfig)
+    auth: AuthConfig = field(default_factory=AuthConfig)
+    tls: TlsConfig = field(default_factory=TlsConfig)
+    mic: MicConfig = field(default_factory=MicConfig)
 
 
 # --------------------------------------------------------------------------- dict / YAML I/O

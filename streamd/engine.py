@@ -147,6 +147,8 @@ class Recognizer:
         """
         self.config = config or EngineConfig()
         self.on_batch = on_batch
+        if self.config.num_threads:
+            torch.set_num_threads(self.config.num_threads)
         self.device = resolve_device(self.config.device)
         self.loaded = loaded
         self.model = loaded.model.to(self.device).eval()

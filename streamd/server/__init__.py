@@ -1,1 +1,56 @@
+"""The streamd daemon: websocket server (v1 and Vosk protocols), HTTP probes, metrics, sd_notify.
 
+Modules:
+
+* :mod:`.protocol`  sans-I/O v1 protocol session, error/close codes, limits (token bucket), auth helpers;
+* :mod:`.vosk`      sans-I/O Vosk-compatible session (lock-step replies);
+* :mod:`.app`       asyncio I/O: listeners, HTTP routes, the batching task that owns the Recognizer, lifecycle;
+* :mod:`.metrics`   Prometheus metrics (one registry per server);
+* :mod:`.notify`    systemd notify protocol.
+
+This package imports nothing heavy at import time; :func:`add_subcommands`
+registers ``streamd serve`` and ``streamd check-config`` (the work happens in
+:mod:`.app`, imported when the command runs, so ``websockets`` stays an
+optional dependency of the other commands).  docs/protocol.md is the wire
+reference.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["add_subcommands"]
+
+
+def _serve(args: Any) -> int:
+    from .app import cmd_serve
+
+    return cmd_serve(args)
+
+
+def _check_config(args: Any) -> int:
+    from .app import cmd_check_config
+
+    return cmd_check_config(args)
+
+
+def add_subcommands(sub: Any) -> None:
+    """Add ``serve`` and ``check-config`` to an argparse subparsers object."""
+    s = sub.add_parser("serve", help="run the websocket daemon (v1 + Vosk protocols, HTTP probes, metrics)",
+                       description="Run the streamd daemon. Precedence: flags > environment "
+                                   "(STREAMD_CONFIG, STREAMD_HOST, STREAMD_PORT, STREAMD_MODEL, STREAMD_DEVICE) "
+                                   "> config file > defaults.")
+    s.add_argument("--config", help="YAML config (see configs/default.yaml); env STREAMD_CONFIG")
+    s.add_argument("--host", help="listen address (server.host); env STREAMD_HOST")
+    s.add_argument("--port", type=int, help="listen port, 0 = any free port (server.port); env STREAMD_PORT")
+    s.add_argument("--model", help="checkpoint (engine.model; default: the shipped model); env STREAMD_MODEL")
+    s.add_argument("--device", help="auto, cpu, cuda or cuda:N (engine.device); env STREAMD_DEVICE")
+    s.add_argument("--vosk-port", type=int, help="also serve the Vosk protocol on this port, every path "
+                                                 "(server.vosk_port; Vosk's default is 2700)")
+    s.add_argument("--mic", action="store_true", help="decode the local microphone; events on /v1/events")
+    s.add_argument("--mic-device", help="input device index or name (mic.device)")
+    s.set_defaults(func=_serve)
+
+    c = sub.add_parser("check-config", help="validate a serve config file: prints OK or the error (exit 2)")
+    c.add_argument("file", metavar="FILE")
+    c.set_defaults(func=_check_config)

@@ -1,0 +1,950 @@
+"""asyncio I/O layer of ``streamd serve``: listeners, HTTP routes, the batching task, lifecycle.
+
+Threads and tasks
+-----------------
+* The event loop runs the websockets server (``websockets.asyncio.server``),
+  one handler task per connection, and one sender task per connection that
+  drains its bounded :class:`Outbox`.  It never calls the model.
+* ONE batching task (:class:`Batcher`) owns the Recognizer.  Connections
+  append :class:`Command` s (open / audio / samples / reset / finish / close)
+  to its queue; whenever there is work it runs :meth:`EngineRunner.cycle` in a
+  single worker thread (``run_in_executor`` on a one-thread executor): apply
+  every queued command in order, then ``step()`` while chunks are ready (at
+  most ``max_steps_per_cycle``).  Commands arriving meanwhile wait for the
+  next cycle, which is what batches streams together under load.
+* Back on the loop, the cycle's results are routed: stream creations
+  (``ready``), then engine events (partial, final, wake, error, done), then
+  acknowledgements of applied frames (Vosk lock-step replies).  Routing only
+  appends to outboxes: a slow client never stalls the others; its partials
+  coalesce and if its outbox still overflows it is disconnected
+  (``slow_consumer``).
+
+Engine stream ids never leave the worker thread: commands and results use
+per-connection *keys*.  The protocol state machines are sans-I/O
+(:mod:`.protocol`, :mod:`.vosk`); this module supplies the clock, the sockets
+and the engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import functools
+import itertools
+import json
+import logging
+import mimetypes
+import os
+import secrets
+import ssl
+import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+from urllib.parse import unquote, urlsplit
+
+import numpy as np
+from websockets.asyncio.server import Server, ServerConnection, serve
+from websockets.exceptions import ConnectionClosed
+from websockets.http11 import Request, Response
+
+from ..config import AppConfig, AuthConfig, ConfigError, TlsConfig, load_yaml
+from ..events import Done, Error, Event, WakeWord
+from .metrics import CONTENT_TYPE, Metrics
+from .notify import Notifier, watchdog_interval
+from .protocol import (CLOSE_CODES, SAMPLE_WIDTH, Action, Audio, Close, Finish, Open, Reset, Send, V1Session,
+                       bearer_token, origin_ok, token_ok)
+from .vosk import VoskSession
+
+__all__ = ["App", "Command", "CycleResult", "EngineRunner", "Outbox", "resolve_config", "load_tokens",
+           "make_ssl_context", "default_web_root", "cmd_serve", "cmd_check_config"]
+
+log = logging.getLogger("streamd.server")
+
+V1_PATH, VOSK_PATH, EVENTS_PATH = "/v1/stream", "/vosk", "/v1/events"
+
+
+def default_web_root() -> Path:
+    """``clients/web`` of the repository this package lives in."""
+    return Path(__file__).resolve().parents[2] / "clients" / "web"
+
+
+# =========================================================================== engine side (worker thread)
+
+
+@dataclass
+class Command:
+    """One request for the engine, applied in queue order in the worker thread.
+
+    ``op``: open (arg: StreamOptions dict), audio (arg: (bytes, fmt)), samples
+    (arg: float32 (N,) at the stream's rate), reset, finish, close.
+    ``ack``: count it in :attr:`CycleResult.acks` once applied.
+    """
+
+    op: str
+    key: int
+    arg: Any = None
+    ack: bool = False
+
+
+@dataclass
+class CycleResult:
+    """What one cycle produced, keyed by connection key."""
+
+    opened: list[tuple[int, str | None]] = field(default_factory=list)  # key, error message or None
+    events: list[tuple[int, Event]] = field(default_factory=list)
+    acks: dict[int, int] = field(default_factory=dict)
+    steps: list[tuple[int, float, float]] = field(default_factory=list)  # batch size, seconds, audio seconds
+    audio_seconds: float = 0.0  # accepted this cycle
+    pending: bool = False  # the engine still has ready chunks
+
+
+class EngineRunner:
+    """Owns the Recognizer; :meth:`cycle` is only ever called from the single worker thread."""
+
+    def __init__(self, rec: Any, max_steps: int = 4):
+        self.rec = rec
+        self.max_steps = max_steps
+        self.model_info = rec.model_info
+        self.chunk_seconds = float(self.model_info["chunk_seconds"])
+        self._sid: dict[int, int] = {}  # key -> engine stream id
+        self._key: dict[int, int] = {}  # engine stream id -> key
+
+    def cycle(self, cmds: list[Command]) -> CycleResult:
+        res = CycleResult()
+        for c in cmds:
+            try:
+                self._apply(c, res)
+            except Exception as e:  # noqa: BLE001 - a bug must not take other streams down
+                log.exception("engine command %s for stream key %d failed", c.op, c.key)
+                self._drop(c.key, close=True)
+                res.events.append((c.key, Error(-1, "internal", f"{c.op} failed: {type(e).__name__}: {e}")))
+            if c.ack:
+                res.acks[c.key] = res.acks.get(c.key, 0) + 1
+        rec = self.rec
+        for _ in range(self.max_steps):
+            if not rec.pending():
+                break
+            ready = rec.ready_streams()
+            batch = min(len(ready), rec.config.max_batch)
+            t0 = time.perf_counter()
+            try:
+                evs = rec.step()
+            except Exception as e:  # noqa: BLE001 - the engine isolates streams itself; guard against bugs
+                log.exception("engine step failed")
+                for sid in ready:
+                    key = self._key.get(sid)
+                    if key is not None:
+                        self._drop(key, close=True)
+                        res.events.append((key, Error(sid, "internal", f"decoding failed: {type(e).__name__}: {e}")))
+                break
+            res.steps.append((batch, time.perf_counter() - t0, batch * self.chunk_seconds))
+            self._emit(evs, res)
+        res.pending = rec.pending()
+        return res
+
+    def _apply(self, c: Command, res: CycleResult) -> None:
+        rec = self.rec
+        if c.op == "open":
+            try:
+                sid = rec.create_stream(**c.arg)
+            except ValueError as e:
+                res.opened.append((c.key, str(e)))
+                return
+            self._sid[c.key], self._key[sid] = sid, c.key
+            res.opened.append((c.key, None))
+            return
+        sid = self._sid.get(c.key)
+        if sid is None or not rec.has_stream(sid):
+            self._drop(c.key)
+            return  # stream already ended (error, done, closed): nothing to do
+        if c.op == "audio":
+            data, fmt = c.arg
+            evs = rec.accept_pcm(sid, data, fmt)
+            if not evs:
+                res.audio_seconds += len(data) / SAMPLE_WIDTH[fmt] / rec.stream_options(sid).sample_rate
+            self._emit(evs, res)
+        elif c.op == "samples":
+            evs = rec.accept_audio(sid, c.arg)
+            if not evs:
+                res.audio_seconds += c.arg.size / rec.stream_options(sid).sample_rate
+            self._emit(evs, res)
+        elif c.op == "reset":
+            rec.reset(sid)
+        elif c.op == "finish":
+            rec.finish(sid)
+        elif c.op == "close":
+            self._drop(c.key, close=True)
+        else:
+            raise ValueError(f"unknown command {c.op!r}")
+
+    def _drop(self, key: int, close: bool = False) -> None:
+        sid = self._sid.pop(key, None)
+        if sid is not None:
+            self._key.pop(sid, None)
+            if close and self.rec.has_stream(sid):
+                self.rec.close(sid)
+
+    def _emit(self, evs: list[Event], res: CycleResult) -> None:
+        for ev in evs:
+            key = self._key.get(ev.stream)
+            if key is None:
+                continue
+            res.events.append((key, ev))
+            if isinstance(ev, Done) or (isinstance(ev, Error) and ev.fatal):
+                self._drop(key)  # the engine has closed that stream
+
+
+class Batcher:
+    """The one task that feeds the engine: command queue in, routed results out."""
+
+    def __init__(self, runner: EngineRunner, executor: ThreadPoolExecutor, route: Callable[[CycleResult], None]):
+        self.runner = runner
+        self.executor = executor
+        self.route = route
+        self._queue: list[Command] = []
+        self._wake = asyncio.Event()
+        self.cycle_started: float | None = None  # monotonic start of the cycle in flight (watchdog)
+        self.cycles = 0
+
+    def submit(self, cmd: Command) -> None:
+        self._queue.append(cmd)
+        self._wake.set()
+
+    def stalled(self, limit: float) -> bool:
+        t = self.cycle_started
+        return t is not None and time.monotonic() - t > limit
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        pending = False
+        while True:
+            if not self._queue and not pending:
+                self._wake.clear()
+                await self._wake.wait()
+            cmds, self._queue = self._queue, []
+            self.cycle_started = time.monotonic()
+            try:
+                res = await loop.run_in_executor(self.executor, self.runner.cycle, cmds)
+            except Exception as e:  # noqa: BLE001 - a bug in the cycle itself: fail its streams, keep serving
+                log.exception("engine cycle failed")
+                res = CycleResult(events=[(k, Error(-1, "internal", f"engine cycle failed: {type(e).__name__}: {e}"))
+                                          for k in dict.fromkeys(c.key for c in cmds)])
+            self.cycle_started = None
+            self.cycles += 1
+            pending = res.pending
+            try:
+                self.route(res)
+            except Exception:  # noqa: BLE001 - routing bugs must not stop the engine task
+                log.exception("routing engine results failed")
+
+
+# =========================================================================== connection side (event loop)
+
+
+class Outbox:
+    """Bounded FIFO of outgoing text frames for one client.
+
+    A droppable message (a partial) replaces a droppable one still waiting at
+    the tail, so a slow reader gets the newest partial, never a backlog of
+    stale ones.  :meth:`put` returns False when the queue is full (the caller
+    disconnects that client).  :meth:`close` queues the final close after
+    everything already queued.
+    """
+
+    def __init__(self, capacity: int):
+        self.capacity = capacity
+        self._items: deque[str] = deque()
+        self._tail_droppable = False
+        self._close: Close | None = None
+        self._event = asyncio.Event()
+        self.dropped = 0
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def put(self, text: str, droppable: bool = False) -> bool:
+        if self._close is not None:
+            return True  # closing: late messages are discarded
+        if droppable and self._items and self._tail_droppable:
+            self._items[-1] = text
+            self.dropped += 1
+            return True
+        if len(self._items) >= self.capacity:
+            return False
+        self._items.append(text)
+        self._tail_droppable = droppable
+        self._event.set()
+        return True
+
+    def close(self, code: int, reason: str) -> None:
+        if self._close is None:
+            self._close = Close(code, reason)
+            self._event.set()
+
+    async def get(self) -> str | Close:
+        while True:
+            if self._items:
+                item = self._items.popleft()
+                if not self._items:
+                    self._tail_droppable = False
+                return item
+            if self._close is not None:
+                return self._close
+            self._event.clear()
+            await self._event.wait()
+
+
+class Conn:
+    """One websocket client: protocol session, outbox, sender task, engine key."""
+
+    def __init__(self, app: "App", ws: ServerConnection, key: int, proto: V1Session | VoskSession | None):
+        self.app = app
+        self.ws = ws
+        self.key = key
+        self.proto = proto
+        self.outbox = Outbox(app.config.limits.outbox_messages)
+        self.sender: asyncio.Task | None = None
+        self.aborted = False
+
+    def start(self) -> None:
+        self.sender = asyncio.get_running_loop().create_task(self._send_loop())
+
+    async def _send_loop(self) -> None:
+        try:
+            while True:
+                item = await self.outbox.get()
+                if isinstance(item, Close):
+                    await self.ws.close(item.code, item.reason)
+                    return
+                await self.ws.send(item)
+        except ConnectionClosed:
+            return
+
+    def send(self, message: dict, droppable: bool = False) -> None:
+        if message.get("type") == "error":
+            self.app.metrics.errors.labels(message.get("code", "?")).inc()
+        before = self.outbox.dropped
+        if not self.outbox.put(json.dumps(message), droppable):
+            self.abort("slow_consumer", f"client is not reading: {self.outbox.capacity} messages queued")
+        self.app.metrics.dropped_partials.inc(self.outbox.dropped - before)
+
+    def abort(self, code: str, message: str) -> None:
+        """Disconnect at once (slow consumer): the sender may be stuck writing to this client."""
+        if self.aborted:
+            return
+        self.aborted = True
+        log.warning("closing connection %s: %s", self.key, message)
+        self.app.metrics.errors.labels(code).inc()
+        if self.proto is not None:
+            self.proto.fail(code, message)  # marks the session closed
+        self.app.submit(Command("close", self.key))
+        if self.sender is not None:
+            self.sender.cancel()
+        asyncio.get_running_loop().create_task(self.ws.close(CLOSE_CODES[code], code))
+
+    def perform(self, actions: list[Action]) -> None:
+        """Execute a protocol session's actions, in order."""
+        for a in actions:
+            if self.aborted:
+                return
+            if isinstance(a, Send):
+                self.send(a.message, a.droppable)
+            elif isinstance(a, Audio):
+                self.app.submit(Command("audio", self.key, (a.data, a.fmt), ack=a.ack))
+            elif isinstance(a, Open):
+                self.app.submit(Command("open", self.key, a.options))
+            elif isinstance(a, Reset):
+                self.app.submit(Command("reset", self.key))
+            elif isinstance(a, Finish):
+                self.app.submit(Command("finish", self.key))
+            elif isinstance(a, Close):
+                self.outbox.close(a.code, a.reason)
+                self.app.submit(Command("close", self.key))
+
+    # route targets for engine results
+    def on_opened(self, error: str | None) -> None:
+        self.perform(self.proto.opened(error))
+
+    def on_event(self, ev: Event) -> None:
+        self.perform(self.proto.event(ev))
+
+    def on_applied(self, n: int) -> None:
+        if isinstance(self.proto, VoskSession):
+            self.perform(self.proto.applied(n))
+
+
+class MicStream:
+    """The daemon's microphone stream: its events go to every ``/v1/events`` subscriber."""
+
+    def __init__(self, app: "App", key: int):
+        self.app = app
+        self.key = key
+        self.done = asyncio.Event()
+
+    def on_opened(self, error: str | None) -> None:
+        if error is not None:
+            self.app.broadcast({"type": "error", "code": "mic_error", "message": f"microphone stream: {error}"})
+            self._end()
+
+    def on_event(self, ev: Event) -> None:
+        msg = ev.to_wire()
+        self.app.broadcast(msg, droppable=msg["type"] == "partial")
+        if isinstance(ev, Done) or (isinstance(ev, Error) and ev.fatal):
+            self._end()
+
+    def _end(self) -> None:
+        self.done.set()
+        self.app.mics.pop(self.key, None)
+        self.app._update_gauge()
+
+    def on_applied(self, n: int) -> None:
+        pass
+
+
+async def _discard(ws: ServerConnection) -> None:
+    """Read and drop messages until the connection is closed."""
+    try:
+        while True:
+            await ws.recv()
+    except ConnectionClosed:
+        return
+
+
+# =========================================================================== the application
+
+
+@dataclass
+class _ReqInfo:
+    route: str  # v1 | vosk | events
+    authorized: bool
+
+
+class App:
+    """One ``streamd serve`` instance: listeners, engine, connections, lifecycle.
+
+    ``recognizer``: an already built Recognizer; otherwise ``loader()`` (or
+    ``Recognizer.from_checkpoint(model_path, config.engine)``) builds it in the
+    worker thread after the listeners are up (``/readyz`` answers 503 and new
+    streams get ``loading`` meanwhile).  ``mic_factory(config.mic)`` builds
+    the capture (:class:`streamd.mic.MicCapture`: ``start()``, ``sample_rate``,
+    ``async blocks()`` of float32 mono samples) when ``config.mic.enabled``.
+    ``tokens`` default to ``auth.tokens`` plus ``auth.token_file``.
+
+    ``async with App(...) as app`` starts it and drains it on exit; ``app.port``
+    / ``app.vosk_port`` are the bound ports (useful with port 0).
+    """
+
+    def __init__(self, config: AppConfig, recognizer: Any = None, model_path: str | None = None,
+                 mic_factory: Callable[[Any], Any] | None = None, notifier: Notifier | None = None,
+                 tokens: tuple[str, ...] | None = None, loader: Callable[[], Any] | None = None):
+        self.config = config
+        self.rec = recognizer
+        self.model_path = model_path
+        self.loader = loader
+        self.mic_factory = mic_factory
+        self.notifier = notifier or Notifier(None)
+        self.tokens = load_tokens(config.auth) if tokens is None else tuple(tokens)
+        self.metrics = Metrics()
+        self.web_root = Path(config.server.web_root) if config.server.web_root else default_web_root()
+        self.executor = ThreadPoolExecutor(1, thread_name_prefix="streamd-engine")
+        self.loading = True
+        self.draining = False
+        self.model_info: dict = {}
+        self.conns: dict[int, Conn] = {}
+        self.conn_done: dict[int, asyncio.Event] = {}
+        self.subscribers: set[Conn] = set()
+        self.mics: dict[int, MicStream] = {}  # microphone streams not yet done (a retry opens a new one)
+        self.batcher: Batcher | None = None
+        self._keys = itertools.count(1)
+        self._tasks: list[asyncio.Task] = []
+        self._mic_task: asyncio.Task | None = None
+        self.servers: list[Server] = []
+        self.port: int | None = None
+        self.vosk_port: int | None = None
+
+    # ------------------------------------------------------------------ plumbing
+
+    def submit(self, cmd: Command) -> None:
+        if self.batcher is not None:
+            self.batcher.submit(cmd)
+
+    def _targets(self) -> dict[int, Any]:
+        t: dict[int, Any] = dict(self.conns)
+        t.update(self.mics)
+        return t
+
+    def _route(self, res: CycleResult) -> None:
+        targets = self._targets()
+        for key, err in res.opened:
+            if key in targets:
+                targets[key].on_opened(err)
+        for key, ev in res.events:
+            if isinstance(ev, WakeWord):
+                self.metrics.wake_events.labels(ev.keyword).inc()
+            if key in targets:
+                targets[key].on_event(ev)
+        for key, n in res.acks.items():
+            if key in targets:
+                targets[key].on_applied(n)
+        for batch, seconds, audio in res.steps:
+            self.metrics.record_step(batch, seconds, audio)
+        if res.audio_seconds:
+            self.metrics.audio_seconds.inc(res.audio_seconds)
+
+    def broadcast(self, message: dict, droppable: bool = False) -> None:
+        for sub in list(self.subscribers):
+            sub.send(message, droppable)
+
+    def _update_gauge(self) -> None:
+        self.metrics.active_streams.set(len(self.conns) + len(self.mics))
+
+    # ------------------------------------------------------------------ HTTP
+
+    def _respond(self, conn: ServerConnection, status: int, body: bytes, ctype: str) -> Response:
+        r = conn.respond(status, "")
+        r.body = body
+        del r.headers["Content-Length"]
+        del r.headers["Content-Type"]
+        r.headers["Content-Length"] = str(len(body))
+        r.headers["Content-Type"] = ctype
+        r.headers["Cache-Control"] = "no-cache"
+        return r
+
+    def _ws_request(self, conn: ServerConnection, request: Request, route: str) -> Response | None:
+        origin = request.headers.get("Origin")
+        if not origin_ok(origin, request.headers.get("Host"), self.config.auth.allowed_origins):
+            self.metrics.errors.labels("origin_not_allowed").inc()
+            return conn.respond(403, f"origin {origin!r} is not allowed (auth.allowed_origins)\n")
+        given = bearer_token(request.headers, request.path)
+        conn.streamd = _ReqInfo(route, token_ok(given, self.tokens))  # type: ignore[attr-defined]
+        return None
+
+    async def _http(self, conn: ServerConnection, request: Request) -> Response | None:
+        """process_request of the main port: websocket routes pass, HTTP routes answer."""
+        path = urlsplit(request.path).path
+        if path in (V1_PATH, VOSK_PATH, EVENTS_PATH):
+            return self._ws_request(conn, request, {V1_PATH: "v1", VOSK_PATH: "vosk", EVENTS_PATH: "events"}[path])
+        if path == "/healthz":
+            return conn.respond(200, "ok\n")
+        if path == "/readyz":
+            if self.loading:
+                return conn.respond(503, "loading\n")
+            if self.draining:
+                return conn.respond(503, "draining\n")
+            return conn.respond(200, "ready\n")
+        if path == "/metrics":
+            return self._respond(conn, 200, self.metrics.render(), CONTENT_TYPE)
+        file = self._static_file(path)
+        if file is None:
+            return conn.respond(404, f"not found: {path}\n")
+        body = await asyncio.to_thread(file.read_bytes)
+        ctype = mimetypes.guess_type(file.name)[0] or "application/octet-stream"
+        if ctype.startswith("text/") or ctype in ("application/javascript", "application/json"):
+            ctype += "; charset=utf-8"
+        return self._respond(conn, 200, body, ctype)
+
+    async def _vosk_http(self, conn: ServerConnection, request: Request) -> Response | None:
+        """process_request of the Vosk port: every path is the Vosk protocol."""
+        return self._ws_request(conn, request, "vosk")
+
+    def _static_file(self, path: str) -> Path | None:
+        root = self.web_root.resolve()
+        if not root.is_dir():
+            return None
+        rel = unquote(path).lstrip("/") or "index.html"
+        try:
+            p = (root / rel).resolve()
+            if p != root and root not in p.parents:
+                return None  # path traversal
+            if p.is_dir():
+                p = p / "index.html"
+            return p if p.is_file() else None
+        except (OSError, ValueError):  # e.g. an encoded NUL byte
+            return None
+
+    # ------------------------------------------------------------------ websocket handlers
+
+    def _refusal(self, info: _ReqInfo, count: int) -> tuple[str, str] | None:
+        if not info.authorized:
+            return ("unauthorized", "missing or invalid token: send 'Authorization: Bearer TOKEN' or ?token=TOKEN")
+        if self.draining:
+            return ("shutting_down", "server is shutting down; no new streams")
+        if self.loading:
+            return ("loading", "the model is still loading; try again shortly")
+        if count >= self.config.limits.max_streams:
+            return ("too_many_streams", f"server is at its limit of {self.config.limits.max_streams} "
+                                        "concurrent streams; try again later")
+        return None
+
+    async def _refuse(self, ws: ServerConnection, code: str, message: str) -> None:
+        self.metrics.errors.labels(code).inc()
+        try:
+            await ws.send(json.dumps({"type": "error", "code": code, "message": message}))
+            await ws.close(CLOSE_CODES[code], code)
+        except ConnectionClosed:
+            pass
+
+    async def _handler(self, ws: ServerConnection) -> None:
+        info: _ReqInfo = getattr(ws, "streamd", _ReqInfo("vosk", False))
+        self.metrics.connections.labels(info.route).inc()
+        if info.route == "events":
+            await self._serve_events(ws, info)
+            return
+        refusal = self._refusal(info, len(self.conns))
+        if refusal:
+            await self._refuse(ws, *refusal)
+            return
+        key = next(self._keys)
+        if info.route == "v1":
+            dec = self.rec.config.decoding
+            proto: V1Session | VoskSession = V1Session(secrets.token_hex(8), self.config.limits, self.model_info,
+                                                       dec.method, dec.beam)
+        else:
+            proto = VoskSession(self.config.limits, self.config.server.vosk_sample_rate)
+        conn = Conn(self, ws, key, proto)
+        self.conns[key] = conn
+        done = self.conn_done[key] = asyncio.Event()
+        self._update_gauge()
+        conn.start()
+        try:
+            if await self._read_loop(conn):
+                # input is over (eof, error, draining): keep reading and discarding, or a client that is
+                # still sending would block the closing handshake until close_timeout
+                rest = asyncio.ensure_future(_discard(ws))
+                await asyncio.wait({conn.sender, rest}, return_when=asyncio.FIRST_COMPLETED)
+                rest.cancel()
+        finally:
+            if not conn.sender.done():
+                conn.sender.cancel()
+            self.submit(Command("close", key))
+            del self.conns[key]
+            self.conn_done.pop(key, None)
+            done.set()
+            self._update_gauge()
+
+    async def _read_loop(self, conn: Conn) -> bool:
+        """Feed client messages to the session until its input closes; False if the client went away."""
+        ws, proto = conn.ws, conn.proto
+        idle = self.config.limits.idle_timeout or None
+        while not proto.input_closed and not conn.aborted:
+            try:
+                msg = await asyncio.wait_for(ws.recv(), idle)
+            except asyncio.TimeoutError:
+                conn.perform(proto.timeout())
+                continue
+            except ConnectionClosed:
+                return False
+            conn.perform(proto.receive(msg, time.monotonic()))
+        return True
+
+    async def _serve_events(self, ws: ServerConnection, info: _ReqInfo) -> None:
+        refusal = self._refusal(info, len(self.subscribers))
+        if refusal is None and not self.config.mic.enabled:
+            refusal = ("no_mic", "no microphone stream: start the server with --mic (mic.enabled)")
+        if refusal:
+            await self._refuse(ws, *refusal)
+            return
+        sub = Conn(self, ws, -1, None)
+        self.subscribers.add(sub)
+        sub.start()
+        try:
+            async for _ in ws:  # server-to-client only: client messages are ignored
+                pass
+        except ConnectionClosed:
+            pass
+        finally:
+            self.subscribers.discard(sub)
+            if not sub.sender.done():
+                sub.sender.cancel()
+
+    # ------------------------------------------------------------------ microphone
+
+    async def _run_mic(self) -> None:
+        """Capture -> one engine stream; after a capture error, retry as a new stream every retry_seconds."""
+        mcfg = self.config.mic
+        while True:
+            key = None
+            ended = False
+            try:
+                capture = self.mic_factory(mcfg)
+                capture.start()  # the actual rate is known once started
+                key = next(self._keys)
+                self.mics[key] = MicStream(self, key)
+                self._update_gauge()
+                self.submit(Command("open", key, {"sample_rate": int(capture.sample_rate),
+                                                  "partials": mcfg.partials, "keywords": mcfg.keywords}))
+                async for block in capture.blocks():
+                    self.submit(Command("samples", key, np.asarray(block, dtype=np.float32).reshape(-1)))
+                ended = True
+            except asyncio.CancelledError:
+                ended = True  # draining
+            except Exception as e:  # noqa: BLE001 - MicError (no device, device lost) or a broken source
+                log.error("microphone: %s", e)
+                self.broadcast({"type": "error", "code": "mic_error", "message": f"microphone: {e}"})
+                self.metrics.errors.labels("mic_error").inc()
+            finally:
+                if key is not None:
+                    self.submit(Command("finish", key))
+            if ended or not mcfg.retry_seconds or self.draining:
+                return
+            await asyncio.sleep(mcfg.retry_seconds)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        """Listen, load the model (readyz 503 meanwhile), start the batcher; READY=1."""
+        cfg = self.config
+        s, lim = cfg.server, cfg.limits
+        ssl_ctx = make_ssl_context(cfg.tls)
+        common = dict(max_size=max(2 * lim.max_message_bytes, 2 * lim.max_text_bytes),
+                      open_timeout=lim.open_timeout or None, ping_interval=s.ping_interval or None,
+                      ping_timeout=s.ping_timeout or None, close_timeout=s.close_timeout, compression=None,
+                      ssl=ssl_ctx)
+        main = await serve(self._handler, s.host, s.port, process_request=self._http, **common)
+        self.servers.append(main)
+        self.port = main.sockets[0].getsockname()[1]
+        scheme = "wss" if ssl_ctx else "ws"
+        log.info("listening on %s://%s:%d (v1: %s, vosk: %s, events: %s)", scheme, s.host, self.port,
+                 V1_PATH, VOSK_PATH, EVENTS_PATH)
+        if s.vosk_port is not None:
+            vs = await serve(self._handler, s.host, s.vosk_port, process_request=self._vosk_http, **common)
+            self.servers.append(vs)
+            self.vosk_port = vs.sockets[0].getsockname()[1]
+            log.info("vosk listening on %s://%s:%d (every path)", scheme, s.host, self.vosk_port)
+        loop = asyncio.get_running_loop()
+        if self.rec is None:
+            loader = self.loader
+            if loader is None:
+                from ..engine import Recognizer
+
+                log.info("loading model %s", self.model_path)
+                loader = functools.partial(Recognizer.from_checkpoint, self.model_path, cfg.engine)
+            self.rec = await loop.run_in_executor(self.executor, loader)
+        runner = await loop.run_in_executor(self.executor, EngineRunner, self.rec, s.max_steps_per_cycle)
+        self.model_info = runner.model_info
+        self.batcher = Batcher(runner, self.executor, self._route)
+        self._tasks.append(loop.create_task(self.batcher.run()))
+        self.loading = False
+        log.info("ready: model %s on %s", self.model_info.get("name"), self.model_info.get("device"))
+        self.notifier.ready(f"ready on port {self.port}")
+        interval = watchdog_interval()
+        if interval and self.notifier.enabled:
+            self._tasks.append(loop.create_task(
+                self.notifier.watchdog_loop(interval, lambda: not self.batcher.stalled(2 * interval))))
+        if cfg.mic.enabled:
+            if self.mic_factory is None:
+                raise ConfigError("mic.enabled: no microphone capture available")
+            self._mic_task = loop.create_task(self._run_mic())
+
+    async def shutdown(self) -> None:
+        """Drain: refuse new streams, finish every live one (finals, done), then close within the grace."""
+        if self.draining:
+            return
+        self.draining = True
+        self.notifier.stopping("draining")
+        grace = self.config.server.grace_seconds
+        log.info("draining %d streams (grace %.1f s)", len(self.conns), grace)
+        deadline = time.monotonic() + grace
+        if self._mic_task is not None:
+            self._mic_task.cancel()
+        for conn in list(self.conns.values()):
+            conn.perform(conn.proto.shutdown())
+        waits = [asyncio.ensure_future(e.wait()) for e in self.conn_done.values()]
+        waits += [asyncio.ensure_future(m.done.wait()) for m in self.mics.values()]
+        if waits:
+            _, pending = await asyncio.wait(waits, timeout=max(0.0, deadline - time.monotonic()))
+            for w in pending:
+                w.cancel()
+            if pending:
+                log.warning("grace period over: closing %d streams", len(self.conns))
+        for sub in list(self.subscribers):
+            sub.outbox.close(1001, "shutting_down")
+        await self.close()
+
+    async def close(self) -> None:
+        """Stop listening, close what is left (1001), stop the batcher and the worker thread."""
+        for srv in self.servers:
+            srv.close()  # what is left after the grace: 1001 going away
+        for srv in self.servers:
+            try:
+                await asyncio.wait_for(srv.wait_closed(), self.config.server.close_timeout + 1)
+            except asyncio.TimeoutError:
+                log.warning("some connections did not close in time")
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks.clear()
+        await asyncio.get_running_loop().run_in_executor(None, self.executor.shutdown)
+        self.notifier.close()
+        log.info("stopped")
+
+    async def __aenter__(self) -> "App":
+        try:
+            await self.start()
+        except BaseException:
+            await self.close()
+            raise
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.shutdown()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Serve until ``stop`` is set, then drain gracefully."""
+        try:
+            await self.start()
+        except BaseException:
+            await self.close()
+            raise
+        await stop.wait()
+        await self.shutdown()
+
+
+# =========================================================================== configuration and commands
+
+
+def resolve_config(path: str | None, flags: Mapping[str, Any] | None = None,
+                   env: Mapping[str, str] | None = None) -> AppConfig:
+    """YAML file (or defaults), then environment (STREAMD_HOST/PORT/MODEL/DEVICE), then flags.
+
+    ``flags`` keys: host, port, model, device, vosk_port, mic, mic_device (None = not given).
+    Errors are ConfigError naming the key path, variable or flag.
+    """
+    env = os.environ if env is None else env
+    flags = dict(flags or {})
+    cfg = load_yaml(path, AppConfig) if path else AppConfig()
+    server, engine, mic = cfg.server, cfg.engine, cfg.mic
+
+    def put(obj, name, value, source):
+        try:
+            return dataclasses.replace(obj, **{name: value})
+        except (ConfigError, TypeError) as e:
+            raise ConfigError(f"{source}: {e}") from None
+
+    def env_int(name):
+        v = env.get(name)
+        if not v:
+            return None
+        try:
+            return int(v)
+        except ValueError:
+            raise ConfigError(f"{name}: expected an integer, got {v!r}") from None
+
+    for var, section, name, conv in (("STREAMD_HOST", "server", "host", str), ("STREAMD_PORT", "server", "port", None),
+                                     ("STREAMD_MODEL", "engine", "model", str),
+                                     ("STREAMD_DEVICE", "engine", "device", str)):
+        value = env_int(var) if conv is None else env.get(var) or None
+        if value is None:
+            continue
+        if section == "server":
+            server = put(server, name, value, var)
+        else:
+            engine = put(engine, name, value, var)
+    for flag, name in (("host", "host"), ("port", "port"), ("vosk_port", "vosk_port")):
+        if flags.get(flag) is not None:
+            server = put(server, name, flags[flag], "--" + flag.replace("_", "-"))
+    for flag in ("model", "device"):
+        if flags.get(flag) is not None:
+            engine = put(engine, flag, flags[flag], f"--{flag}")
+    if flags.get("mic"):
+        mic = put(mic, "enabled", True, "--mic")
+    if flags.get("mic_device") is not None:
+        d = flags["mic_device"]
+        mic = put(mic, "device", int(d) if str(d).isdigit() else d, "--mic-device")
+    return dataclasses.replace(cfg, server=server, engine=engine, mic=mic)
+
+
+def load_tokens(auth: AuthConfig) -> tuple[str, ...]:
+    """``auth.tokens`` plus the non-empty, non-comment lines of ``auth.token_file``."""
+    tokens = list(auth.tokens)
+    if auth.token_file:
+        try:
+            lines = Path(auth.token_file).read_text(encoding="utf-8").splitlines()
+        except OSError as e:
+            raise ConfigError(f"auth.token_file: cannot read {auth.token_file!r}: {e.strerror or e}") from None
+        for i, line in enumerate(lines, 1):
+            t = line.strip()
+            if t and not t.startswith("#"):
+                if len(t) < 8:
+                    raise ConfigError(f"auth.token_file: line {i}: token shorter than 8 characters")
+                tokens.append(t)
+    return tuple(tokens)
+
+
+def make_ssl_context(tls: TlsConfig) -> ssl.SSLContext | None:
+    """Server TLS context from ``tls.cert`` / ``tls.key`` (None when TLS is off)."""
+    if not tls.enabled:
+        return None
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    for name, p in (("cert", tls.cert), ("key", tls.key)):
+        if not Path(p).is_file():
+            raise ConfigError(f"tls.{name}: no such file {p!r}")
+    try:
+        ctx.load_cert_chain(tls.cert, tls.key)
+    except (ssl.SSLError, OSError) as e:
+        raise ConfigError(f"tls.cert: cannot load certificate {tls.cert!r} / key {tls.key!r}: {e}") from None
+    return ctx
+
+
+def check_app_config(cfg: AppConfig) -> None:
+    """Checks that need the file system (token file, TLS files)."""
+    load_tokens(cfg.auth)
+    make_ssl_context(cfg.tls)
+
+
+def _mic_factory():
+    try:
+        from ..mic import MicCapture
+    except ImportError as e:
+        raise ConfigError(f"--mic: microphone capture is unavailable ({e}); install the 'mic' extra") from None
+    return lambda m: MicCapture(m.device, m.sample_rate, m.block_seconds)
+
+
+def cmd_serve(args: Any) -> int:
+    """``streamd serve``: run the daemon until SIGTERM/SIGINT, then drain; 0 on a clean stop."""
+    import signal
+
+    from ..cli import default_model_path
+
+    env = os.environ
+    cfg = resolve_config(args.config or env.get("STREAMD_CONFIG") or None,
+                         {"host": args.host, "port": args.port, "model": args.model, "device": args.device,
+                          "vosk_port": args.vosk_port, "mic": args.mic, "mic_device": args.mic_device}, env)
+    logging.basicConfig(level=cfg.server.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    model = cfg.engine.model or str(default_model_path())
+    if not Path(model).is_file():
+        what = f"model {model!r} not found" if cfg.engine.model else f"no default model at {model}"
+        raise SystemExit(f"streamd serve: {what}; pass --model PATH or set STREAMD_MODEL (or engine.model)")
+    tokens = load_tokens(cfg.auth)
+    make_ssl_context(cfg.tls)  # fail before listening
+    mic_factory = _mic_factory() if cfg.mic.enabled else None
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        app = App(cfg, model_path=model, mic_factory=mic_factory, notifier=Notifier.from_env(), tokens=tokens)
+        await app.run(stop)
+
+    asyncio.run(main())
+    return 0
+
+
+def cmd_check_config(args: Any) -> int:
+    """``streamd check-config FILE``: OK (exit 0) or the error with its key path (exit 2)."""
+    import sys
+
+    import yaml
+
+    try:
+        check_app_config(load_yaml(args.file, AppConfig))
+    except (ConfigError, OSError, yaml.YAMLError) as e:
+        print(f"{args.file}: {e}", file=sys.stderr)
+        return 2
+    print("OK")
+    return 0

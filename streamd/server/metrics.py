@@ -1,0 +1,50 @@
+"""Prometheus metrics of one server instance (``GET /metrics``).
+
+Each :class:`Metrics` owns a dedicated ``CollectorRegistry``, so several
+servers in one process (tests) never share or collide on series.  All names
+start with ``streamd_``; docs/protocol.md lists them.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+__all__ = ["Metrics", "CONTENT_TYPE"]
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+
+class Metrics:
+    """Counters, gauges and histograms updated by the I/O layer (event-loop thread)."""
+
+    def __init__(self) -> None:
+        r = self.registry = CollectorRegistry()
+        self.active_streams = Gauge("streamd_active_streams", "Live recognition streams (v1, vosk, mic)",
+                                    registry=r)
+        self.connections = Counter("streamd_connections", "Websocket connections accepted, by route",
+                                   ["route"], registry=r)
+        self.audio_seconds = Counter("streamd_audio_seconds", "Seconds of audio accepted into streams",
+                                     registry=r)
+        self.rtf = Gauge("streamd_real_time_factor",
+                         "Compute seconds per second of audio decoded, last batch step", registry=r)
+        self.batch_size = Histogram("streamd_batch_size", "Streams per batch step",
+                                    buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512), registry=r)
+        self.step_seconds = Histogram("streamd_step_seconds", "Wall time of one batch step",
+                                      buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
+                                      registry=r)
+        self.wake_events = Counter("streamd_wake_events", "Wake-word detections", ["keyword"], registry=r)
+        self.errors = Counter("streamd_errors", "Error events sent to clients, by code", ["code"], registry=r)
+        self.dropped_partials = Counter("streamd_dropped_partials",
+                                        "Partials replaced by a newer one before a slow client read them",
+                                        registry=r)
+
+    def record_step(self, batch: int, seconds: float, audio_seconds: float) -> None:
+        self.batch_size.observe(batch)
+        self.step_seconds.observe(seconds)
+        if audio_seconds > 0:
+            self.rtf.set(seconds / audio_seconds)
+
+    def render(self) -> bytes:
+        """Prometheus text exposition format."""
+        return generate_latest(self.registry)

@@ -1,0 +1,394 @@
+"""Sans-I/O core of the v1 streaming protocol (``/v1/stream``) and shared limits.
+
+No sockets, no asyncio, no clock: the I/O layer (:mod:`streamd.server.app`)
+feeds each connection's :class:`V1Session` with what it received (text or
+bytes, plus ``now`` from its monotonic clock) and with engine events, and
+executes the *actions* the session returns, in order:
+
+* :class:`Send`   a JSON text frame to the client (``droppable`` partials may
+  be coalesced by a slow client's outbox);
+* :class:`Open`   create the engine stream with these options;
+* :class:`Audio`  PCM bytes for the engine stream;
+* :class:`Reset` / :class:`Finish`  close the segment / end the stream;
+* :class:`Close`  close the websocket with this code (after the sends before it).
+
+Every protocol error becomes ``[Send(error), Close(code)]`` where the close
+code comes from :data:`CLOSE_CODES`; the session is then closed and ignores
+further input.  Limits are enforced here (message sizes, the audio rate token
+bucket); time only enters through the ``now`` arguments.  docs/protocol.md is
+the user-facing description of every message, field and code.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import math
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
+from urllib.parse import parse_qs, urlsplit
+
+from ..audio.pcm import MAX_SAMPLE_RATE, MIN_SAMPLE_RATE, SUPPORTED_FORMATS
+from ..config import LimitsConfig
+from ..events import Done, Error, Event, Final, Partial, WakeWord
+
+__all__ = [
+    "CLOSE_CODES", "SAMPLE_WIDTH", "Send", "Open", "Audio", "Reset", "Finish", "Close", "Action",
+    "ProtocolError", "TokenBucket", "V1Session", "error_actions", "parse_json_object", "check_sample_rate_field",
+    "bearer_token", "token_ok", "origin_ok",
+]
+
+SAMPLE_WIDTH = {"s16le": 2, "f32le": 4}
+
+# error code -> websocket close code (RFC 6455 section 7.4.1)
+CLOSE_CODES: dict[str, int] = {
+    "bad_json": 1008,  # policy violation: not our protocol
+    "bad_message": 1008,
+    "bad_request": 1008,  # engine: e.g. audio after the end of the stream
+    "bad_format": 1003,  # unsupported data
+    "bad_sample_rate": 1003,
+    "bad_audio": 1003,
+    "binary_before_start": 1003,
+    "too_large": 1009,  # message too big
+    "rate_limited": 1008,
+    "idle_timeout": 1008,
+    "unauthorized": 1008,
+    "slow_consumer": 1008,
+    "no_mic": 1008,
+    "mic_error": 1011,
+    "internal": 1011,  # internal error
+    "shutting_down": 1001,  # going away
+    "too_many_streams": 1013,  # try again later
+    "loading": 1013,
+}
+
+
+@dataclass(frozen=True)
+class Send:
+    """Send ``message`` as one JSON text frame; ``droppable``: a newer one may replace it."""
+
+    message: dict
+    droppable: bool = False
+
+
+@dataclass(frozen=True)
+class Open:
+    """Create the engine stream (``options``: StreamOptions fields)."""
+
+    options: dict
+
+
+@dataclass(frozen=True)
+class Audio:
+    """PCM bytes (``fmt``) for the engine stream; ``ack``: the session wants :meth:`applied` called."""
+
+    data: bytes
+    fmt: str
+    ack: bool = False
+
+
+@dataclass(frozen=True)
+class Reset:
+    """Close the open segment (a Final follows)."""
+
+
+@dataclass(frozen=True)
+class Finish:
+    """No more audio: decode the tail, Final, Done."""
+
+
+@dataclass(frozen=True)
+class Close:
+    """Close the websocket with ``code`` / ``reason`` once earlier sends are out."""
+
+    code: int
+    reason: str
+
+
+Action = Send | Open | Audio | Reset | Finish | Close
+
+
+class ProtocolError(Exception):
+    """A client mistake: ``code`` (see :data:`CLOSE_CODES`) and a message saying exactly what was wrong."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def error_actions(code: str, message: str) -> list[Action]:
+    """The error event then the close that fits ``code`` (the reason is the code itself)."""
+    return [Send({"type": "error", "code": code, "message": message}), Close(CLOSE_CODES.get(code, 1011), code)]
+
+
+def parse_json_object(text: str) -> dict:
+    """A text frame as a JSON object, or ProtocolError(bad_json / bad_message)."""
+    try:
+        obj = json.loads(text)
+    except (ValueError, RecursionError) as e:
+        raise ProtocolError("bad_json", f"text message is not valid JSON: {e}") from None
+    if not isinstance(obj, dict):
+        raise ProtocolError("bad_message", f"text message must be a JSON object, got {type(obj).__name__}")
+    return obj
+
+
+def check_sample_rate_field(value: Any, name: str = "sample_rate") -> int:
+    """An integer sample rate in 8000..48000 (integral floats such as 16000.0 accepted)."""
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not MIN_SAMPLE_RATE <= value <= MAX_SAMPLE_RATE:
+        raise ProtocolError("bad_sample_rate",
+                            f"{name} must be an integer {MIN_SAMPLE_RATE}..{MAX_SAMPLE_RATE}, got {value!r}")
+    return value
+
+
+# --------------------------------------------------------------------------- limits
+
+
+@dataclass
+class TokenBucket:
+    """Audio-rate limit: ``rate`` seconds of audio per second of wall time, ``capacity`` seconds of burst.
+
+    ``rate`` 0 means unlimited.  The bucket starts full.
+    """
+
+    rate: float
+    capacity: float
+    tokens: float = math.nan
+    last: float | None = None
+
+    def __post_init__(self) -> None:
+        if math.isnan(self.tokens):
+            self.tokens = self.capacity
+
+    def take(self, amount: float, now: float) -> bool:
+        """Spend ``amount`` seconds of audio at time ``now``; False (nothing spent) if over the limit."""
+        if self.rate <= 0:
+            return True
+        if self.last is not None:
+            self.tokens = min(self.capacity, self.tokens + (now - self.last) * self.rate)
+        self.last = now
+        if amount > self.tokens:
+            return False
+        self.tokens -= amount
+        return True
+
+
+def bearer_token(headers: Mapping[str, str], path: str) -> str | None:
+    """The client's token: ``Authorization: Bearer T`` header, else the ``?token=T`` query parameter."""
+    auth = headers.get("Authorization")
+    if auth:
+        scheme, _, value = auth.strip().partition(" ")
+        if scheme.lower() == "bearer" and value.strip():
+            return value.strip()
+    query = parse_qs(urlsplit(path).query)
+    vals = query.get("token")
+    return vals[0] if vals else None
+
+
+def token_ok(given: str | None, accepted: Iterable[str]) -> bool:
+    """Constant-time comparison against every accepted token (no tokens configured: always ok)."""
+    accepted = list(accepted)
+    if not accepted:
+        return True
+    if given is None:
+        return False
+    g = given.encode()
+    ok = False
+    for t in accepted:
+        ok |= hmac.compare_digest(g, t.encode())
+    return ok
+
+
+def origin_ok(origin: str | None, host: str | None, allowed: Iterable[str]) -> bool:
+    """Origin allow-list: no Origin header (not a browser) passes; ``*`` any; ``self`` same host:port."""
+    if origin is None:
+        return True
+    for a in allowed:
+        if a == "*" or a == origin:
+            return True
+        if a == "self" and host and urlsplit(origin).netloc.lower() == host.lower():
+            return True
+    return False
+
+
+# --------------------------------------------------------------------------- v1 session
+
+START_FIELDS = ("type", "sample_rate", "format", "method", "beam", "partials", "keywords", "endpointing")
+
+
+class V1Session:
+    """One ``/v1/stream`` connection: start -> ready, audio, reset, eof -> final, done, close 1000.
+
+    States: ``await_start`` -> ``streaming`` (after a valid start) -> ``ending``
+    (eof received or server draining: input closed) -> ``closed`` (Close emitted).
+    """
+
+    def __init__(self, session_id: str, limits: LimitsConfig, model_info: Mapping[str, Any],
+                 default_method: str = "greedy", default_beam: int = 4):
+        self.session_id = session_id
+        self.limits = limits
+        self.model_info = dict(model_info)
+        self.methods = tuple(model_info.get("methods", ()))
+        self.default_method = default_method
+        self.default_beam = default_beam
+        self.state = "await_start"
+        self.options: dict[str, Any] = {}
+        self.format = "s16le"
+        self.sample_rate = 16000
+        self.bucket = TokenBucket(limits.max_realtime, limits.burst_seconds)
+        self.audio_seconds = 0.0
+        self._shutdown = False
+
+    @property
+    def input_closed(self) -> bool:
+        """No more client input is expected (eof, server draining, or closed)."""
+        return self.state in ("ending", "closed")
+
+    @property
+    def closed(self) -> bool:
+        return self.state == "closed"
+
+    # ----------------------------------------------------------------- client -> server
+
+    def receive(self, message: str | bytes, now: float) -> list[Action]:
+        """One websocket message from the client at time ``now`` (seconds, any monotonic origin)."""
+        if self.state == "closed":
+            return []
+        if self.state == "ending":
+            return []  # after eof or once the server is draining: ignored (documented)
+        try:
+            if isinstance(message, str):
+                return self._text(message)
+            return self._binary(message, now)
+        except ProtocolError as e:
+            return self.fail(e.code, e.message)
+
+    def _text(self, text: str) -> list[Action]:
+        size = len(text.encode("utf-8", "surrogatepass"))
+        if size > self.limits.max_text_bytes:
+            raise ProtocolError("too_large", f"text message of {size} bytes exceeds max_text_bytes "
+                                             f"({self.limits.max_text_bytes})")
+        obj = parse_json_object(text)
+        kind = obj.get("type")
+        if kind is None:
+            raise ProtocolError("bad_message", "message has no 'type' field (expected start, reset or eof)")
+        if kind == "start":
+            if self.state != "await_start":
+                raise ProtocolError("bad_message", "start sent twice: the stream has already started")
+            return self._start(obj)
+        if kind in ("reset", "eof"):
+            if self.state == "await_start":
+                raise ProtocolError("bad_message", f"{kind} before start: send a start message first")
+            extra = sorted(set(obj) - {"type"})
+            if extra:
+                raise ProtocolError("bad_message", f"{kind}: unknown field {extra[0]!r}")
+            if kind == "reset":
+                return [Reset()]
+            self.state = "ending"
+            return [Finish()]
+        raise ProtocolError("bad_message", f"unknown message type {kind!r} (expected start, reset or eof)")
+
+    def _start(self, obj: dict) -> list[Action]:
+        unknown = sorted(set(obj) - set(START_FIELDS))
+        if unknown:
+            raise ProtocolError("bad_message", f"start: unknown field {unknown[0]!r} (known: "
+                                               f"{', '.join(START_FIELDS[1:])})")
+        rate = check_sample_rate_field(obj.get("sample_rate", 16000))
+        fmt = obj.get("format", "s16le")
+        if fmt not in SUPPORTED_FORMATS:
+            raise ProtocolError("bad_format", f"format must be one of {list(SUPPORTED_FORMATS)}, got {fmt!r}")
+        method = obj.get("method", self.default_method)
+        if method not in self.methods:
+            raise ProtocolError("bad_message", f"method must be one of {list(self.methods)}, got {method!r}")
+        beam = obj.get("beam", self.default_beam)
+        if isinstance(beam, bool) or not isinstance(beam, int) or not 1 <= beam <= 64:
+            raise ProtocolError("bad_message", f"beam must be an integer 1..64, got {beam!r}")
+        flags = {}
+        for name in ("partials", "keywords", "endpointing"):
+            v = obj.get(name, True)
+            if not isinstance(v, bool):
+                raise ProtocolError("bad_message", f"{name} must be true or false, got {v!r}")
+            flags[name] = v
+        self.sample_rate, self.format = rate, fmt
+        self.options = {"sample_rate": rate, "method": method, "beam": beam, **flags}
+        self.state = "streaming"
+        return [Open(dict(self.options))]
+
+    def _binary(self, data: bytes, now: float) -> list[Action]:
+        if self.state == "await_start":
+            raise ProtocolError("binary_before_start",
+                                "binary audio before the start message: send {\"type\": \"start\", ...} first")
+        n = len(data)
+        if n > self.limits.max_message_bytes:
+            raise ProtocolError("too_large", f"binary message of {n} bytes exceeds max_message_bytes "
+                                             f"({self.limits.max_message_bytes})")
+        width = SAMPLE_WIDTH[self.format]
+        if n % width:
+            raise ProtocolError("bad_audio", f"binary message of {n} bytes is not a whole number of "
+                                             f"{width}-byte {self.format} samples")
+        if n == 0:
+            return []
+        seconds = n / width / self.sample_rate
+        if not self.bucket.take(seconds, now):
+            raise ProtocolError("rate_limited",
+                                f"audio arrives faster than {self.limits.max_realtime:g}x real time "
+                                f"(burst of {self.limits.burst_seconds:g} s used up)")
+        self.audio_seconds += seconds
+        return [Audio(bytes(data), self.format)]
+
+    # ----------------------------------------------------------------- engine -> client
+
+    def opened(self, error: str | None = None) -> list[Action]:
+        """The engine created the stream (``error``: why it could not)."""
+        if self.state == "closed":
+            return []
+        if error is not None:
+            return self.fail("bad_message", f"start: {error}")
+        return [Send({"type": "ready", "session": self.session_id, **self.options, "format": self.format,
+                      "model": self.model_info})]
+
+    def event(self, ev: Event) -> list[Action]:
+        """An engine event for this stream -> messages (and the close after Done or a fatal Error)."""
+        if self.state == "closed":
+            return []
+        if isinstance(ev, Partial):
+            return [Send(ev.to_wire(), droppable=True)]
+        if isinstance(ev, (Final, WakeWord)):
+            return [Send(ev.to_wire())]
+        if isinstance(ev, Error):
+            if ev.fatal:
+                return self.fail(ev.code, ev.message)
+            return [Send(ev.to_wire())]
+        if isinstance(ev, Done):
+            self.state = "closed"
+            if self._shutdown:
+                return [Send(ev.to_wire()), Close(1001, "shutting_down")]
+            return [Send(ev.to_wire()), Close(1000, "done")]
+        return []
+
+    # ----------------------------------------------------------------- I/O-layer decisions
+
+    def fail(self, code: str, message: str) -> list[Action]:
+        """Error event then close (idempotent)."""
+        if self.state == "closed":
+            return []
+        self.state = "closed"
+        return error_actions(code, message)
+
+    def timeout(self) -> list[Action]:
+        """No message for ``idle_timeout`` seconds (only counts while input is expected)."""
+        if self.input_closed:
+            return []
+        return self.fail("idle_timeout", f"no message for {self.limits.idle_timeout:g} s (idle_timeout)")
+
+    def shutdown(self) -> list[Action]:
+        """The server is draining: finish the stream with what was received, then close 1001."""
+        if self.state == "await_start":
+            return self.fail("shutting_down", "server is shutting down; no new streams")
+        if self.state == "streaming":
+            self._shutdown = True
+            self.state = "ending"
+            return [Finish()]
+        return []

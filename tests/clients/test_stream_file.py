@@ -1,0 +1,327 @@
+"""clients/stream_file.py and clients/mic_client.py, run as subprocesses like a user would.
+
+Against the real daemon (``streamd serve`` with a tiny model): the finals and
+wake events it prints are exactly what ``transcribe_files`` decodes from the
+same files; concurrency and error exits.  Against a stand-in server (a test
+double with known timing: partials a fixed delay after the audio they cover,
+the final a fixed delay after eof): the latency numbers the client reports.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+import wave
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from helpers import random_audio, write_checkpoint
+
+ROOT = Path(__file__).resolve().parents[2]
+CLIENT = str(ROOT / "clients" / "stream_file.py")
+
+
+def _write_wav(path, x, rate):
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes((np.clip(x, -1, 1) * 32767).astype("<i2").tobytes())
+    return str(path)
+
+
+def _run(*args, timeout=120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, CLIENT, *args], capture_output=True, text=True, timeout=timeout)
+
+
+async def _arun(*args, timeout=120) -> tuple[int, str, str]:
+    p = await asyncio.create_subprocess_exec(sys.executable, CLIENT, *args, stdout=asyncio.subprocess.PIPE,
+                                             stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(p.communicate(), timeout)
+    return p.returncode, out.decode(), err.decode()
+
+
+def _lines(out: str) -> list[dict]:
+    return [json.loads(line) for line in out.splitlines() if line.strip()]
+
+
+# ---------------------------------------------------------------------------- the real daemon
+
+
+def _serve_available() -> bool:
+    if not (ROOT / "streamd" / "server" / "app.py").is_file():
+        return False
+    return subprocess.run([sys.executable, "-m", "streamd.cli", "serve", "--help"], capture_output=True,
+                          cwd=ROOT).returncode == 0
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    return write_checkpoint(tmp_path_factory.mktemp("sf") / "m.pt", seed=3)
+
+
+@pytest.fixture(scope="module")
+def daemon(ckpt):
+    """``streamd serve --model CKPT --port 0``; yields its v1 URL (port read from the log)."""
+    if not _serve_available():
+        pytest.skip("streamd serve is not available yet")
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    for k in ("STREAMD_CONFIG", "STREAMD_HOST", "STREAMD_PORT", "STREAMD_MODEL", "STREAMD_DEVICE"):
+        env.pop(k, None)
+    proc = subprocess.Popen([sys.executable, "-m", "streamd.cli", "serve", "--model", ckpt, "--port", "0",
+                             "--host", "127.0.0.1", "--device", "cpu"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    lines, port, ready = [], [], threading.Event()
+
+    def drain():
+        for line in proc.stderr:
+            lines.append(line.rstrip())
+            m = re.search(r"listening on ws://[\d.]+:(\d+)", line)
+            if m and not port:
+                port.append(int(m.group(1)))
+            if "ready:" in line:
+                ready.set()
+        ready.set()
+
+    threading.Thread(target=drain, daemon=True).start()
+    try:
+        if not ready.wait(60) or not port or proc.poll() is not None:
+            raise RuntimeError("streamd serve did not start:\n" + "\n".join(lines[-30:]))
+        yield f"ws://127.0.0.1:{port[0]}/v1/stream"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture(scope="module")
+def wavs(tmp_path_factory):
+    d = tmp_path_factory.mktemp("wav")
+    return [_write_wav(d / "a16k.wav", random_audio(1.0, 16000, seed=1), 16000),
+            _write_wav(d / "b22k.wav", random_audio(0.8, 22050, seed=2), 22050)]
+
+
+def _expected(ckpt, path):
+    from streamd.cli import transcribe_files
+    from streamd.engine import Recognizer
+
+    events = transcribe_files(Recognizer.from_checkpoint(ckpt), [path])[path]
+    return [e.to_wire() for e in events if type(e).__name__ in ("Final", "WakeWord")]
+
+
+def test_results_are_what_the_engine_decodes(daemon, ckpt, wavs):
+    r = _run(*wavs, "--url", daemon, "--json", "--concurrency", "2")
+    assert r.returncode == 0, r.stderr
+    msgs = _lines(r.stdout)
+    for path in wavs:
+        mine = [m for m in msgs if m["file"] == path]
+        assert mine[0]["type"] == "ready" and mine[0]["sample_rate"] == wave.open(path).getframerate()
+        got = [{k: v for k, v in m.items() if k != "file"} for m in mine if m["type"] in ("final", "wake")]
+        want = _expected(ckpt, path)
+        assert got == want and any(m["type"] == "final" and m["text"] for m in want)
+        assert [m["type"] for m in mine][-2:] == ["done", "stats"]
+        stats = mine[-1]
+        assert stats["ok"] and stats["finalize_latency"] >= 0 and stats["done_latency"] >= stats["finalize_latency"]
+        assert stats["text"] == " ".join(m["text"] for m in want if m["type"] == "final" and m["text"])
+        assert "not paced at real time" in stats["latency_note"]  # as fast as possible: no latency claims
+    assert "total: 2 streams, 0 failed" in r.stderr
+
+
+def test_text_output_and_concurrency_cycling_over_files(daemon, ckpt, wavs):
+    r = _run(wavs[0], "--url", daemon, "--concurrency", "2")
+    assert r.returncode == 0, r.stderr
+    want = []
+    for m in _expected(ckpt, wavs[0]):
+        if m["type"] == "final" and m["text"]:
+            want.append(f"{wavs[0]}: {m['text']}")
+        elif m["type"] == "wake":
+            want.append(f"{wavs[0]}: *** wake {m['keyword']!r} score={m['score']} at {m['start']}-{m['end']} s ***")
+    assert sorted(r.stdout.splitlines()) == sorted(want * 2)
+    assert [ln.split(":")[0] for ln in r.stderr.splitlines()[:2]] == [f"{wavs[0]}[{i}]" for i in range(2)]
+    assert "total: 2 streams, 0 failed" in r.stderr
+
+
+def test_server_error_gives_exit_status_1(daemon, tmp_path):
+    bad = _write_wav(tmp_path / "slow.wav", random_audio(0.3, 6000, seed=3), 6000)
+    r = _run(bad, "--url", daemon, "--json")
+    assert r.returncode == 1
+    err = [m for m in _lines(r.stdout) if m["type"] == "error"]
+    assert err and err[0]["code"] == "bad_sample_rate" and "6000" in err[0]["message"]
+    assert f"stream_file: {bad}: bad_sample_rate:" in r.stderr
+
+
+# ---------------------------------------------------------------------------- stand-in with known timing
+
+
+class TimedStandIn:
+    """v1 test double: a partial PARTIAL_DELAY after each chunk of audio it covers; the final FINAL_DELAY after eof.
+
+    ``every``: send only every n-th partial (like a server coalescing them).
+    ``token``: required bearer token (HTTP 401 otherwise).
+    """
+
+    CHUNK = 0.16
+    PARTIAL_DELAY = 0.2
+    FINAL_DELAY = 0.3
+
+    def __init__(self, every: int = 1, token: str | None = None):
+        self.every, self.token = every, token
+        self.headers = []
+
+    async def __aenter__(self):
+        from websockets.asyncio.server import serve
+
+        self.server = await serve(self.handler, "127.0.0.1", 0, process_request=self.http)
+        self.url = f"ws://127.0.0.1:{self.server.sockets[0].getsockname()[1]}/v1/stream"
+        return self
+
+    async def __aexit__(self, *exc):
+        self.server.close()
+        await self.server.wait_closed()
+
+    def http(self, conn, request):
+        self.headers.append(request.headers.get("Authorization"))
+        if self.token and request.headers.get("Authorization") != f"Bearer {self.token}":
+            return conn.respond(401, "unauthorized\n")
+        return None
+
+    async def handler(self, ws):
+        start = json.loads(await ws.recv())
+        rate = start["sample_rate"]
+        await ws.send(json.dumps({"type": "ready", "session": "x", "sample_rate": rate, "format": "s16le",
+                                  "model": {"chunk_seconds": self.CHUNK}}))
+        got, k, tasks = 0, 0, []
+
+        async def later(delay, msg):
+            await asyncio.sleep(delay)
+            await ws.send(json.dumps(msg))
+
+        async for msg in ws:
+            if isinstance(msg, bytes):
+                got += len(msg) // 2
+                while got >= ((k + 1) * self.CHUNK + 0.015) * rate:
+                    k += 1
+                    if k % self.every == 0:
+                        tasks.append(asyncio.create_task(later(self.PARTIAL_DELAY, {
+                            "type": "partial", "segment": 0, "text": f"p{k}", "words": []})))
+            else:
+                await asyncio.gather(*tasks)
+                await later(self.FINAL_DELAY, {"type": "final", "segment": 0, "text": "the end", "words": [],
+                                               "start": 0.0, "end": got / rate, "reason": "eos"})
+                await ws.send(json.dumps({"type": "done", "audio_seconds": got / rate}))
+                await ws.close(1000, "done")
+                return
+
+
+@pytest.fixture(scope="module")
+def short_wav(tmp_path_factory):
+    return _write_wav(tmp_path_factory.mktemp("w") / "s.wav", random_audio(1.0, 16000, seed=5), 16000)
+
+
+def test_latency_numbers_against_known_delays(short_wav):
+    async def scenario():
+        async with TimedStandIn() as srv:
+            t0 = time.monotonic()
+            rc, out, err = await _arun(short_wav, "--url", srv.url, "--json", "--realtime", "--chunk-ms", "40")
+            return rc, out, err, time.monotonic() - t0
+
+    rc, out, err, wall = asyncio.run(scenario())
+    assert rc == 0, err
+    (stats,) = [m for m in _lines(out) if m["type"] == "stats"]
+    assert stats["partials"] == 6 and stats["partials_measured"] == 6 and "latency_note" not in stats
+    # each partial left the server 0.2 s after the frame completing its audio arrived
+    assert 0.19 <= stats["partial_latency_median"] <= stats["partial_latency_max"] < 0.6
+    assert 0.29 <= stats["finalize_latency"] < 0.8
+    assert wall >= 1.0  # real-time pacing of 1 s of audio
+    assert "partial latency median" in err and "finalize" in err
+
+
+def test_coalesced_partials_are_not_used_for_latency(short_wav):
+    async def scenario():
+        async with TimedStandIn(every=3) as srv:
+            return await _arun(short_wav, "--url", srv.url, "--json", "--realtime", "--chunk-ms", "100")
+
+    rc, out, err = asyncio.run(scenario())
+    assert rc == 0, err
+    (stats,) = [m for m in _lines(out) if m["type"] == "stats"]
+    assert stats["partials"] == 2 and stats["partials_measured"] == 0 and stats["partial_latency_median"] is None
+    assert stats["latency_note"] == ("2 partials for 6 chunks: the server coalesced some, partial latency not "
+                                     "measured")
+
+
+def test_token_is_sent_as_bearer_header(short_wav):
+    async def scenario():
+        async with TimedStandIn(token="s3cret") as srv:
+            bad = await _arun(short_wav, "--url", srv.url, "--token", "wrong")
+            good = await _arun(short_wav, "--url", srv.url, "--token", "s3cret", "--speed", "4")
+            return bad, good, srv.headers
+
+    (rc1, _, err1), (rc2, out2, err2), headers = asyncio.run(scenario())
+    assert headers == ["Bearer wrong", "Bearer s3cret"]
+    assert rc1 == 1 and "server refused the connection: HTTP 401" in err1
+    assert rc2 == 0 and out2 == "the end\n", err2
+
+
+def test_unreachable_server_and_usage_errors(short_wav, tmp_path):
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    r = _run(short_wav, "--url", f"ws://127.0.0.1:{port}/v1/stream", "--timeout", "5")
+    assert r.returncode == 1 and f"cannot talk to ws://127.0.0.1:{port}/v1/stream" in r.stderr
+    r = _run(str(tmp_path / "missing.wav"))
+    assert r.returncode == 2 and "missing.wav: no such file" in r.stderr
+    r = _run(short_wav, "--url", "http://x/v1/stream")
+    assert r.returncode == 2 and "--url must start with ws:// or wss://" in r.stderr
+    r = _run(short_wav, "--concurrency", "0")
+    assert r.returncode == 2 and "--concurrency and --repeat must be >= 1" in r.stderr
+
+
+# ---------------------------------------------------------------------------- mic_client.py
+
+MIC_CLIENT = str(ROOT / "clients" / "mic_client.py")
+
+
+def test_mic_client_without_a_device_says_so():
+    try:
+        import sounddevice as sd
+    except (ImportError, OSError) as e:
+        pytest.skip(f"sounddevice/PortAudio not usable here ({e}); CI installs libportaudio2")
+    if any(d["max_input_channels"] > 0 for d in sd.query_devices()):
+        pytest.skip("this machine has an audio input device")
+    for extra in ([], ["--list-devices"]):
+        r = subprocess.run([sys.executable, MIC_CLIENT, "--url", "ws://127.0.0.1:9/v1/stream", *extra],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2
+        assert r.stderr.startswith("mic_client: no audio input device found") and "--wav FILE" in r.stderr
+
+
+def test_mic_client_streams_a_file_as_the_microphone(daemon, ckpt, tmp_path):
+    wav = _write_wav(tmp_path / "m.wav", random_audio(0.8, 16000, seed=7), 16000)
+    r = subprocess.run([sys.executable, MIC_CLIENT, "--url", daemon, "--wav", wav], capture_output=True,
+                       timeout=120)  # bytes: text mode would turn the partials' \r into newlines
+    stdout, stderr = r.stdout.decode(), r.stderr.decode()
+    assert r.returncode == 0, stderr
+    lines = [ln.rsplit("\r", 1)[-1] for ln in stdout.split("\n") if ln.rsplit("\r", 1)[-1]]
+    want = []
+    for m in _expected(ckpt, wav):
+        if m["type"] == "final" and m["text"]:
+            want.append(f"[{m['start']:7.2f}-{m['end']:7.2f}] " + " ".join(f"{w['word']}[{w['conf']:.2f}]"
+                                                                          for w in m["words"]))
+        elif m["type"] == "wake":
+            want.append(f"*** WAKE {m['keyword']!r} score={m['score']:.2f} at {m['start']:.2f}-{m['end']:.2f} s ***")
+    assert lines == want and want
+    assert "... " in stdout  # live partials
+    assert "mic_client: streaming 16000 Hz to" in stderr
