@@ -162,9 +162,11 @@ class Recognizer:
         self.measure = measure if measure is not None else make_measure(ccfg)
         dcfg = self.config.decoding
         agg, exb = ccfg.aggregation, ccfg.exclude_blank
+        # label looping (no host sync per frame) where a sync stalls the device's launch queue
+        sync_free = self.device.type == "cuda"
         self.searches: dict[str, Any] = {
-            "greedy": GreedySearch(self.model, dcfg.max_symbols_per_frame, self.measure, exb, agg),
-            "modified_beam": ModifiedBeamSearch(self.model, self.measure, exb, agg),
+            "greedy": GreedySearch(self.model, dcfg.max_symbols_per_frame, self.measure, exb, agg, sync_free=sync_free),
+            "modified_beam": ModifiedBeamSearch(self.model, self.measure, exb, agg, sync_free=sync_free),
             "beam": BeamSearch(self.model, measure=self.measure, exclude_blank=exb, aggregation=agg),
         }
         if self.model.ctc is not None:

@@ -20,7 +20,7 @@ from torch import Tensor
 if TYPE_CHECKING:
     from ..model.decoder import DecoderState
 
-__all__ = ["Measure", "BlankConfAcc", "hash_extend", "HASH_START", "initial_decoder"]
+__all__ = ["Measure", "BlankConfAcc", "hash_extend", "HASH_START", "initial_decoder", "check_step_inputs"]
 
 Measure = Callable[[Tensor], Tensor]
 """Maps log-probs (..., V) to a confidence (...) in [0, 1]."""
@@ -113,3 +113,20 @@ class BlankConfAcc:
         k = max(a.sum.shape[1] for a in accs)
         accs = [a.widen(k) for a in accs]
         return BlankConfAcc(*(torch.cat([getattr(a, f) for a in accs]) for f in ("sum", "logsum", "min", "max", "count")))
+
+
+def check_step_inputs(enc_p: Tensor, lengths: Tensor, frame_offset: Tensor, batch: int) -> None:
+    """Check a transducer search step's inputs (shapes and dtypes only: no device sync).
+
+    enc_p: (B, T, J); lengths, frame_offset: (B,) integer; batch: B of the search state.
+    """
+    if enc_p.dim() != 3:
+        raise ValueError(f"enc_p must be (B, T, J), got shape {tuple(enc_p.shape)}")
+    b = enc_p.shape[0]
+    if b != batch:
+        raise ValueError(f"enc_p has {b} streams but the search state has {batch}")
+    for name, x in (("lengths", lengths), ("frame_offset", frame_offset)):
+        if x.shape != (b,):
+            raise ValueError(f"{name} must have shape ({b},) (one per stream), got {tuple(x.shape)}")
+        if x.dtype.is_floating_point or x.dtype == torch.bool:
+            raise ValueError(f"{name} must be an integer tensor, got {x.dtype}")

@@ -9,10 +9,20 @@ keeping its timing and confidences.  Streams may have different beams:
 hypotheses are laid out on a (B, K = max beam) grid whose unused slots score
 -inf.  Identical sequences are found through a rolling int64 hash.
 
-Decoder outputs are cached per hypothesis; after each frame only the
-hypotheses that emitted a token run the decoder (one batched call).
-Frame loop and merge are tensor ops: the only host synchronization is the
-"did any hypothesis emit?" test that skips the decoder call.
+Decoder outputs are cached per hypothesis.  Frame loop and merge are tensor
+ops; how the decoder is advanced after each frame depends on ``sync_free``:
+
+* ``sync_free=False`` (CPU default): only the hypotheses that emitted a token
+  run the decoder (``emit.nonzero()``, one batched call), and the call is
+  skipped when nobody emitted (``bool(emit.any())``).  Two host
+  synchronizations per frame, free on CPU, and they save decoder work.
+* ``sync_free=True`` (the engine's choice on CUDA): the decoder runs on all
+  B x K hypotheses with their candidate tokens (a blank row feeds blank, whose
+  output is discarded) and ``torch.where`` keeps the parent's cached state and
+  output for rows that did not emit.  No host synchronization inside the
+  chunk; the only one per chunk is the buffer-capacity bound before the loop.
+
+Both give the same hypotheses, scores and confidences.
 
 Shape legend: B streams, K = max beam, V vocabulary, J joiner dim,
 T frames in the chunk, L token capacity.
@@ -28,7 +38,7 @@ from torch import Tensor
 
 from ..model.decoder import DecoderState
 from ..model.transducer import Transducer
-from .common import HASH_START, BlankConfAcc, Measure, hash_extend, initial_decoder
+from .common import HASH_START, BlankConfAcc, Measure, check_step_inputs, hash_extend, initial_decoder
 from .hyps import HypBuffer, HypOut
 
 __all__ = ["BeamState", "ModifiedBeamSearch"]
@@ -99,15 +109,23 @@ class BeamState:
 
 
 class ModifiedBeamSearch:
-    """Modified beam search over a :class:`Transducer` (see module docstring)."""
+    """Modified beam search over a :class:`Transducer` (see module docstring).
+
+    measure: frame confidence function (log-probs (..., V) -> (...)); None stores 1.0.
+    exclude_blank: if False, blank frames since a hypothesis' previous token are
+    folded into its next token's confidence with ``aggregation``.
+    sync_free: advance the decoder for every hypothesis and select with
+    ``torch.where`` instead of ``nonzero`` (no host sync per frame).
+    """
 
     def __init__(self, model: Transducer, measure: Measure | None = None, exclude_blank: bool = True,
-                 aggregation: str = "min"):
+                 aggregation: str = "min", sync_free: bool = False):
         self.model = model
         self.blank = model.blank_id
         self.measure = measure
         self.exclude_blank = exclude_blank
         self.aggregation = aggregation
+        self.sync_free = sync_free
 
     def init_state(self, beams: Tensor, device: torch.device | str = "cpu") -> BeamState:
         """Fresh state; beams: (B,) int64 beam size per stream."""
@@ -143,9 +161,13 @@ class ModifiedBeamSearch:
 
         enc_p: (B, T, J) projected encoder frames; lengths: (B,) valid frames;
         frame_offset: (B,) int64 absolute index of each stream's first frame in this chunk.
+        Returns the new state; the given one is left unchanged.
         """
+        check_step_inputs(enc_p, lengths, frame_offset, state.scores.shape[0])
         b, t_max, _ = enc_p.shape
         state = dataclasses.replace(state, hyps=state.hyps.copy())  # the caller's state stays untouched
+        if b == 0 or t_max == 0:
+            return state
         k = state.k
         dev = enc_p.device
         model, blank = self.model, self.blank
@@ -195,7 +217,12 @@ class ModifiedBeamSearch:
             state.acc.clear(emit)
             state.trailing = torch.where(emit, torch.zeros_like(state.trailing),
                                          state.trailing + active.long())
-            if bool(emit.any()):
+            if self.sync_free:  # every row runs the decoder; non-emitters keep the parent's cache
+                flat_emit = emit.view(-1)
+                out, new_st = model.decoder.step(dec_state, tok.view(-1))
+                dec_state = dec_state.where(flat_emit, new_st)
+                dec_p = torch.where(emit[:, :, None], model.decoder_proj(out).view(b, k, -1), dec_p)
+            elif bool(emit.any()):
                 idx = emit.view(-1).nonzero()[:, 0]  # (M,)
                 out, new_st = model.decoder.step(dec_state.select(idx), tok.view(-1)[idx])
                 dec_state = dec_state.scatter(idx, new_st)
