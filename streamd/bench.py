@@ -213,7 +213,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     e.add_argument("--seconds", type=float, default=10.0, help="audio seconds per stream")
     e.add_argument("--audio", nargs="*", help="WAV files to replay (default: the dev set beside the checkout)")
     e.add_argument("--json", action="store_true")
+    from .bench_server import add_arguments as _server_arguments
+
+    s = sub.add_parser("server", help="the daemon under N real-time websocket clients: partial / final latency")
+    _server_arguments(s)
     args = ap.parse_args(argv)
+    if args.what == "server":
+        from .bench_server import run_from_args
+
+        return run_from_args(args)
 
     from .cli import _model_arg
 

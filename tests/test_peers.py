@@ -1,0 +1,143 @@
+"""bench/peers.py: the WER / RTF table with stand-in decoders, streamd's decode path, pocketsphinx end to end."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from helpers import random_audio
+from streamd.cli import transcribe_files
+from streamd.config import EngineConfig
+from streamd.engine import Recognizer
+from test_cli import write_wav
+
+PEERS = Path(__file__).resolve().parents[1] / "bench" / "peers.py"
+_spec = importlib.util.spec_from_file_location("bench_peers", PEERS)
+peers = importlib.util.module_from_spec(_spec)
+sys.modules["bench_peers"] = peers  # dataclasses look their module up by name
+_spec.loader.exec_module(peers)
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def utts():
+    return [peers.Utterance("a.wav", "Turn on the light", np.zeros(16000, np.float32)),
+            peers.Utterance("b.wav", "set a timer for two minutes", np.zeros(48000, np.float32))]
+
+
+def test_score_system_wer_and_rtf_with_a_stand_in_decoder():
+    wall, cpu = FakeClock(), FakeClock()
+    hyps = {16000: "turn the lights", 48000: "set a timer for two minutes please"}
+
+    def decode(x):  # takes half a second of wall time and a quarter of CPU time per second of audio
+        wall.now += 0.5 * x.size / 16000
+        cpu.now += 0.25 * x.size / 16000
+        return hyps[x.size]
+
+    s = peers.score_system("stand-in", decode, utts(), wall, cpu)
+    # "turn on the light" vs "turn the lights": 1 deletion (on) + 1 substitution (light/lights); then 1 insertion
+    assert (s.ref_words, s.sub, s.dels, s.ins) == (10, 1, 1, 1)
+    assert s.wer == pytest.approx(3 / 10)
+    assert s.rtf == pytest.approx(0.5) and s.cpu_rtf == pytest.approx(0.25)
+    assert s.audio_seconds == pytest.approx(4.0) and s.files == 2 and s.errors == []
+    assert s.hyps == ["turn the lights", "set a timer for two minutes please"]
+    refs = {16000: "turn on the light", 48000: "set a timer for two minutes"}
+    table = peers.format_table([s, peers.score_system("perfect", lambda x: refs[x.size], utts(), wall, cpu)])
+    lines = table.splitlines()
+    assert lines[0].split() == ["system", "files", "audio", "s", "words", "WER", "sub", "del", "ins", "RTF", "CPU",
+                                "RTF"]
+    assert lines[1].split() == ["stand-in", "2", "4.0", "10", "30.0%", "1", "1", "1", "0.5000", "0.2500"]
+    assert lines[2].split()[:5] == ["perfect", "2", "4.0", "10", "0.0%"]
+    assert "hyps" not in s.to_json() and s.to_json()["wer"] == 0.3
+
+
+def test_a_failing_decode_is_recorded_and_scored_empty():
+    def decode(x):
+        if x.size == 16000:
+            raise RuntimeError("boom")
+        return "set a timer for two minutes"
+
+    s = peers.score_system("flaky", decode, utts())
+    assert s.errors == ["a.wav: RuntimeError: boom"]
+    assert (s.sub, s.dels, s.ins) == (0, 4, 0) and s.hyps[0] == ""
+
+
+def test_clean_sphinx_text():
+    assert peers.clean_sphinx_text("<s> read(2) the [NOISE] <sil> book ++UH++ </s>") == "read the book"
+
+
+def test_streamd_decoder_equals_transcribe_files(tiny_ckpt, tmp_path):
+    x = random_audio(1.5, seed=3)
+    path = write_wav(tmp_path / "x.wav", x, 16000)
+    rec = Recognizer.from_checkpoint(tiny_ckpt, EngineConfig(device="cpu"))
+    evs = transcribe_files(rec, [path])[path]
+    expect = " ".join(e.text for e in evs if type(e).__name__ == "Final" and e.text)
+    from streamd.audio.pcm import load_audio
+
+    pcm, _ = load_audio(path)
+    assert peers.streamd_decoder(rec)(pcm) == expect
+    assert peers.streamd_decoder(rec)(pcm) == expect  # the recognizer is reusable file after file
+
+
+def test_missing_pocketsphinx_exits_2(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "pocketsphinx", None)  # import pocketsphinx -> ImportError
+    assert peers.main(["--limit", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "pocketsphinx is not installed" in err and "pip install pocketsphinx" in err
+
+
+def test_usage_errors(capsys):
+    assert peers.main(["--limit", "0"]) == 2
+    assert "--limit must be >= 1, got 0" in capsys.readouterr().err
+
+
+@pytest.fixture()
+def one_file_set(tmp_path):
+    write_wav(tmp_path / "u.wav", random_audio(1.0, rate=8000, seed=1), 8000)
+    p = tmp_path / "set.jsonl"
+    p.write_text(json.dumps({"audio": "u.wav", "text": "hello world"}) + "\n")
+    return str(p)
+
+
+def test_bad_set_is_named(tmp_path, capsys):
+    pytest.importorskip("pocketsphinx")
+    assert peers.main(["--set", str(tmp_path / "nope.jsonl")]) == 2
+    assert "nope.jsonl: no such evaluation set" in capsys.readouterr().err
+
+
+def test_one_real_file_through_both(tiny_ckpt, one_file_set, capsys):
+    pytest.importorskip("pocketsphinx")
+    assert peers.main(["--set", one_file_set, "--model", tiny_ckpt, "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["files"] == 1 and r["audio_seconds"] == pytest.approx(1.0)
+    assert [s["name"] for s in r["systems"]] == ["pocketsphinx", "streamd"]
+    for s in r["systems"]:
+        assert s["ref_words"] == 2 and s["errors"] == [] and s["rtf"] > 0 and s["cpu_rtf"] > 0
+        assert s["wer"] == pytest.approx((s["sub"] + s["dels"] + s["ins"]) / 2)
+    (u,) = r["utterances"]
+    assert u["audio"] == "u.wav" and u["ref"] == "hello world"
+    assert isinstance(u["pocketsphinx"], str) and isinstance(u["streamd"], str)
+    assert peers.main(["--set", one_file_set, "--model", tiny_ckpt]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "1 files, 1.0 s of audio" in lines[0]
+    assert lines[2].startswith("pocketsphinx") and lines[3].startswith("streamd")
