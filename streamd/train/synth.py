@@ -24,6 +24,9 @@ Pipeline (``streamd synth``):
    ``manifest.jsonl`` line per utterance, in index order: ``audio`` (path
    relative to the manifest), ``text``, ``voice`` (:attr:`Voice.id`),
    ``duration`` (s), ``keyword`` ("hey stream" or null), ``aug`` (what was applied).
+4. ``clean.jsonl``: the same lines for the utterances without added noise,
+   reverberation or telephone channel (about a third), for the first stage of
+   the training curriculum (configs/train.yaml).
 
 If an engine fails on a text, the utterance is retried with the next voice
 drawn from its generator (up to 3 voices); the manifest names the voice used.
@@ -251,8 +254,9 @@ def synthesize_corpus(out_dir: str | os.PathLike, num_utts: int, seed: int = 0, 
     out.mkdir(parents=True, exist_ok=True)
     jobs = [(p, f"shard-{p.index // shard_size:04d}/utt-{p.index:08d}.wav") for p in plans]
     manifest, tmp = out / "manifest.jsonl", out / "manifest.jsonl.tmp"
+    clean, clean_tmp = out / "clean.jsonl", out / "clean.jsonl.tmp"
     t0 = time.monotonic()
-    with open(tmp, "w", encoding="utf-8") as f:
+    with open(tmp, "w", encoding="utf-8") as f, open(clean_tmp, "w", encoding="utf-8") as fc:
         if workers == 1:
             _init_worker(voices, str(out))
             results = map(_job, jobs)
@@ -263,6 +267,8 @@ def synthesize_corpus(out_dir: str | os.PathLike, num_utts: int, seed: int = 0, 
         try:
             for k, row in enumerate(results, 1):
                 f.write(json.dumps(row) + "\n")
+                if is_clean(row["aug"]):
+                    fc.write(json.dumps(row) + "\n")
                 if progress and (k % 100 == 0 or k == num_utts):
                     el = time.monotonic() - t0
                     print(f"synth: {k}/{num_utts} utterances, {k / el:.1f}/s", file=sys.stderr, flush=True)
@@ -270,8 +276,14 @@ def synthesize_corpus(out_dir: str | os.PathLike, num_utts: int, seed: int = 0, 
             if pool is not None:
                 pool.close()
                 pool.join()
+    os.replace(clean_tmp, clean)
     os.replace(tmp, manifest)
     return manifest
+
+
+def is_clean(aug: dict) -> bool:
+    """True for an utterance (its manifest ``aug``) with no added noise, reverberation or telephone channel."""
+    return aug.get("snr") is None and aug.get("rt60") is None and not aug.get("telephone")
 
 
 def benchmark(engines: tuple[str, ...] = ENGINES, n: int = 10, seed: int = 0) -> dict[str, float]:

@@ -131,3 +131,7 @@ def test_corpus_is_reproducible_and_well_formed(tmp_path):
         assert r["duration"] == round(len(pcm) / 2 / 16000, 3) and r["duration"] > 0.5
         x = np.frombuffer(pcm, "<i2").astype(np.float64)
         assert np.sqrt(np.mean(x ** 2)) > 30  # not silent (> -60 dBFS)
+    # clean.jsonl: exactly the lines without noise, reverberation or telephone channel, in order
+    clean = (tmp_path / "a" / "clean.jsonl").read_text().splitlines()
+    assert clean == [line for line, r in zip(lines, rows) if synth.is_clean(r["aug"])]
+    assert all("snr" not in json.loads(c)["aug"] and "rt60" not in json.loads(c)["aug"] for c in clean)
