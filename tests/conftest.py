@@ -1,6 +1,7 @@
 """Shared fixtures (helpers live in tests/helpers.py, importable as ``helpers``)."""
 
 import pytest
+import torch
 
 from helpers import write_checkpoint
 
@@ -14,3 +15,12 @@ def tiny_ckpt(tmp_path_factory) -> str:
 @pytest.fixture(params=["stateless", "lstm"])
 def decoder_kind(request):
     return request.param
+
+
+@pytest.fixture
+def one_torch_thread():
+    """Run a test with one torch thread (servers run the model in a worker thread beside the event loop)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 from helpers import random_audio
 from streamd.cli import transcribe_files
@@ -24,12 +23,7 @@ sys.modules["bench_peers"] = peers  # dataclasses look their module up by name
 _spec.loader.exec_module(peers)
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 class FakeClock:

@@ -11,7 +11,6 @@ import time
 
 import numpy as np
 import pytest
-import torch
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
@@ -25,12 +24,7 @@ from streamd.server.protocol import V1Session
 TIMEOUT = 30
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def run(coro):

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 import yaml
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
@@ -34,12 +33,7 @@ ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 40
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def app_config(**sections) -> AppConfig:

@@ -9,7 +9,6 @@ import wave
 
 import numpy as np
 import pytest
-import torch
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
@@ -22,13 +21,7 @@ from streamd.server.app import App
 TIMEOUT = 30
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """The engine's tiny steps are slower with intra-op threads on a busy 2-core machine."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny steps are slower with intra-op threads
 
 
 def run(coro):

@@ -8,7 +8,6 @@ import wave
 
 import numpy as np
 import pytest
-import torch
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
@@ -21,12 +20,7 @@ from streamd.server.app import App
 TIMEOUT = 30
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")
