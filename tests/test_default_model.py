@@ -1,0 +1,142 @@
+"""The shipped default model (streamd/assets/default.pt): it loads, fits the size budget, and
+recognizes speech and the wake word it never heard (fresh espeak-ng sentences, not training data)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from streamd.cli import default_model_path, transcribe_files
+from streamd.config import EngineConfig
+from streamd.engine import Recognizer
+from streamd.events import Final, WakeWord
+from streamd.model.checkpoint import load_checkpoint
+from streamd.train.metrics import align_words, normalize_words
+from streamd.train.tts import engine_available, list_voices, synthesize
+from test_cli import write_wav
+
+MODEL = default_model_path()
+needs_espeak = pytest.mark.skipif(not engine_available("espeak"),
+                                  reason="espeak-ng is not installed (apt-get install espeak-ng)")
+
+# sentences of the domain in word orders the text generator does not produce
+SENTENCES = [
+    "please turn off the lights in the kitchen",
+    "set a timer for ten minutes",
+    "what is the weather like tomorrow",
+    "call mom on her mobile phone",
+    "volume up",
+    "add milk and eggs to my shopping list",
+]
+
+
+def test_shipped_model_loads_and_fits_the_budget():
+    assert MODEL.is_file(), f"no default model at {MODEL}"
+    assert MODEL.stat().st_size <= 20 * 2 ** 20
+    loaded = load_checkpoint(MODEL)
+    cfg = loaded.model.cfg
+    assert list(cfg.keywords) == ["hey stream"]
+    assert loaded.model.ctc is not None
+    assert len(loaded.tokens) == cfg.vocab_size
+    assert (MODEL.parent / "MODEL_CARD.md").is_file()
+
+
+@pytest.fixture(scope="module")
+def rec():
+    return Recognizer.from_checkpoint(MODEL, EngineConfig(device="cpu"))
+
+
+def _wer(refs, hyps) -> float:
+    errors = words = 0
+    for r, h in zip(refs, hyps):
+        a = align_words(normalize_words(r), normalize_words(h))
+        errors += a.errors
+        words += len(normalize_words(r))
+    return errors / words
+
+
+@needs_espeak
+@pytest.mark.parametrize("voice_name", ["en-us", "en-gb"])
+def test_shipped_model_recognizes_unseen_sentences(rec, tmp_path, voice_name):
+    voice = next(v for v in list_voices(["espeak"]) if v.name == voice_name)
+    paths = []
+    for i, s in enumerate(SENTENCES):
+        x = synthesize(voice, s)
+        x = np.concatenate([np.zeros(4000, np.float32), 0.5 * x / np.abs(x).max(), np.zeros(8000, np.float32)])
+        paths.append(write_wav(tmp_path / f"{i}.wav", x, 16000))
+    events = transcribe_files(rec, paths)
+    hyps = [" ".join(e.text for e in events[p] if isinstance(e, Final) and e.text) for p in paths]
+    wer = _wer(SENTENCES, hyps)
+    # a model that learned nothing scores ~100 %; the shipped one is far below (model card: dev WER)
+    assert wer <= 0.35, list(zip(SENTENCES, hyps))
+
+
+@needs_espeak
+def test_shipped_model_wakes_on_hey_stream(rec, tmp_path):
+    voice = next(v for v in list_voices(["espeak"]) if v.name == "en-us")
+    x = synthesize(voice, "hey stream, turn on the lights")
+    x = np.concatenate([np.zeros(8000, np.float32), 0.5 * x / np.abs(x).max(), np.zeros(8000, np.float32)])
+    path = write_wav(tmp_path / "wake.wav", x, 16000)
+    events = transcribe_files(rec, [path])[path]
+    wakes = [e for e in events if isinstance(e, WakeWord)]
+    assert [w.keyword for w in wakes] == ["hey stream"]
+    assert wakes[0].start < 1.2  # the phrase is at the start of the file
+
+
+@needs_espeak
+def test_quick_start_daemon_serves_the_shipped_model(tmp_path):
+    """README quick start command 1: `streamd serve` with the default config and no model option."""
+    import asyncio
+    import json
+    import os
+    import re
+    import signal
+    import sys
+    from pathlib import Path
+
+    from websockets.asyncio.client import connect
+
+    root = Path(__file__).resolve().parents[1]
+    voice = next(v for v in list_voices(["espeak"]) if v.name == "en-us")
+    x = synthesize(voice, "set a timer for ten minutes")
+    x = np.concatenate([np.zeros(4000, np.float32), 0.5 * x / np.abs(x).max(), np.zeros(4000, np.float32)])
+    pcm = (np.clip(x, -1, 1) * 32767).astype("<i2").tobytes()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STREAMD_")}
+    env.update(OMP_NUM_THREADS="1", STREAMD_PORT="0")
+
+    async def body():
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "streamd", "serve", "--config", str(root / "configs" / "default.yaml"),
+            cwd=str(root), env=env, stderr=asyncio.subprocess.PIPE)
+        try:
+            port, ready_line, log = None, None, []
+            while ready_line is None:  # it listens at once (503 / 1013 while loading), then loads the model
+                line = (await proc.stderr.readline()).decode()
+                assert line, "server exited early:\n" + "".join(log)
+                log.append(line)
+                m = re.search(r"listening on ws://127\.0\.0\.1:(\d+)", line)
+                port = int(m.group(1)) if m else port
+                ready_line = line if "ready: model" in line else None
+            assert "default" in ready_line  # the shipped model, found without any option
+            rest = asyncio.create_task(proc.stderr.read())  # keep the pipe drained
+            async with connect(f"ws://127.0.0.1:{port}/v1/stream") as ws:
+                await ws.send('{"type": "start"}')
+                ready = json.loads(await ws.recv())
+                for i in range(0, len(pcm), 6400):
+                    await ws.send(pcm[i:i + 6400])
+                await ws.send('{"type": "eof"}')
+                msgs = [json.loads(m) async for m in ws]
+            proc.send_signal(signal.SIGTERM)
+            rc = await asyncio.wait_for(proc.wait(), 20)
+            await rest
+            return ready, msgs, rc
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+
+    ready, msgs, rc = asyncio.run(asyncio.wait_for(body(), 60))
+    assert ready["type"] == "ready" and rc == 0
+    text = " ".join(m["text"] for m in msgs if m["type"] == "final" and m["text"])
+    assert msgs[-1]["type"] == "done"
+    assert _wer(["set a timer for ten minutes"], [text]) <= 0.5, text
