@@ -163,9 +163,27 @@ class GreedySearch:
             return self._label_looping(state, enc_p, lengths, frame_offset)
         return self._frame_looping(state, enc_p, lengths, frame_offset)
 
+    def _joint(self, state: GreedyState, e: Tensor, active: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """One joiner evaluation of every stream: best token, its score and confidence.
+
+        e: (B, J) projected encoder frame of each stream; active: (B,) bool streams still on a frame.
+        Adds active streams' best log-prob to ``state.score`` and, with blank frames
+        folded in, their blank confidences to ``state.acc``.
+        Returns tok (B,) int64, emit (B,) bool (active and not blank), conf (B,) float.
+        """
+        logp = self.model.joiner.log_probs(e, state.dec_p)  # (B, V)
+        best_lp, tok = logp.max(dim=-1)  # (B,)
+        conf = self._conf(logp)  # (B,)
+        emit = active & (tok != self.blank)
+        state.score = state.score + torch.where(active, best_lp, torch.zeros_like(best_lp))
+        if not self.exclude_blank:
+            state.acc.add((active & ~emit)[:, None], conf[:, None])
+            conf = state.acc.fold(conf[:, None], self.aggregation)[:, 0]
+        return tok, emit, conf
+
     def _frame_looping(self, state: GreedyState, enc_p: Tensor, lengths: Tensor, frame_offset: Tensor) -> GreedyState:
         b, t_max, _ = enc_p.shape
-        model, blank = self.model, self.blank
+        model = self.model
         state.hyps.reserve(int(state.hyps.lengths.max()) + t_max * self.max_symbols)
         for t in range(t_max):
             active = t < lengths  # (B,)
@@ -173,15 +191,7 @@ class GreedySearch:
             frame = frame_offset + t  # (B,)
             emitted_here = torch.zeros_like(active)
             for _ in range(self.max_symbols):
-                logp = model.joiner.log_probs(e, state.dec_p)  # (B, V)
-                best_lp, tok = logp.max(dim=-1)  # (B,)
-                conf = self._conf(logp)  # (B,)
-                emit = active & (tok != blank)
-                took_blank = active & ~emit
-                state.score = state.score + torch.where(active, best_lp, torch.zeros_like(best_lp))
-                if not self.exclude_blank:
-                    state.acc.add(took_blank[:, None], conf[:, None])
-                    conf = state.acc.fold(conf[:, None], self.aggregation)[:, 0]
+                tok, emit, conf = self._joint(state, e, active)
                 if not bool(emit.any()):
                     break
                 state.hyps.append(emit[:, None], tok[:, None], frame[:, None], conf[:, None])
@@ -232,18 +242,11 @@ class GreedySearch:
         enc_p: (B, T, J); rows: (B,) int64 arange(B); lengths: (B,) int64 clamped to T;
         frame_offset: (B,) int64.
         """
-        model, blank, t_max = self.model, self.blank, enc_p.shape[1]
+        model, t_max = self.model, enc_p.shape[1]
         active = cur.t < lengths  # (B,)
         e = enc_p[rows, cur.t.clamp(max=t_max - 1)]  # (B, J)
-        logp = model.joiner.log_probs(e, state.dec_p)  # (B, V)
-        best_lp, tok = logp.max(dim=-1)  # (B,)
-        conf = self._conf(logp)  # (B,)
-        emit = active & (tok != blank)
+        tok, emit, conf = self._joint(state, e, active)
         took_blank = active & ~emit
-        state.score = state.score + torch.where(active, best_lp, torch.zeros_like(best_lp))
-        if not self.exclude_blank:
-            state.acc.add(took_blank[:, None], conf[:, None])
-            conf = state.acc.fold(conf[:, None], self.aggregation)[:, 0]
         state.hyps.append(emit[:, None], tok[:, None], (frame_offset + cur.t)[:, None], conf[:, None])
         state.acc.clear(emit[:, None])
         # decoder for every row; non-emitting rows keep their cached context
