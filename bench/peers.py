@@ -45,7 +45,7 @@ import numpy as np
 RATE = 16000
 DecodeFn = Callable[[np.ndarray], str]  # (N,) float32 samples in [-1, 1] at 16 kHz -> hypothesis text
 DEFAULT_SET = Path(__file__).resolve().parents[2] / "shared" / "eval" / "dev" / "asr.jsonl"
-PIP_HINT = "pip install pocketsphinx==5.1.1"
+PIP_HINT = 'pip install pocketsphinx (the project\'s extra: pip install -e ".[bench]")'
 
 
 @dataclass(frozen=True)
@@ -91,7 +91,7 @@ def score_system(name: str, decode: DecodeFn, utts: Sequence[Utterance],
 
     A call that raises is recorded in ``errors`` and scored as an empty hypothesis.
     """
-    from streamd.train.metrics import align_words, normalize_words
+    from streamd.train.metrics import word_errors
 
     wall = cpu = 0.0
     hyps: list[str] = []
@@ -108,14 +108,9 @@ def score_system(name: str, decode: DecodeFn, utts: Sequence[Utterance],
         if not isinstance(hyp, str):
             raise TypeError(f"{name}: the decoder returned {type(hyp).__name__} for {u.name}, expected str")
         hyps.append(hyp)
-    words = sub = dels = ins = 0
-    for u, h in zip(utts, hyps):
-        ref = normalize_words(u.ref)
-        a = align_words(ref, normalize_words(h))
-        words, sub, dels, ins = words + len(ref), sub + a.subs, dels + a.dels, ins + a.ins
+    c = word_errors([u.ref for u in utts], hyps)
     seconds = sum(u.seconds for u in utts)
-    return SystemScore(name, len(utts), seconds, words, sub, dels, ins,
-                       (sub + dels + ins) / words if words else None,
+    return SystemScore(name, len(utts), seconds, c.words, c.subs, c.dels, c.ins, c.wer,
                        wall / seconds if seconds > 0 else float("nan"), cpu / seconds if seconds > 0 else float("nan"),
                        hyps, errors)
 

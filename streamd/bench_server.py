@@ -62,12 +62,15 @@ from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 
+from .config import FbankConfig
+
 __all__ = ["ClientTrace", "ServerBenchResult", "partial_latency", "slope_per_minute", "third_p95s",
            "parse_metrics", "metrics_url", "summarize", "bench_server", "add_arguments", "run_from_args"]
 
 RATE = 16000
 PACKET_S = 0.1
-FBANK_LOOKAHEAD_S = 0.015  # a 25 ms window every 10 ms: the frame at t needs audio up to t + 15 ms
+# the fbank frame ending a chunk at t needs audio up to t + (window - hop): 25 - 10 = 15 ms by default
+FBANK_LOOKAHEAD_S = (FbankConfig.frame_length_ms - FbankConfig.frame_shift_ms) / 1000
 WARMUP_S = 1.0
 
 

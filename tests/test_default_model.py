@@ -3,15 +3,24 @@ recognizes speech and the wake word it never heard (fresh espeak-ng sentences, n
 
 from __future__ import annotations
 
+import asyncio
+import json
+import os
+import re
+import signal
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
+from websockets.asyncio.client import connect
 
 from streamd.cli import default_model_path, transcribe_files
 from streamd.config import EngineConfig
 from streamd.engine import Recognizer
 from streamd.events import Final, WakeWord
 from streamd.model.checkpoint import load_checkpoint
-from streamd.train.metrics import align_words, normalize_words
+from streamd.train.metrics import word_errors
 from streamd.train.tts import engine_available, list_voices, synthesize
 from test_cli import write_wav
 
@@ -46,15 +55,6 @@ def rec():
     return Recognizer.from_checkpoint(MODEL, EngineConfig(device="cpu"))
 
 
-def _wer(refs, hyps) -> float:
-    errors = words = 0
-    for r, h in zip(refs, hyps):
-        a = align_words(normalize_words(r), normalize_words(h))
-        errors += a.errors
-        words += len(normalize_words(r))
-    return errors / words
-
-
 @needs_espeak
 @pytest.mark.parametrize("voice_name", ["en-us", "en-gb"])
 def test_shipped_model_recognizes_unseen_sentences(rec, tmp_path, voice_name):
@@ -66,7 +66,7 @@ def test_shipped_model_recognizes_unseen_sentences(rec, tmp_path, voice_name):
         paths.append(write_wav(tmp_path / f"{i}.wav", x, 16000))
     events = transcribe_files(rec, paths)
     hyps = [" ".join(e.text for e in events[p] if isinstance(e, Final) and e.text) for p in paths]
-    wer = _wer(SENTENCES, hyps)
+    wer = word_errors(SENTENCES, hyps).wer
     # a model that learned nothing scores ~100 %; the shipped one is far below (model card: dev WER)
     assert wer <= 0.35, list(zip(SENTENCES, hyps))
 
@@ -86,16 +86,6 @@ def test_shipped_model_wakes_on_hey_stream(rec, tmp_path):
 @needs_espeak
 def test_quick_start_daemon_serves_the_shipped_model(tmp_path):
     """README quick start command 1: `streamd serve` with the default config and no model option."""
-    import asyncio
-    import json
-    import os
-    import re
-    import signal
-    import sys
-    from pathlib import Path
-
-    from websockets.asyncio.client import connect
-
     root = Path(__file__).resolve().parents[1]
     voice = next(v for v in list_voices(["espeak"]) if v.name == "en-us")
     x = synthesize(voice, "set a timer for ten minutes")
@@ -139,4 +129,4 @@ def test_quick_start_daemon_serves_the_shipped_model(tmp_path):
     assert ready["type"] == "ready" and rc == 0
     text = " ".join(m["text"] for m in msgs if m["type"] == "final" and m["text"])
     assert msgs[-1]["type"] == "done"
-    assert _wer(["set a timer for ten minutes"], [text]) <= 0.5, text
+    assert word_errors(["set a timer for ten minutes"], [text]).wer <= 0.5, text

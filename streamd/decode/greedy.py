@@ -273,4 +273,3 @@ class GreedySearch:
     def trailing_blanks(self, state: GreedyState) -> Tensor:
         """(B,) frames since the last emitted token."""
         return state.trailing
-

@@ -50,7 +50,7 @@ from streamd.decode.confidence import AGGREGATIONS, MEASURE_NAMES, aggregate
 from streamd.engine import Recognizer
 from streamd.events import Error, Event, Final, WakeWord, Word
 from streamd.model.checkpoint import LoadedModel, load_checkpoint
-from streamd.train.metrics import align_words, auc_roc, nce, normalize_words
+from streamd.train.metrics import WordErrorCounts, align_words, auc_roc, nce, normalize_words
 from streamd.train.recording import KwsTrackRecorder, MeasureBank, recording_recognizer, replay_kws, tagged_words
 
 __all__ = ["EvalEntry", "read_eval_set", "EvalOptions", "Evaluator", "format_report", "build_parser", "run", "main",
@@ -330,25 +330,17 @@ class Evaluator:
 
     @staticmethod
     def _wer(entries: Sequence[EvalEntry], out: Sequence[_Decoded]) -> dict:
-        tot = {"words": 0, "sub": 0, "del": 0, "ins": 0, "hits": 0, "wrong_utts": 0, "utts": 0}
-        voices: dict[str, dict[str, int]] = {}
+        tot = WordErrorCounts()
+        voices: dict[str, WordErrorCounts] = {}
         for e, d in zip(entries, out):
             ref = normalize_words(e.text)
             a = align_words(ref, normalize_words(d.text))
-            for acc in (tot, voices.setdefault(e.voice, dict.fromkeys(tot, 0))):
-                acc["words"] += len(ref)
-                acc["sub"] += a.subs
-                acc["del"] += a.dels
-                acc["ins"] += a.ins
-                acc["hits"] += a.hits
-                acc["wrong_utts"] += a.errors > 0
-                acc["utts"] += 1
+            for acc in (tot, voices.setdefault(e.voice, WordErrorCounts())):
+                acc.add(len(ref), a)
 
-        def rates(acc: dict[str, int]) -> dict:
-            errs = acc["sub"] + acc["del"] + acc["ins"]
-            return {"wer": errs / acc["words"] if acc["words"] else None, "ser": acc["wrong_utts"] / acc["utts"],
-                    "ref_words": acc["words"], "sub": acc["sub"], "del": acc["del"], "ins": acc["ins"],
-                    "hits": acc["hits"], "utterances": acc["utts"]}
+        def rates(acc: WordErrorCounts) -> dict:
+            return {"wer": acc.wer, "ser": acc.ser, "ref_words": acc.words, "sub": acc.subs, "del": acc.dels,
+                    "ins": acc.ins, "hits": acc.hits, "utterances": acc.utts}
 
         res = rates(tot)
         res.pop("utterances")

@@ -19,7 +19,8 @@ from typing import Sequence
 
 import numpy as np
 
-__all__ = ["normalize_words", "Alignment", "align_words", "auc_roc", "nce", "NCE_EPS"]
+__all__ = ["normalize_words", "Alignment", "align_words", "WordErrorCounts", "word_errors", "auc_roc", "nce",
+           "NCE_EPS"]
 
 NCE_EPS = 1e-15
 
@@ -108,6 +109,54 @@ def align_words(ref: Sequence[str], hyp: Sequence[str]) -> Alignment:
 
 
 # --------------------------------------------------------------------------- confidence metrics
+
+
+@dataclass
+class WordErrorCounts:
+    """Word error counts summed over utterances (``add`` one aligned utterance at a time)."""
+
+    words: int = 0
+    hits: int = 0
+    subs: int = 0
+    dels: int = 0
+    ins: int = 0
+    utts: int = 0
+    wrong_utts: int = 0
+
+    def add(self, ref_words: int, a: Alignment) -> None:
+        """Count one utterance: its reference length and its alignment."""
+        self.words += ref_words
+        self.hits += a.hits
+        self.subs += a.subs
+        self.dels += a.dels
+        self.ins += a.ins
+        self.utts += 1
+        self.wrong_utts += a.errors > 0
+
+    @property
+    def errors(self) -> int:
+        return self.subs + self.dels + self.ins
+
+    @property
+    def wer(self) -> float | None:
+        """Errors / reference words (None when the references hold no words)."""
+        return self.errors / self.words if self.words else None
+
+    @property
+    def ser(self) -> float | None:
+        """Share of utterances with at least one error (None for no utterances)."""
+        return self.wrong_utts / self.utts if self.utts else None
+
+
+def word_errors(refs: Sequence[str], hyps: Sequence[str]) -> WordErrorCounts:
+    """Corpus word error counts of hypothesis texts against reference texts (normalized with :func:`normalize_words`)."""
+    if len(refs) != len(hyps):
+        raise ValueError(f"word_errors: {len(refs)} references but {len(hyps)} hypotheses")
+    out = WordErrorCounts()
+    for r, h in zip(refs, hyps):
+        ref = normalize_words(r)
+        out.add(len(ref), align_words(ref, normalize_words(h)))
+    return out
 
 
 def _labels_scores(labels: Sequence[bool], scores: Sequence[float], what: str) -> tuple[np.ndarray, np.ndarray]:

@@ -106,3 +106,15 @@ def test_nce_hand_cases():
     assert nce([True, True], [0.5, 0.9]) is None
     with pytest.raises(ValueError, match=r"in \[0, 1\]"):
         nce([True, False], [1.5, 0.2])
+
+
+def test_word_errors_sums_the_alignments():
+    from streamd.train.metrics import word_errors
+
+    c = word_errors(["turn on the light", "volume up", ""], ["turn the lights", "volume up", "hello"])
+    # utt 1: "on" deleted, light -> lights; utt 2 exact; utt 3 one insertion against no words
+    assert (c.words, c.hits, c.subs, c.dels, c.ins, c.utts, c.wrong_utts) == (6, 4, 1, 1, 1, 3, 2)
+    assert c.errors == 3 and c.wer == pytest.approx(0.5) and c.ser == pytest.approx(2 / 3)
+    assert word_errors([], []).wer is None and word_errors([], []).ser is None
+    with pytest.raises(ValueError, match="2 references but 1 hypotheses"):
+        word_errors(["a", "b"], ["a"])
