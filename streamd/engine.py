@@ -166,8 +166,10 @@ class Recognizer:
         sync_free = self.device.type == "cuda"
         self.searches: dict[str, Any] = {
             "greedy": GreedySearch(self.model, dcfg.max_symbols_per_frame, self.measure, exb, agg, sync_free=sync_free),
-            "modified_beam": ModifiedBeamSearch(self.model, self.measure, exb, agg, sync_free=sync_free),
-            "beam": BeamSearch(self.model, measure=self.measure, exclude_blank=exb, aggregation=agg),
+            "modified_beam": ModifiedBeamSearch(self.model, self.measure, exb, agg, sync_free=sync_free,
+                                                max_symbols_per_frame=dcfg.max_symbols_per_frame),
+            "beam": BeamSearch(self.model, max_symbols_per_frame=dcfg.max_symbols_per_frame, measure=self.measure,
+                               exclude_blank=exb, aggregation=agg),
         }
         if self.model.ctc is not None:
             self.searches["ctc_greedy"] = CtcGreedySearch(mcfg.blank_id, self.measure)

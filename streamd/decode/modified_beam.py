@@ -1,11 +1,25 @@
 """Batched, incremental modified beam search (icefall ``modified_beam_search``).
 
-At most one symbol per frame.  For every frame, each stream's K live
-hypotheses are scored with the joiner in one call over all streams (B, K, V);
-the top ``beam`` of the K x V extensions of a stream survive (blank keeps the
-hypothesis, a token extends it); survivors with the same token sequence are
-merged by adding their probabilities (log-sum-exp), the best-scoring one
-keeping its timing and confidences.  Streams may have different beams:
+With ``max_symbols_per_frame=1`` (icefall's algorithm) at most one symbol
+per frame: for every frame, each stream's K live hypotheses are scored with
+the joiner in one call over all streams (B, K, V); the top ``beam`` of the
+K x V extensions of a stream survive (blank keeps the hypothesis, a token
+extends it and ends its frame too); survivors with the same token sequence
+are merged by adding their probabilities (log-sum-exp), the best-scoring one
+keeping its timing and confidences.
+
+With ``max_symbols_per_frame=S > 1`` a frame is expanded in up to S such
+rounds, as time-synchronous decoding does (Saon et al., ICASSP 2020): a
+token no longer ends the frame, so its hypothesis must still pay for the
+blank that leaves the frame (the transducer's own path probability) or
+emit again; hypotheses that took blank compete unchanged in the later
+rounds; tokens of round S end the frame (the cap).  Merging needs the same
+sequence and the same frame status.  A fine-grained vocabulary (characters,
+40 ms frames) often needs two symbols on one frame; one-symbol search must
+then drop or delay them, which makes it worse than greedy search.  On CPU
+the rounds stop once every hypothesis has consumed the frame.
+
+Streams may have different beams:
 hypotheses are laid out on a (B, K = max beam) grid whose unused slots score
 -inf.  Identical sequences are found through a rolling int64 hash.
 
@@ -22,7 +36,8 @@ ops; how the decoder is advanced after each frame depends on ``sync_free``:
   output for rows that did not emit.  No host synchronization inside the
   chunk; the only one per chunk is the buffer-capacity bound before the loop.
 
-Both give the same hypotheses, scores and confidences.
+Both give the same hypotheses, scores and confidences (``sync_free`` always
+runs the S rounds of a frame).
 
 Shape legend: B streams, K = max beam, V vocabulary, J joiner dim,
 T frames in the chunk, L token capacity.
@@ -116,10 +131,14 @@ class ModifiedBeamSearch:
     folded into its next token's confidence with ``aggregation``.
     sync_free: advance the decoder for every hypothesis and select with
     ``torch.where`` instead of ``nonzero`` (no host sync per frame).
+    max_symbols_per_frame: expansion rounds per frame (1: icefall's search).
     """
 
     def __init__(self, model: Transducer, measure: Measure | None = None, exclude_blank: bool = True,
-                 aggregation: str = "min", sync_free: bool = False):
+                 aggregation: str = "min", sync_free: bool = False, max_symbols_per_frame: int = 1):
+        if max_symbols_per_frame < 1:
+            raise ValueError(f"max_symbols_per_frame must be >= 1, got {max_symbols_per_frame}")
+        self.max_symbols = max_symbols_per_frame
         self.model = model
         self.blank = model.blank_id
         self.measure = measure
@@ -169,67 +188,86 @@ class ModifiedBeamSearch:
         if b == 0 or t_max == 0:
             return state
         k = state.k
-        dev = enc_p.device
-        model, blank = self.model, self.blank
-        state.hyps.reserve(int(state.hyps.lengths.max()) + t_max)
-        ar_k = torch.arange(k, device=dev)
-        rank_ok = ar_k[None, :] < state.beams[:, None]  # (B, K)
+        state.hyps.reserve(int(state.hyps.lengths.max()) + t_max * self.max_symbols)
+        rank_ok = torch.arange(k, device=enc_p.device)[None, :] < state.beams[:, None]  # (B, K)
         for t in range(t_max):
-            active = (t < lengths)[:, None]  # (B, 1)
-            logp = model.joiner.log_probs(enc_p[:, t, None, :], state.dec_p)  # (B, K, V)
-            v = logp.shape[-1]
-            conf = (self.measure(logp) if self.measure is not None
-                    else torch.ones(b, k, device=dev))  # (B, K)
-            cand = (state.scores[:, :, None] + logp).view(b, k * v)  # (B, K*V)
-            top_s, top_i = cand.topk(k, dim=1)  # (B, K) sorted best first
-            parent = torch.div(top_i, v, rounding_mode="floor")
-            tok = top_i % v
-            # streams past their length keep their hypotheses unchanged
-            parent = torch.where(active, parent, ar_k[None, :])
-            tok = torch.where(active, tok, torch.full_like(tok, blank))
-            top_s = torch.where(active, top_s, state.scores)
-            valid = rank_ok & (top_s > NEG_INF)
-            is_blank = tok == blank
-            emit = valid & ~is_blank
-            ph = state.hashes.gather(1, parent)
-            new_hash = torch.where(is_blank, ph, hash_extend(ph, tok))
-            # merge identical sequences: group by hash, the first (best) member represents the group
-            same = (new_hash[:, :, None] == new_hash[:, None, :]) & valid[:, :, None] & valid[:, None, :]  # (B,K,K)
-            first = same.int().argmax(dim=2)  # (B, K) index of the first equal candidate
-            rep = valid & (first == ar_k[None, :])
-            merged = torch.where(same, top_s[:, None, :], torch.full_like(same, NEG_INF, dtype=top_s.dtype))
-            merged = merged.logsumexp(dim=2)  # (B, K)
-            new_scores = torch.where(rep, merged, torch.full_like(merged, NEG_INF))
-            emit = emit & rep
-            # follow parents
-            pconf = conf.gather(1, parent)
-            state.hyps = state.hyps.gather(parent)
-            state.acc = state.acc.gather(parent)
-            state.trailing = state.trailing.gather(1, parent)
-            flat_parent = (torch.arange(b, device=dev)[:, None] * k + parent).reshape(-1)
-            dec_state = state.dec_state.select(flat_parent)
-            dec_p = state.dec_p.gather(1, parent[:, :, None].expand(-1, -1, state.dec_p.shape[-1]))
-            took_blank = rep & is_blank & active
-            if not self.exclude_blank:
-                state.acc.add(took_blank, pconf)
-                pconf = state.acc.fold(pconf, self.aggregation)
-            state.hyps.append(emit, tok, (frame_offset[:, None] + t).expand(b, k), pconf)
-            state.acc.clear(emit)
-            state.trailing = torch.where(emit, torch.zeros_like(state.trailing),
-                                         state.trailing + active.long())
-            if self.sync_free:  # every row runs the decoder; non-emitters keep the parent's cache
-                flat_emit = emit.view(-1)
-                out, new_st = model.decoder.step(dec_state, tok.view(-1))
-                dec_state = dec_state.where(flat_emit, new_st)
-                dec_p = torch.where(emit[:, :, None], model.decoder_proj(out).view(b, k, -1), dec_p)
-            elif bool(emit.any()):
-                idx = emit.view(-1).nonzero()[:, 0]  # (M,)
-                out, new_st = model.decoder.step(dec_state.select(idx), tok.view(-1)[idx])
-                dec_state = dec_state.scatter(idx, new_st)
-                dec_p = dec_p.view(b * k, -1).index_copy(0, idx, model.decoder_proj(out)).view(b, k, -1)
-            state.dec_state, state.dec_p = dec_state, dec_p
-            state.scores, state.hashes = new_scores, new_hash
+            # streams past their length start the frame done: their hypotheses are only carried
+            done = (t >= lengths)[:, None].expand(b, k)  # (B, K)
+            for r in range(self.max_symbols):
+                if r > 0 and not self.sync_free and not bool((~done & (state.scores > NEG_INF)).any()):
+                    break  # every hypothesis has consumed the frame
+                done = self._round(state, enc_p[:, t], frame_offset + t, done, rank_ok,
+                                   last=r == self.max_symbols - 1)
         return state
+
+    def _round(self, state: BeamState, enc_t: Tensor, frame: Tensor, done: Tensor, rank_ok: Tensor,
+               last: bool) -> Tensor:
+        """One expansion round of one frame, in place on ``state``; returns the new ``done``.
+
+        enc_t: (B, J) this frame's projected encoder output; frame: (B,) its
+        absolute index; done: (B, K) bool, hypotheses that consumed the frame
+        already (they compete with one candidate, themselves, unchanged);
+        rank_ok: (B, K) slots within each stream's beam; last: tokens emitted
+        in this round end the frame (the symbol cap).
+        """
+        b, k = state.scores.shape
+        dev = enc_t.device
+        model, blank = self.model, self.blank
+        logp = model.joiner.log_probs(enc_t[:, None, :], state.dec_p)  # (B, K, V)
+        v = logp.shape[-1]
+        conf = self.measure(logp) if self.measure is not None else torch.ones(b, k, device=dev)  # (B, K)
+        cand = state.scores[:, :, None] + logp  # (B, K, V)
+        carry = torch.full_like(cand, NEG_INF)
+        carry[:, :, blank] = state.scores
+        cand = torch.where(done[:, :, None], carry, cand).view(b, k * v)
+        top_s, top_i = cand.topk(k, dim=1)  # (B, K) sorted best first
+        parent = torch.div(top_i, v, rounding_mode="floor")
+        tok = top_i % v
+        valid = rank_ok & (top_s > NEG_INF)
+        is_blank = tok == blank
+        parent_done = done.gather(1, parent)
+        new_done = is_blank | parent_done | last
+        took_blank = is_blank & ~parent_done  # (B, K) blank consumed the frame in this round
+        emit = valid & ~is_blank
+        ph = state.hashes.gather(1, parent)
+        new_hash = torch.where(is_blank, ph, hash_extend(ph, tok))
+        # merge identical sequences at the same point of the frame: group by (hash, done), the first
+        # (best) member represents the group
+        same = ((new_hash[:, :, None] == new_hash[:, None, :]) & (new_done[:, :, None] == new_done[:, None, :])
+                & valid[:, :, None] & valid[:, None, :])  # (B, K, K)
+        first = same.int().argmax(dim=2)  # (B, K) index of the first equal candidate
+        rep = valid & (first == torch.arange(k, device=dev)[None, :])
+        merged = torch.where(same, top_s[:, None, :], torch.full_like(same, NEG_INF, dtype=top_s.dtype))
+        merged = merged.logsumexp(dim=2)  # (B, K)
+        emit = emit & rep
+        # follow parents
+        pconf = conf.gather(1, parent)
+        state.hyps = state.hyps.gather(parent)
+        state.acc = state.acc.gather(parent)
+        state.trailing = state.trailing.gather(1, parent)
+        flat_parent = (torch.arange(b, device=dev)[:, None] * k + parent).reshape(-1)
+        dec_state = state.dec_state.select(flat_parent)
+        dec_p = state.dec_p.gather(1, parent[:, :, None].expand(-1, -1, state.dec_p.shape[-1]))
+        if not self.exclude_blank:
+            state.acc.add(rep & took_blank, pconf)
+            pconf = state.acc.fold(pconf, self.aggregation)
+        state.hyps.append(emit, tok, frame[:, None].expand(b, k), pconf)
+        state.acc.clear(emit)
+        state.trailing = torch.where(emit, torch.zeros_like(state.trailing), state.trailing + took_blank.long())
+        if self.sync_free:  # every row runs the decoder; non-emitters keep the parent's cache
+            flat_emit = emit.view(-1)
+            out, new_st = model.decoder.step(dec_state, tok.view(-1))
+            dec_state = dec_state.where(flat_emit, new_st)
+            dec_p = torch.where(emit[:, :, None], model.decoder_proj(out).view(b, k, -1), dec_p)
+        elif bool(emit.any()):
+            idx = emit.view(-1).nonzero()[:, 0]  # (M,)
+            out, new_st = model.decoder.step(dec_state.select(idx), tok.view(-1)[idx])
+            dec_state = dec_state.scatter(idx, new_st)
+            dec_p = dec_p.view(b * k, -1).index_copy(0, idx, model.decoder_proj(out)).view(b, k, -1)
+        state.dec_state, state.dec_p = dec_state, dec_p
+        state.scores = torch.where(rep, merged, torch.full_like(merged, NEG_INF))
+        state.hashes = new_hash
+        return new_done
 
     def _order(self, state: BeamState) -> Tensor:
         return state.scores.argsort(dim=1, descending=True)

@@ -124,13 +124,14 @@ def test_greedy_reset_odd_lengths_and_offsets():
 
 @pytest.mark.parametrize("seed", [0, 1])
 @pytest.mark.parametrize("beams", [[1], [3], [2, 4, 3], [1, 5, 2, 4]])
-def test_modified_beam_sync_free_matches(decoder_kind, seed, beams):
+@pytest.mark.parametrize("max_sym", [1, 3])
+def test_modified_beam_sync_free_matches(decoder_kind, seed, beams, max_sym):
     model = make_model(kind=decoder_kind, seed=seed, vocab=5)
     b = len(beams)
     enc_p, lengths = random_batch(model, b, 13, seed + 50)
     res = []
     for sync_free in (False, True):
-        s = ModifiedBeamSearch(model, measure=max_prob, sync_free=sync_free)
+        s = ModifiedBeamSearch(model, measure=max_prob, sync_free=sync_free, max_symbols_per_frame=max_sym)
         st = run_chunked(s, s.init_state(torch.tensor(beams)), enc_p, lengths, seed)
         res.append((s.nbest(st, 8), s.trailing_blanks(st)))
     (nb_s, tb_s), (nb_f, tb_f) = res
@@ -139,7 +140,7 @@ def test_modified_beam_sync_free_matches(decoder_kind, seed, beams):
         assert len(nb_f[i]) == len(nb_s[i])
         for x, y in zip(nb_s[i], nb_f[i]):
             assert_same_hyp(y, x)
-        ref = ref_modified_beam(model, enc_p[i, :lengths[i]], beams[i])
+        ref = ref_modified_beam(model, enc_p[i, :lengths[i]], beams[i], max_sym)
         assert len(ref) == len(nb_f[i])
         for h, (score, ys, frames, confs) in zip(nb_f[i], ref):
             assert list(h.tokens) == list(ys) and list(h.frames) == list(frames)

@@ -48,35 +48,52 @@ def ref_greedy(model, enc_p, max_sym):
 
 
 @torch.no_grad()
-def ref_modified_beam(model, enc_p, beam):
-    """icefall modified_beam_search for one utterance: at most one symbol per frame,
-    top-`beam` of all (hypothesis, token) extensions, identical sequences merged by log-add
-    (the first, best-scoring one keeps its timing)."""
+def ref_modified_beam(model, enc_p, beam, max_sym=1):
+    """icefall modified_beam_search for one utterance: top-`beam` of all (hypothesis, token)
+    extensions, identical sequences merged by log-add (the first, best-scoring one keeps its
+    timing).  max_sym=1: at most one symbol per frame (a token ends the frame).  max_sym=S:
+    up to S rounds per frame; in each, hypotheses that have not consumed the frame extend by
+    blank (consumes it) or a token (stays, unless it is round S), those that have compete
+    unchanged, and the top `beam` of all of them survive; merges need the same sequence and
+    the same consumed-or-not."""
     st, dp = dec_init(model)
     hyps = {(): dict(score=0.0, st=st, dp=dp, frames=(), confs=())}
     for t in range(enc_p.shape[0]):
-        cands = []
-        for ys, h in hyps.items():
-            logp = model.joiner.log_probs(enc_p[t], h["dp"])
-            conf = float(max_prob(logp))
-            for v in range(logp.shape[0]):
-                cands.append((h["score"] + float(logp[v]), ys, v, conf))
-        cands.sort(key=lambda c: -c[0])
-        new = {}
-        for score, ys, v, conf in cands[:beam]:
-            parent = hyps[ys]
-            new_ys = ys if v == model.blank_id else ys + (v,)
-            if new_ys in new:
-                new[new_ys]["score"] = float(torch.logaddexp(torch.tensor(new[new_ys]["score"], dtype=torch.float64),
+        cur = {(ys, False): h for ys, h in hyps.items()}
+        for r in range(max_sym):
+            if all(done for _, done in cur):
+                break
+            cands = []
+            for (ys, done), h in cur.items():
+                if done:
+                    cands.append((h["score"], ys, True, None, None))
+                    continue
+                logp = model.joiner.log_probs(enc_p[t], h["dp"])
+                conf = float(max_prob(logp))
+                for v in range(logp.shape[0]):
+                    cands.append((h["score"] + float(logp[v]), ys, False, v, conf))
+            cands.sort(key=lambda c: -c[0])
+            new = {}
+            for score, ys, done, v, conf in cands[:beam]:
+                parent = cur[(ys, done)]
+                if done:
+                    key = (ys, True)
+                elif v == model.blank_id:
+                    key = (ys, True)
+                else:
+                    key = (ys + (v,), r == max_sym - 1)
+                if key in new:
+                    new[key]["score"] = float(torch.logaddexp(torch.tensor(new[key]["score"], dtype=torch.float64),
                                                               torch.tensor(score, dtype=torch.float64)))
-                continue
-            if v == model.blank_id:
-                new[new_ys] = dict(parent, score=score)
-            else:
-                st2, dp2 = dec_push(model, parent["st"], v)
-                new[new_ys] = dict(score=score, st=st2, dp=dp2, frames=parent["frames"] + (t,),
-                                   confs=parent["confs"] + (conf,))
-        hyps = new
+                    continue
+                if done or v == model.blank_id:
+                    new[key] = dict(parent, score=score)
+                else:
+                    st2, dp2 = dec_push(model, parent["st"], v)
+                    new[key] = dict(score=score, st=st2, dp=dp2, frames=parent["frames"] + (t,),
+                                    confs=parent["confs"] + (conf,))
+            cur = new
+        hyps = {ys: h for (ys, _), h in cur.items()}
     return sorted(((h["score"], ys, h["frames"], h["confs"]) for ys, h in hyps.items()), key=lambda x: -x[0])
 
 
@@ -160,24 +177,27 @@ def test_greedy_blank_frames_in_confidence():
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize("beams", [[1], [4], [2, 4, 3], [1, 5, 2, 4]])
-def test_modified_beam_matches_reference(decoder_kind, seed, beams):
+@pytest.mark.parametrize("max_sym", [1, 2, 3])
+def test_modified_beam_matches_reference(decoder_kind, seed, beams, max_sym):
     model = make_model(kind=decoder_kind, seed=seed, vocab=5)
-    search = ModifiedBeamSearch(model, measure=max_prob)
+    search = ModifiedBeamSearch(model, measure=max_prob, max_symbols_per_frame=max_sym)
     b = len(beams)
     enc_p, lengths = random_batch(model, b, 14, seed + 100)
     state = run_chunked(search, search.init_state(torch.tensor(beams)), enc_p, lengths, seed)
     nbest = search.nbest(state, 8)
-    merged_somewhere = False
+    merged_somewhere, stacked = False, False
     for i in range(b):
-        ref = ref_modified_beam(model, enc_p[i, :lengths[i]], beams[i])
+        ref = ref_modified_beam(model, enc_p[i, :lengths[i]], beams[i], max_sym)
         got = nbest[i]
         assert len(got) == len(ref)
         merged_somewhere |= len(ref) < beams[i]
+        stacked |= any(f[j] == f[j + 1] for _, _, f, _ in ref for j in range(len(f) - 1))
         for h, (score, ys, frames, confs) in zip(got, ref):
             assert list(h.tokens) == list(ys)
             assert list(h.frames) == list(frames)
             assert h.score == pytest.approx(score, abs=1e-4)
             assert h.confs == pytest.approx(confs, abs=1e-5)
+    assert stacked == (max_sym > 1)  # several tokens on one frame only when allowed (and then they occur)
 
 
 def test_modified_beam_merges_identical_sequences():
