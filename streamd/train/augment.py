@@ -322,8 +322,11 @@ def _mu_law(x: np.ndarray, mu: float = 255.0) -> np.ndarray:
     return np.sign(q) * ((1.0 + mu) ** np.abs(q) - 1.0) / mu
 
 
-def telephone(x: np.ndarray, rate: int = 16000, *, mu_law: bool = True) -> np.ndarray:
+def telephone(x: np.ndarray, rate: int = 16000, *, mu_law: bool = True, bandpass: bool = True) -> np.ndarray:
     """Narrow-band telephone channel: 300-3400 Hz, 8 kHz sampling, optional mu-law.
+
+    With ``bandpass=False`` and ``mu_law=False`` this is a plain 8 kHz round
+    trip (what a client that sends 8 kHz audio gives the recognizer).
 
     Returns:
         ``(N,)`` float32 at ``rate`` (no energy above 4 kHz).
@@ -331,7 +334,7 @@ def telephone(x: np.ndarray, rate: int = 16000, *, mu_law: bool = True) -> np.nd
     x, rate = _signal(x), _rate(rate)
     if len(x) == 0:
         return x.copy()
-    y = np.convolve(x.astype(np.float64), _bandpass(300.0, 3400.0, rate), mode="same")
+    y = np.convolve(x.astype(np.float64), _bandpass(300.0, 3400.0, rate), mode="same") if bandpass else x
     y8 = resample(y.astype(np.float32), rate, 8000)
     if mu_law:
         y8 = _mu_law(y8.astype(np.float64)).astype(np.float32)

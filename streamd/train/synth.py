@@ -18,14 +18,15 @@ Pipeline (``streamd synth``):
    (RT60 0.2-0.9 s); level set to -35..-15 dBFS RMS; 0.05-0.8 s of leading and
    trailing silence; half get noise at 0-30 dB SNR (white / pink / brown, or
    babble of 3-5 other synthesized sentences), the rest a faint white floor
-   (45-70 dB SNR); 15 % pass through a telephone channel; peaks above 0.99 are
+   (45-70 dB SNR); 15 % pass through a telephone channel and another 15 % through
+   a plain 8 kHz round trip (``narrowband``); peaks above 0.99 are
    scaled down.  SNR is relative to the speech power before padding.
 3. 16-bit mono WAVs under ``shard-XXXX/`` (``shard_size`` per folder) and one
    ``manifest.jsonl`` line per utterance, in index order: ``audio`` (path
    relative to the manifest), ``text``, ``voice`` (:attr:`Voice.id`),
    ``duration`` (s), ``keyword`` ("hey stream" or null), ``aug`` (what was applied).
 4. ``clean.jsonl``: the same lines for the utterances without added noise,
-   reverberation or telephone channel (about a third), for the first stage of
+   reverberation or narrow band (about a quarter), for the first stage of
    the training curriculum (configs/train.yaml).
 
 If an engine fails on a text, the utterance is retried with the next voice
@@ -196,9 +197,13 @@ def render(plan: UttPlan, voices: list[Voice] | None = None) -> tuple[np.ndarray
     else:
         x = A.add_noise(x, A.colored_noise(len(x), "white", rng), float(rng.uniform(45.0, 70.0)),
                         signal_power=speech_power)
-    if rng.random() < 0.15:
+    r = rng.random()
+    if r < 0.15:
         aug["telephone"] = True
         x = A.telephone(x, RATE)
+    elif r < 0.3:
+        aug["narrowband"] = True
+        x = A.telephone(x, RATE, mu_law=False, bandpass=False)
     peak = float(np.max(np.abs(x)))
     if peak > 0.99:
         x = x * np.float32(0.99 / peak)
@@ -282,8 +287,9 @@ def synthesize_corpus(out_dir: str | os.PathLike, num_utts: int, seed: int = 0, 
 
 
 def is_clean(aug: dict) -> bool:
-    """True for an utterance (its manifest ``aug``) with no added noise, reverberation or telephone channel."""
-    return aug.get("snr") is None and aug.get("rt60") is None and not aug.get("telephone")
+    """True for an utterance (its manifest ``aug``) with no noise, reverberation, telephone or 8 kHz round trip."""
+    return (aug.get("snr") is None and aug.get("rt60") is None and not aug.get("telephone")
+            and not aug.get("narrowband"))
 
 
 def benchmark(engines: tuple[str, ...] = ENGINES, n: int = 10, seed: int = 0) -> dict[str, float]:

@@ -757,6 +757,43 @@ class TextGenerator:
             "(what are the hours for|when does) the $PLACES[ (open|close)]",
         ))
 
+    def banking(self) -> str:
+        return self.t(self.c(
+            "(transfer|send|move|wire) $amount (to|into) $account",
+            "(transfer|send|pay|wire) $amount to $name",
+            "(transfer|move) $amount from (my|the) $ACCOUNTS (account|) to (my|the) $ACCOUNTS[ account]",
+            "pay $name $amount[ for (the|my) $BILLS]",
+            "(pay|schedule a payment for) (my|the) $BILLS[ $when]",
+            "(split|share) (the bill|the check|dinner|the rent) with $name",
+            "(request|ask for) $amount from $name[ for (the|my) $BILLS]",
+            "(what's|what is|check|tell me) my $ACCOUNTS (balance|account balance)",
+            "how much (money do i have|is) in my $ACCOUNTS[ account]",
+            "(did $name (pay|send|transfer)|has $name (paid|sent)) (me|the money|the rent)[ $past_day]",
+            "(show me|read me|what were) my (last|latest|recent) $few (transactions|payments|deposits)",
+            "(how much did i spend|what did i spend) on $SPENDING $period",
+            "(set|change) my (budget|spending limit) for $SPENDING to $amount",
+            "(cancel|stop) the (payment|transfer) to $name",
+        ), account=lambda: self.t("((my|the) $ACCOUNTS[ account]|$name)"),
+            few=lambda: cardinal(self.n(2, 20)),
+            period=lambda: self.c("this month", "last month", "this week", "last week", "this year", "today",
+                                  "yesterday", "in " + V.MONTHS[self.n(0, 11)]))
+
+    def history(self) -> str:
+        """Statements and questions about years: built, born, founded, released ..."""
+        return self.t(self.c(
+            "(it|the house|the bridge|the church|the school|the building|this place|the tower) was "
+            "(built|finished|opened|renovated|designed|sold|rebuilt) in $year",
+            "(he|she|my grandfather|my grandmother|my dad|my mom|the author|the singer) was born in $year",
+            "(the company|the band|the city|the club|the restaurant|the museum) was (founded|started|formed)"
+            " in $year",
+            "(the movie|the album|the song|the book|the game|the phone) (came out|was released|was published)"
+            " in $year",
+            "(when was|what year was) (the $LANDMARKS|the eiffel tower|the first iphone) (built|made|released)",
+            "(who won|what happened|who was president) in $year",
+            "(we|they|i) (got married|moved|graduated|met) in $year",
+            "(play|show me) (music|songs|movies|photos|the top hits) from $year",
+        ), year=lambda: self.year(1800, 2030))
+
     def amount(self) -> str:
         r = self.rng.random()
         cur = self.c("dollar", "dollar", "dollar", "euro", "pound")
@@ -789,7 +826,7 @@ class TextGenerator:
     # --------------------------------------------------------- composition
     _COMMANDS = ("lights", "lights", "devices", "thermostat", "timer", "timer", "alarm", "reminder", "calendar",
                  "music", "music", "volume", "playback", "weather", "weather", "call", "message", "shopping",
-                 "numbers", "numbers", "numbers", "dates", "clock", "misc")
+                 "numbers", "numbers", "numbers", "dates", "clock", "misc", "banking", "history")
 
     def command(self) -> str:
         """One command or question, sometimes wrapped in a prefix and/or suffix.
@@ -1010,6 +1047,15 @@ class V:
             "good afternoon", "let's go", "lock up", "start the car", "set the house to away mode",
             "arm the security system", "disarm the alarm system", "show me the front door camera",
             "who's at the door", "what did i miss", "what's for dinner", "how do i make pancakes")
+    ACCOUNTS = ("checking", "savings", "credit card", "business", "joint", "retirement", "brokerage",
+                "emergency fund", "vacation fund", "college fund", "main", "personal")
+    BILLS = ("rent", "electric bill", "water bill", "phone bill", "internet bill", "gas bill", "mortgage",
+             "car payment", "insurance", "credit card bill", "tuition", "dinner", "groceries", "tickets",
+             "taxi", "concert tickets", "gym membership", "daycare")
+    SPENDING = ("groceries", "restaurants", "gas", "coffee", "clothes", "shopping", "travel", "entertainment",
+                "subscriptions", "take out", "utilities", "books", "gifts")
+    LANDMARKS = ("golden gate bridge", "empire state building", "statue of liberty", "brooklyn bridge",
+                 "sydney opera house", "tower bridge", "space needle", "white house", "colosseum", "taj mahal")
     TEAMS = ("yankees", "lakers", "patriots", "red sox", "warriors", "cowboys", "bulls", "giants", "arsenal",
              "chelsea", "liverpool", "real madrid", "maple leafs", "seahawks", "packers", "celtics", "dodgers",
              "cubs", "knicks", "eagles")
@@ -1036,7 +1082,7 @@ class V:
                        "push put raise read remind remove reorder repeat replay reply reschedule reserve respond "
                        "restart resume rewind ring roll run save say schedule search send set share show shuffle "
                        "shut skip snooze spell start stop switch take tell text turn unlock unmute unpause video "
-                       "wake watch").split())
+                       "wake watch transfer wire request split").split())
     REQUEST_PREFIXES = ("please", "can you", "could you", "could you please", "would you", "would you please",
                         "can you please", "i want you to", "i'd like you to", "i need you to", "go ahead and",
                         "will you", "kindly", "please just", "just", "i want to", "i'd like to", "help me",

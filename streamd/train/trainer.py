@@ -51,7 +51,7 @@ from torch import Tensor
 from ..device import resolve_device
 from ..config import ConfigError, ModelConfig, from_dict, to_dict
 from ..decode.tokens import TokenTable
-from ..model.checkpoint import save_checkpoint
+from ..model.checkpoint import CheckpointError, LoadedModel, load_checkpoint, save_checkpoint
 from ..model.transducer import Transducer
 from .average import checkpoint_path, list_checkpoints
 from .data import (AsrDataset, Batch, LengthBucketSampler, apply_spec_augment, collate, default_char_tokens,
@@ -178,6 +178,7 @@ class TrainConfig:
     device: str = "auto"
     num_threads: int = 0
     resume: bool = False
+    init_from: str = ""
 
     def __post_init__(self) -> None:
         _req(self.exp_dir != "", "exp_dir", "must not be empty")
@@ -397,6 +398,21 @@ def evaluate(model: Transducer, dataset: AsrDataset, max_frames: int, weights: L
     return dict(zip(("loss", "rnnt", "ctc", "kws"), vals))
 
 
+def _load_init(cfg: TrainConfig, tokens: TokenTable) -> LoadedModel:
+    """The ``init_from`` checkpoint, refused (naming the key) unless its model and tokens match ``cfg``."""
+    try:
+        src = load_checkpoint(cfg.init_from)
+    except CheckpointError as e:
+        raise ConfigError(f"init_from: {e}") from None
+    have, want = to_dict(src.model.cfg), to_dict(cfg.model)
+    if have != want:
+        diff = sorted(k for k in set(have) | set(want) if have.get(k) != want.get(k))
+        raise ConfigError(f"init_from: model in {cfg.init_from} differs from model: (keys {', '.join(diff)})")
+    if src.tokens.tokens != tokens.tokens:
+        raise ConfigError(f"init_from: token table of {cfg.init_from} differs from this run's tokens")
+    return src
+
+
 def train(cfg: TrainConfig, stop: Callable[[int], bool] | None = None) -> TrainResult:
     """Train (or resume, with ``cfg.resume``) until ``cfg.steps``.
 
@@ -450,6 +466,13 @@ def train(cfg: TrainConfig, stop: Callable[[int], bool] | None = None) -> TrainR
         opt.load_state_dict(st["optimizer"])
         step, epoch, index = int(st["step"]), int(st["epoch"]), int(st["batch_index"])
         log.info("resumed from %s at step %d (epoch %d, batch %d)", checkpoint_path(exp, latest), step, epoch, index)
+    elif cfg.init_from:
+        exp.mkdir(parents=True, exist_ok=True)
+        src = _load_init(cfg, tokens)
+        model.load_state_dict(src.model.state_dict(), strict=True)
+        log.info("initialized from %s (its step %s); %s parameters; %d training utterances (%d dropped)",
+                 cfg.init_from, src.meta.get("step", "?"), f"{model.num_params():,}", len(train_set),
+                 train_set.dropped)
     else:
         exp.mkdir(parents=True, exist_ok=True)
         rng = np.random.default_rng(cfg.seed)

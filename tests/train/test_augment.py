@@ -175,6 +175,11 @@ def test_telephone_band_limits():
     assert abs(10 * np.log10(np.mean(out ** 2) / np.mean(tone.astype(np.float64) ** 2))) < 1.0  # passband
     low = A.telephone(sine(100.0, 1.0, 0.3), SR, mu_law=False)[SR // 10: -SR // 10]
     assert 10 * np.log10(np.mean(low.astype(np.float64) ** 2) / 0.045) < -20
+    # plain 8 kHz round trip: no low cut, nothing above 4 kHz, lossless below
+    nb = A.telephone(x, SR, mu_law=False, bandpass=False)
+    assert band_db(nb, 4000, SR / 2) < -40
+    keep = A.telephone(sine(100.0, 1.0, 0.3), SR, mu_law=False, bandpass=False)[SR // 10: -SR // 10]
+    assert abs(10 * np.log10(np.mean(keep.astype(np.float64) ** 2) / 0.045)) < 1.0
 
 
 @pytest.mark.parametrize("call,msg", [

@@ -171,6 +171,24 @@ def test_overfits_two_utterances(tmp_path):
     assert [x["step"] for x in logs] == [10, 20, 30] and logs[0]["audio_s_per_s"] > 0
 
 
+def test_init_from_fine_tunes_from_a_checkpoint(tmp_path):
+    man = make_corpus(tmp_path / "c", [("hey stream", 0.8, "hey stream"), ("no", 0.6, None)])
+    src = train(tiny_config(tmp_path / "src", man, spec_augment__enabled=False))
+    fresh = train(tiny_config(tmp_path / "fresh", man, spec_augment__enabled=False, steps=2))
+    tuned = train(tiny_config(tmp_path / "ft", man, spec_augment__enabled=False, steps=2,
+                              init_from=str(src.checkpoint)))
+    # starts where the source ended (low loss), not from a random model; feature stats come along
+    assert tuned.history[0].loss < 0.5 * fresh.history[0].loss, (tuned.history[0].loss, fresh.history[0].loss)
+    assert tuned.history[0].loss < 2.0 * np.mean([r.loss for r in src.history[-3:]])
+    a, b = load_checkpoint(src.checkpoint).model.encoder, load_checkpoint(tuned.checkpoint).model.encoder
+    assert torch.equal(a.feat_mean, b.feat_mean) and torch.equal(a.feat_std, b.feat_std)
+    # a different model, or no such file, is refused naming the key
+    with pytest.raises(ConfigError, match=r"^init_from: model in .* differs from model: \(keys joiner_dim\)"):
+        train(tiny_config(tmp_path / "x", man, model__joiner_dim=16, init_from=str(src.checkpoint)))
+    with pytest.raises(ConfigError, match=r"^init_from: .*no such checkpoint file"):
+        train(tiny_config(tmp_path / "y", man, init_from=str(tmp_path / "missing.pt")))
+
+
 def test_resume_continues_exactly(tmp_path):
     items = [("hey stream", 0.5, "hey stream"), ("on", 0.3, None), ("off now", 0.45, None),
              ("yes", 0.25, None), ("hey stream stop", 0.6, "hey stream"), ("no", 0.35, None)]
