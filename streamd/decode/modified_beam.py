@@ -189,25 +189,26 @@ class ModifiedBeamSearch:
             return state
         k = state.k
         state.hyps.reserve(int(state.hyps.lengths.max()) + t_max * self.max_symbols)
-        rank_ok = torch.arange(k, device=enc_p.device)[None, :] < state.beams[:, None]  # (B, K)
+        ar_k = torch.arange(k, device=enc_p.device)  # (K,)
+        rank_ok = ar_k[None, :] < state.beams[:, None]  # (B, K)
         for t in range(t_max):
             # streams past their length start the frame done: their hypotheses are only carried
             done = (t >= lengths)[:, None].expand(b, k)  # (B, K)
             for r in range(self.max_symbols):
                 if r > 0 and not self.sync_free and not bool((~done & (state.scores > NEG_INF)).any()):
                     break  # every hypothesis has consumed the frame
-                done = self._round(state, enc_p[:, t], frame_offset + t, done, rank_ok,
+                done = self._round(state, enc_p[:, t], frame_offset + t, done, rank_ok, ar_k,
                                    last=r == self.max_symbols - 1)
         return state
 
-    def _round(self, state: BeamState, enc_t: Tensor, frame: Tensor, done: Tensor, rank_ok: Tensor,
+    def _round(self, state: BeamState, enc_t: Tensor, frame: Tensor, done: Tensor, rank_ok: Tensor, ar_k: Tensor,
                last: bool) -> Tensor:
         """One expansion round of one frame, in place on ``state``; returns the new ``done``.
 
         enc_t: (B, J) this frame's projected encoder output; frame: (B,) its
         absolute index; done: (B, K) bool, hypotheses that consumed the frame
         already (they compete with one candidate, themselves, unchanged);
-        rank_ok: (B, K) slots within each stream's beam; last: tokens emitted
+        rank_ok: (B, K) slots within each stream's beam; ar_k: (K,) arange(K); last: tokens emitted
         in this round end the frame (the symbol cap).
         """
         b, k = state.scores.shape
@@ -236,7 +237,7 @@ class ModifiedBeamSearch:
         same = ((new_hash[:, :, None] == new_hash[:, None, :]) & (new_done[:, :, None] == new_done[:, None, :])
                 & valid[:, :, None] & valid[:, None, :])  # (B, K, K)
         first = same.int().argmax(dim=2)  # (B, K) index of the first equal candidate
-        rep = valid & (first == torch.arange(k, device=dev)[None, :])
+        rep = valid & (first == ar_k[None, :])
         merged = torch.where(same, top_s[:, None, :], torch.full_like(same, NEG_INF, dtype=top_s.dtype))
         merged = merged.logsumexp(dim=2)  # (B, K)
         emit = emit & rep

@@ -398,15 +398,19 @@ def evaluate(model: Transducer, dataset: AsrDataset, max_frames: int, weights: L
     return dict(zip(("loss", "rnnt", "ctc", "kws"), vals))
 
 
+def _differing_keys(a: dict, b: dict) -> list[str]:
+    """Top-level keys whose values differ between two config dicts (sorted)."""
+    return sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
+
+
 def _load_init(cfg: TrainConfig, tokens: TokenTable) -> LoadedModel:
     """The ``init_from`` checkpoint, refused (naming the key) unless its model and tokens match ``cfg``."""
     try:
         src = load_checkpoint(cfg.init_from)
     except CheckpointError as e:
         raise ConfigError(f"init_from: {e}") from None
-    have, want = to_dict(src.model.cfg), to_dict(cfg.model)
-    if have != want:
-        diff = sorted(k for k in set(have) | set(want) if have.get(k) != want.get(k))
+    diff = _differing_keys(to_dict(src.model.cfg), to_dict(cfg.model))
+    if diff:
         raise ConfigError(f"init_from: model in {cfg.init_from} differs from model: (keys {', '.join(diff)})")
     if src.tokens.tokens != tokens.tokens:
         raise ConfigError(f"init_from: token table of {cfg.init_from} differs from this run's tokens")
@@ -436,6 +440,7 @@ def train(cfg: TrainConfig, stop: Callable[[int], bool] | None = None) -> TrainR
     if existing and latest is None:
         raise ConfigError(f"exp_dir: cannot resume, no checkpoint in {exp} has its train_state-<step>.pt "
                           "(optimizer state); choose an empty exp_dir")
+    init = _load_init(cfg, tokens) if cfg.init_from and latest is None else None
 
     dcfg = cfg.data
     train_set = AsrDataset(dcfg.train, tokens, cfg.model.fbank, cfg.model.keywords, dcfg.cache_features,
@@ -454,11 +459,11 @@ def train(cfg: TrainConfig, stop: Callable[[int], bool] | None = None) -> TrainR
     opt = torch.optim.AdamW(model.parameters(), lr=ocfg.lr, betas=tuple(ocfg.betas), eps=ocfg.eps,
                             weight_decay=ocfg.weight_decay)
     step, epoch, index = 0, 0, 0
+    exp.mkdir(parents=True, exist_ok=True)
     if cfg.resume and latest is not None:
         ck = torch.load(checkpoint_path(exp, latest), map_location="cpu", weights_only=True)
-        if ck["model_config"] != to_dict(cfg.model):
-            diff = sorted(k for k in set(ck["model_config"]) | set(to_dict(cfg.model))
-                          if ck["model_config"].get(k) != to_dict(cfg.model).get(k))
+        diff = _differing_keys(ck["model_config"], to_dict(cfg.model))
+        if diff:
             raise ConfigError(f"model: differs from the model in {checkpoint_path(exp, latest)} "
                               f"(keys {', '.join(diff)}); resume needs the same model config")
         model.load_state_dict(ck["state_dict"], strict=True)
@@ -466,15 +471,12 @@ def train(cfg: TrainConfig, stop: Callable[[int], bool] | None = None) -> TrainR
         opt.load_state_dict(st["optimizer"])
         step, epoch, index = int(st["step"]), int(st["epoch"]), int(st["batch_index"])
         log.info("resumed from %s at step %d (epoch %d, batch %d)", checkpoint_path(exp, latest), step, epoch, index)
-    elif cfg.init_from:
-        exp.mkdir(parents=True, exist_ok=True)
-        src = _load_init(cfg, tokens)
-        model.load_state_dict(src.model.state_dict(), strict=True)
+    elif init is not None:
+        model.load_state_dict(init.model.state_dict(), strict=True)
         log.info("initialized from %s (its step %s); %s parameters; %d training utterances (%d dropped)",
-                 cfg.init_from, src.meta.get("step", "?"), f"{model.num_params():,}", len(train_set),
+                 cfg.init_from, init.meta.get("step", "?"), f"{model.num_params():,}", len(train_set),
                  train_set.dropped)
     else:
-        exp.mkdir(parents=True, exist_ok=True)
         rng = np.random.default_rng(cfg.seed)
         n = min(len(train_set), dcfg.stats_utterances)
         idx = np.sort(rng.choice(len(train_set), size=n, replace=False)).tolist()

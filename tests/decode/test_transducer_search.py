@@ -76,9 +76,7 @@ def ref_modified_beam(model, enc_p, beam, max_sym=1):
             new = {}
             for score, ys, done, v, conf in cands[:beam]:
                 parent = cur[(ys, done)]
-                if done:
-                    key = (ys, True)
-                elif v == model.blank_id:
+                if done or v == model.blank_id:
                     key = (ys, True)
                 else:
                     key = (ys + (v,), r == max_sym - 1)
