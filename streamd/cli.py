@@ -17,9 +17,9 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from .config import SEARCH_METHODS, ConfigError, DecodingConfig, EngineConfig, load_yaml
+from .config import SEARCH_METHODS, ConfigError, EngineConfig, load_yaml
 
-__all__ = ["main", "default_model_path", "transcribe_files"]
+__all__ = ["main", "default_model_path", "transcribe_files", "add_engine_args", "engine_config_from_args"]
 
 ASSETS = Path(__file__).resolve().parent / "assets"
 
@@ -38,14 +38,26 @@ def _model_arg(path: str | None) -> str:
     return str(p)
 
 
-def _engine_config(args: argparse.Namespace) -> EngineConfig:
+def add_engine_args(p: argparse.ArgumentParser) -> None:
+    """The engine options every decoding command shares (the YAML file, then flags over it)."""
+    p.add_argument("--config", help="YAML config; its 'engine' section is used")
+    p.add_argument("--method", choices=SEARCH_METHODS)
+    p.add_argument("--beam", type=int)
+    p.add_argument("--lm", help="n-gram for modified_beam shallow fusion: auto (the model's own, default), none "
+                                "or a path (streamd lm)")
+    p.add_argument("--lm-weight", type=float, help="LM weight lambda (default 0.3; 0 disables fusion)")
+    p.add_argument("--lm-bonus", type=float, help="per-token bonus beta added with the LM score")
+
+
+def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
+    """EngineConfig from ``--config`` with the given flags replacing its values (validated again)."""
     cfg = EngineConfig()
     if getattr(args, "config", None):
         cfg = load_yaml(args.config, EngineConfig, section="engine")
-    dec = cfg.decoding
-    if args.method or args.beam:
-        dec = DecodingConfig(method=args.method or dec.method, beam=args.beam or dec.beam,
-                             max_symbols_per_frame=dec.max_symbols_per_frame, ctc_top_paths=dec.ctc_top_paths)
+    over = {k: v for k, v in (("method", args.method), ("beam", args.beam), ("lm", getattr(args, "lm", None)),
+                              ("lm_weight", getattr(args, "lm_weight", None)),
+                              ("lm_bonus", getattr(args, "lm_bonus", None))) if v is not None}
+    dec = dataclasses.replace(cfg.decoding, **over)
     return dataclasses.replace(cfg, device=args.device or cfg.device, decoding=dec)
 
 
@@ -97,7 +109,7 @@ def transcribe_files(rec, paths: Sequence[str], piece_seconds: float = 0.1, on_e
 def _cmd_transcribe(args: argparse.Namespace) -> int:
     from .engine import Recognizer
 
-    cfg = _engine_config(args)
+    cfg = engine_config_from_args(args)
     rec = Recognizer.from_checkpoint(_model_arg(args.model), cfg)
     for p in args.files:
         if not Path(p).is_file():
@@ -175,8 +187,8 @@ def _cmd_mic(args: argparse.Namespace) -> int:
         return 2
     from .engine import Recognizer
 
-    ns = argparse.Namespace(config=args.config, method=args.method, beam=args.beam, device=args.compute_device)
-    rec = Recognizer.from_checkpoint(_model_arg(args.model), _engine_config(ns))
+    ns = argparse.Namespace(**{**vars(args), "device": args.compute_device})
+    rec = Recognizer.from_checkpoint(_model_arg(args.model), engine_config_from_args(ns))
     color = {"auto": None, "always": True, "never": False}[args.color]
     return run_console(rec, capture, color=color)
 
@@ -190,9 +202,7 @@ def _add_mic_parser(sub) -> None:
     c.add_argument("--speed", type=float, default=1.0, help="--wav playback speed (1 = real time, 0 = no pacing)")
     c.add_argument("--rate", type=int, default=16000, help="capture sample rate in Hz (default 16000)")
     c.add_argument("--model", help="checkpoint (default: the shipped model)")
-    c.add_argument("--config", help="YAML config; its 'engine' section is used")
-    c.add_argument("--method", choices=SEARCH_METHODS)
-    c.add_argument("--beam", type=int)
+    add_engine_args(c)
     c.add_argument("--compute-device", help="engine device: auto, cpu, cuda or cuda:N")
     c.add_argument("--color", choices=("auto", "always", "never"), default="auto",
                    help="colored words by confidence (auto: when stdout is a terminal)")
@@ -205,6 +215,7 @@ DELEGATED = {
     "average": ("streamd.train.average", "average the last checkpoints of a training run"),
     "synth": ("streamd.train.synth", "synthesize the training corpus (TTS voices + augmentation)"),
     "eval": ("streamd.train.evaluate", "evaluate a model through the streaming engine: WER, RTF, confidence, KWS"),
+    "lm": ("streamd.train.lm", "train the token n-gram for modified_beam shallow fusion"),
     "bench": ("streamd.bench", "benchmarks: bench engine (streams in real time, latency, batching gain)"),
 }
 
@@ -216,9 +227,7 @@ def build_parser() -> argparse.ArgumentParser:
     t = sub.add_parser("transcribe", help="decode audio files through the streaming engine")
     t.add_argument("files", nargs="+", metavar="FILE")
     t.add_argument("--model", help="checkpoint (default: the shipped model)")
-    t.add_argument("--config", help="YAML config; its 'engine' section is used")
-    t.add_argument("--method", choices=SEARCH_METHODS)
-    t.add_argument("--beam", type=int)
+    add_engine_args(t)
     t.add_argument("--device", help="auto, cpu, cuda or cuda:N")
     t.add_argument("--json", action="store_true", help="one JSON event per line (wire schema + 'file')")
     t.set_defaults(func=_cmd_transcribe)

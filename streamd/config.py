@@ -277,12 +277,24 @@ class KwsConfig:
 
 @dataclass(frozen=True)
 class DecodingConfig:
-    """Default search options; a stream may override method and beam."""
+    """Default search options; a stream may override method and beam.
+
+    ``lm``: token n-gram for shallow fusion in ``modified_beam`` search
+    (:mod:`streamd.decode.lm`): ``auto`` uses ``<checkpoint stem>.lm.pt`` next
+    to the model when there is one (the shipped model has one), ``none``
+    disables fusion, anything else is the path of an LM file (``streamd lm``).
+    ``lm_weight``: lambda of ``log p_rnnt + lambda * log p_lm + beta`` per
+    token (0 disables fusion); ``lm_bonus``: beta, a per-token bonus that
+    offsets the LM's preference for short hypotheses.
+    """
 
     method: str = "greedy"
     beam: int = 4
     max_symbols_per_frame: int = 3
     ctc_top_paths: int = 1
+    lm: str = "auto"
+    lm_weight: float = 0.3
+    lm_bonus: float = 0.0
 
     def __post_init__(self) -> None:
         _one_of(self.method, SEARCH_METHODS, "method")
@@ -290,6 +302,9 @@ class DecodingConfig:
         _check(1 <= self.max_symbols_per_frame <= 32, "max_symbols_per_frame",
                f"must be 1..32, got {self.max_symbols_per_frame}")
         _check(self.ctc_top_paths >= 1, "ctc_top_paths", f"must be >= 1, got {self.ctc_top_paths}")
+        _check(bool(self.lm), "lm", "must be auto, none or the path of an LM file, got ''")
+        _check(0.0 <= self.lm_weight <= 5.0, "lm_weight", f"must be in [0, 5], got {self.lm_weight}")
+        _check(-10.0 <= self.lm_bonus <= 10.0, "lm_bonus", f"must be in [-10, 10], got {self.lm_bonus}")
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,7 @@ from .decode.endpoint import Endpointer
 from .decode.greedy import GreedySearch
 from .decode.hyps import HypOut
 from .decode.kws import KwsDetector
+from .decode.lm import NgramLM, load_lm
 from .decode.modified_beam import ModifiedBeamSearch
 from .decode.tokens import TokenTable, tokens_to_words
 from .events import Done, Error, Event, Final, Partial, WakeWord
@@ -55,9 +56,37 @@ from .device import resolve_device
 from .model.encoder import EncoderCache
 from .model.transducer import HeadOutputs
 
-__all__ = ["Recognizer", "StreamOptions", "BatchView", "resolve_device"]
+__all__ = ["Recognizer", "StreamOptions", "BatchView", "resolve_device", "resolve_lm", "lm_path_for"]
 
 log = logging.getLogger("streamd.engine")
+
+
+def lm_path_for(model_path: str | Path) -> Path:
+    """Where a checkpoint's own language model lives: ``model.pt`` -> ``model.lm.pt``."""
+    p = Path(model_path)
+    return p.with_name(p.stem + ".lm.pt")
+
+
+def resolve_lm(setting: str, loaded: LoadedModel) -> tuple[NgramLM | None, str]:
+    """The fusion LM named by ``decoding.lm`` (``auto``, ``none`` or a path) and its path ("" for none).
+
+    Raises ValueError when a named file is missing, unreadable or built for other tokens.
+    """
+    if setting == "none":
+        return None, ""
+    if setting == "auto":
+        path = lm_path_for(loaded.path) if loaded.path else None
+        if path is None or not path.is_file():
+            return None, ""
+    else:
+        path = Path(setting)
+    try:
+        lm, _ = load_lm(path)
+    except (FileNotFoundError, ValueError) as e:
+        raise ValueError(f"decoding.lm: {e}") from None
+    if tuple(lm.tokens) != tuple(loaded.tokens.to_lines()):
+        raise ValueError(f"decoding.lm: {path} was built for another token table than the model's")
+    return lm, str(path)
 
 
 @dataclass(frozen=True)
@@ -161,13 +190,16 @@ class Recognizer:
         ccfg = self.config.confidence
         self.measure = measure if measure is not None else make_measure(ccfg)
         dcfg = self.config.decoding
+        self.lm, self.lm_path = resolve_lm(dcfg.lm, loaded)
         agg, exb = ccfg.aggregation, ccfg.exclude_blank
         # label looping (no host sync per frame) where a sync stalls the device's launch queue
         sync_free = self.device.type == "cuda"
         self.searches: dict[str, Any] = {
             "greedy": GreedySearch(self.model, dcfg.max_symbols_per_frame, self.measure, exb, agg, sync_free=sync_free),
             "modified_beam": ModifiedBeamSearch(self.model, self.measure, exb, agg, sync_free=sync_free,
-                                                max_symbols_per_frame=dcfg.max_symbols_per_frame),
+                                                max_symbols_per_frame=dcfg.max_symbols_per_frame,
+                                                lm=self.lm.to(self.device) if self.lm else None,
+                                                lm_weight=dcfg.lm_weight, lm_bonus=dcfg.lm_bonus),
             "beam": BeamSearch(self.model, max_symbols_per_frame=dcfg.max_symbols_per_frame, measure=self.measure,
                                exclude_blank=exb, aggregation=agg),
         }
@@ -197,7 +229,9 @@ class Recognizer:
                 "vocab_size": cfg.vocab_size, "token_kind": self.tokens.kind, "keywords": list(cfg.keywords),
                 "chunk_seconds": self.chunk_frames * self.frame_shift_s, "frame_shift_seconds": self.frame_shift_s,
                 "methods": sorted(self.searches), "device": str(self.device),
-                "parameters": self.model.num_params()}
+                "parameters": self.model.num_params(),
+                "lm": {"path": self.lm_path, "order": self.lm.order, "states": self.lm.num_states,
+                       "weight": self.config.decoding.lm_weight, "bonus": self.config.decoding.lm_bonus} if self.lm is not None else None}
 
     # ------------------------------------------------------------------ stream lifecycle
 
@@ -466,13 +500,17 @@ class Recognizer:
         # 5. results, endpoints, ends of streams
         return events + self._results(batch)
 
-    def _hyps(self, batch: _Batch) -> tuple[dict[int, HypOut], dict[int, int]]:
-        """Best hypothesis and trailing blank frames per stream id (one host transfer per method)."""
+    def _hyps(self, batch: _Batch, final: bool = False) -> tuple[dict[int, HypOut], dict[int, int]]:
+        """Best hypothesis and trailing blank frames per stream id (one host transfer per method).
+
+        final: rank hypotheses as complete segments (the LM's end-of-sentence term, where fused).
+        """
         best: dict[int, HypOut] = {}
         trailing: dict[int, int] = {}
         for method, (rows, state) in batch.groups.items():
             search = self.searches[method]
-            outs = search.best(state)
+            outs = search.best(state, final=True) if final and isinstance(search, ModifiedBeamSearch) \
+                else search.best(state)
             tb = search.trailing_blanks(state).tolist()
             for j, row in enumerate(rows.tolist()):
                 best[batch.ids[row]] = outs[j]
@@ -505,6 +543,8 @@ class Recognizer:
             elif rule is not None and st.opts.endpointing:
                 close.append((st.id, f"endpoint:{rule}"))
         if close:
+            if self.lm is not None and "modified_beam" in batch.groups:
+                best, _ = self._hyps(batch, final=True)
             events += self._finalize(batch, close, best)
         return events
 
@@ -515,7 +555,7 @@ class Recognizer:
         if not ids:
             return []
         batch = self._gather(ids)
-        best, _ = self._hyps(batch)
+        best, _ = self._hyps(batch, final=True)
         close = [(sid, "eos" if self._streams[sid].finished else "reset") for sid in ids]
         return self._finalize(batch, close, best)
 
@@ -560,7 +600,9 @@ class Recognizer:
             return (), ()
         rows, state = batch.groups[method]
         j = rows.tolist().index(batch.ids.index(sid))
-        nb = self.searches[method].nbest(state.select(torch.tensor([j], device=self.device)),
-                                        self._streams[sid].opts.beam)[0]
+        search = self.searches[method]
+        sel = state.select(torch.tensor([j], device=self.device))
+        n = self._streams[sid].opts.beam
+        nb = (search.nbest(sel, n, final=True) if isinstance(search, ModifiedBeamSearch) else search.nbest(sel, n))[0]
         return (tuple(self.tokens.decode(h.tokens) for h in nb[1:]),
                 tuple(float(h.score) for h in nb))

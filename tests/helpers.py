@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import random
 
 import numpy as np
@@ -92,3 +93,47 @@ def run_chunked(search, state, enc_p, lengths, seed):
         state = search.step(state, chunk, ln, torch.full((enc_p.shape[0],), t))
         t += chunk.shape[1]
     return state
+
+
+class RefWittenBell:
+    """Interpolated Witten-Bell n-gram straight from the definition (the oracle for streamd.decode.lm).
+
+    p(w | h) = (c(h, w) + T(h) p(w | h')) / (c(h) + T(h)), h' = h without its oldest token; a history
+    seen fewer than min_count times (or never) backs off entirely; the empty history interpolates with
+    the uniform distribution over the non-blank tokens and </s>.  Histories are the last order - 1
+    symbols of the sentence padded on the left with order - 1 <s>.
+    """
+
+    BOS, EOS = "<s>", "</s>"
+
+    def __init__(self, seqs, order, vocab, blank=0, min_count=1):
+        from collections import Counter
+        self.order, self.vocab, self.blank, self.min_count = order, vocab, blank, min_count
+        self.c = Counter()  # (history tuple, next) -> count, every history length 0..order-1
+        for s in seqs:
+            padded = [self.BOS] * (order - 1) + list(s) + [self.EOS]
+            for i in range(order - 1, len(padded)):
+                for n in range(order):
+                    self.c[(tuple(padded[i - n:i]), padded[i])] += 1
+        self.total, self.types = Counter(), Counter()
+        for (h, _), k in self.c.items():
+            self.total[h] += k
+            self.types[h] += 1
+
+    def prob(self, w, h):
+        h = tuple(h)
+        if not h:
+            base = 1.0 / self.vocab  # vocab - 1 tokens without blank, plus </s>
+        else:
+            base = self.prob(w, h[1:])
+        total = self.total[h]
+        if total == 0 or (h and total < self.min_count):
+            return base
+        return (self.c[(h, w)] + self.types[h] * base) / (total + self.types[h])
+
+    def history(self, ys):
+        return ([self.BOS] * (self.order - 1) + list(ys))[len(ys):] if self.order > 1 else []
+
+    def logp(self, ys, w):
+        """log p(w | the token sequence ys so far); w a token id or '</s>'."""
+        return math.log(self.prob(w, self.history(ys)))

@@ -39,6 +39,16 @@ ops; how the decoder is advanced after each frame depends on ``sync_free``:
 Both give the same hypotheses, scores and confidences (``sync_free`` always
 runs the S rounds of a frame).
 
+Language-model shallow fusion (``lm``, an :class:`~streamd.decode.lm.NgramLM`
+over the same tokens, ``lm_weight`` lambda and ``lm_bonus`` beta): every
+token extension is scored ``log p_rnnt + lambda * log p_lm(token | hypothesis)
++ beta``; blank adds nothing.  The per-token bonus beta offsets the LM's
+preference for short hypotheses (without it, deletions grow with lambda).  Each hypothesis carries its LM automaton state (two gathers per
+round, no host synchronization).  Hypotheses with the same tokens have the
+same LM state, so merging is unchanged.  ``best(final=True)`` also adds
+``lambda * log p_lm(</s> | hypothesis)``, so a segment that ends mid-word
+("call sar") loses to one that ends a sentence ("call sarah").
+
 Shape legend: B streams, K = max beam, V vocabulary, J joiner dim,
 T frames in the chunk, L token capacity.
 """
@@ -55,6 +65,7 @@ from ..model.decoder import DecoderState
 from ..model.transducer import Transducer
 from .common import HASH_START, BlankConfAcc, Measure, check_step_inputs, hash_extend, initial_decoder
 from .hyps import HypBuffer, HypOut
+from .lm import NgramLM
 
 __all__ = ["BeamState", "ModifiedBeamSearch"]
 
@@ -73,6 +84,7 @@ class BeamState:
     hyps: (B, K, L) emitted tokens, frames and confidences.
     trailing: (B, K) int64 frames since each hypothesis' last token.
     acc: (B, K) pending blank-frame confidences.
+    lm_state: (B, K) int64 LM automaton state of each hypothesis (0 without an LM).
     """
 
     beams: Tensor
@@ -83,6 +95,7 @@ class BeamState:
     hyps: HypBuffer
     trailing: Tensor
     acc: BlankConfAcc
+    lm_state: Tensor
 
     @property
     def k(self) -> int:
@@ -93,7 +106,8 @@ class BeamState:
         k = self.k
         flat = (rows[:, None] * k + torch.arange(k, device=rows.device)).reshape(-1)
         return BeamState(self.beams[rows], self.scores[rows], self.hashes[rows], self.dec_state.select(flat),
-                         self.dec_p[rows], self.hyps.select_streams(rows), self.trailing[rows], self.acc.select(rows))
+                         self.dec_p[rows], self.hyps.select_streams(rows), self.trailing[rows], self.acc.select(rows),
+                         self.lm_state[rows])
 
     def widen(self, k: int) -> "BeamState":
         """Same hypotheses on a wider grid of k >= K slots (new slots unused, scored -inf)."""
@@ -111,7 +125,8 @@ class BeamState:
                        pad(h.confs, (0, 0, 0, extra)), pad(h.lengths, (0, extra)))
         return BeamState(self.beams, pad(self.scores, (0, extra), value=NEG_INF), pad(self.hashes, (0, extra)),
                          self.dec_state.select(idx), pad(self.dec_p, (0, 0, 0, extra)), hb,
-                         pad(self.trailing, (0, extra)), self.acc.widen(k))
+                         pad(self.trailing, (0, extra)), self.acc.widen(k),
+                         pad(self.lm_state, (0, extra)))
 
     @staticmethod
     def cat(states: list["BeamState"]) -> "BeamState":
@@ -120,7 +135,8 @@ class BeamState:
         return BeamState(torch.cat([s.beams for s in states]), torch.cat([s.scores for s in states]),
                          torch.cat([s.hashes for s in states]), DecoderState.cat([s.dec_state for s in states]),
                          torch.cat([s.dec_p for s in states]), HypBuffer.cat([s.hyps for s in states]),
-                         torch.cat([s.trailing for s in states]), BlankConfAcc.cat([s.acc for s in states]))
+                         torch.cat([s.trailing for s in states]), BlankConfAcc.cat([s.acc for s in states]),
+                         torch.cat([s.lm_state for s in states]))
 
 
 class ModifiedBeamSearch:
@@ -132,12 +148,29 @@ class ModifiedBeamSearch:
     sync_free: advance the decoder for every hypothesis and select with
     ``torch.where`` instead of ``nonzero`` (no host sync per frame).
     max_symbols_per_frame: expansion rounds per frame (1: icefall's search).
+    lm, lm_weight, lm_bonus: shallow fusion with a token n-gram (same vocabulary as the model), its
+    weight and a per-token bonus.
     """
 
     def __init__(self, model: Transducer, measure: Measure | None = None, exclude_blank: bool = True,
-                 aggregation: str = "min", sync_free: bool = False, max_symbols_per_frame: int = 1):
+                 aggregation: str = "min", sync_free: bool = False, max_symbols_per_frame: int = 1,
+                 lm: NgramLM | None = None, lm_weight: float = 0.0, lm_bonus: float = 0.0):
         if max_symbols_per_frame < 1:
             raise ValueError(f"max_symbols_per_frame must be >= 1, got {max_symbols_per_frame}")
+        if lm is not None and lm.vocab_size != model.cfg.vocab_size:
+            raise ValueError(f"the LM has {lm.vocab_size} tokens but the model {model.cfg.vocab_size}")
+        if lm is not None and lm.blank_id != model.blank_id:
+            raise ValueError(f"the LM's blank id {lm.blank_id} differs from the model's {model.blank_id}")
+        if lm_weight < 0:
+            raise ValueError(f"lm_weight must be >= 0, got {lm_weight}")
+        self.lm = lm if lm is not None and lm_weight > 0 else None
+        self.lm_weight = float(lm_weight)
+        self.lm_bonus = float(lm_bonus)
+        self._lm_table = None  # (S, V) lambda * log p_lm + beta per token, 0 for blank
+        if self.lm is not None:
+            table = self.lm_weight * self.lm.logp + self.lm_bonus
+            table[:, model.blank_id] = 0.0
+            self._lm_table = table
         self.max_symbols = max_symbols_per_frame
         self.model = model
         self.blank = model.blank_id
@@ -156,7 +189,13 @@ class ModifiedBeamSearch:
         scores[:, 0] = 0.0
         return BeamState(beams, scores, torch.full((b, k), HASH_START, dtype=torch.long, device=device), st,
                          dp.view(b, k, -1), HypBuffer.empty(b, k, device),
-                         torch.zeros(b, k, dtype=torch.long, device=device), BlankConfAcc.zeros(b, k, device))
+                         torch.zeros(b, k, dtype=torch.long, device=device), BlankConfAcc.zeros(b, k, device),
+                         self._lm_start((b, k), device))
+
+    def _lm_start(self, shape: tuple[int, ...], device) -> Tensor:
+        if self.lm is None:
+            return torch.zeros(shape, dtype=torch.long, device=device)
+        return self.lm.initial(shape, device)
 
     def reset(self, state: BeamState, rows: Tensor) -> BeamState:
         """New segment for streams where rows (B,) bool: a single empty hypothesis."""
@@ -172,6 +211,7 @@ class ModifiedBeamSearch:
         state.hyps.clear(rows)
         state.trailing = state.trailing.masked_fill(rows[:, None], 0)
         state.acc.clear(rows[:, None].expand(b, k))
+        state.lm_state = torch.where(rows[:, None], self._lm_start((b, k), state.scores.device), state.lm_state)
         return state
 
     @torch.no_grad()
@@ -218,6 +258,8 @@ class ModifiedBeamSearch:
         v = logp.shape[-1]
         conf = self.measure(logp) if self.measure is not None else torch.ones(b, k, device=dev)  # (B, K)
         cand = state.scores[:, :, None] + logp  # (B, K, V)
+        if self._lm_table is not None:  # shallow fusion; the blank column is 0
+            cand = cand + self._lm_table[state.lm_state]
         carry = torch.full_like(cand, NEG_INF)
         carry[:, :, blank] = state.scores
         cand = torch.where(done[:, :, None], carry, cand).view(b, k * v)
@@ -246,6 +288,8 @@ class ModifiedBeamSearch:
         state.hyps = state.hyps.gather(parent)
         state.acc = state.acc.gather(parent)
         state.trailing = state.trailing.gather(1, parent)
+        if self.lm is not None:
+            state.lm_state = self.lm.advance(state.lm_state.gather(1, parent), tok)  # blank keeps the state
         flat_parent = (torch.arange(b, device=dev)[:, None] * k + parent).reshape(-1)
         dec_state = state.dec_state.select(flat_parent)
         dec_p = state.dec_p.gather(1, parent[:, :, None].expand(-1, -1, state.dec_p.shape[-1]))
@@ -270,17 +314,22 @@ class ModifiedBeamSearch:
         state.hashes = new_hash
         return new_done
 
-    def _order(self, state: BeamState) -> Tensor:
-        return state.scores.argsort(dim=1, descending=True)
+    def final_scores(self, state: BeamState) -> Tensor:
+        """(B, K) scores of the hypotheses as complete segments (the LM's end-of-sentence term added)."""
+        if self.lm is None:
+            return state.scores
+        return state.scores + self.lm_weight * self.lm.end_score(state.lm_state)
 
-    def best(self, state: BeamState) -> list[HypOut]:
-        """Best hypothesis per stream (one host transfer)."""
-        return state.hyps.to_lists(state.scores.argmax(dim=1), state.scores)
+    def best(self, state: BeamState, final: bool = False) -> list[HypOut]:
+        """Best hypothesis per stream (one host transfer); final: rank as complete segments."""
+        scores = self.final_scores(state) if final else state.scores
+        return state.hyps.to_lists(scores.argmax(dim=1), scores)
 
-    def nbest(self, state: BeamState, n: int) -> list[list[HypOut]]:
+    def nbest(self, state: BeamState, n: int, final: bool = False) -> list[list[HypOut]]:
         """Up to n hypotheses per stream, best first (unused slots left out)."""
-        order = self._order(state)
-        outs = [state.hyps.to_lists(order[:, j], state.scores) for j in range(min(n, state.k))]
+        scores = self.final_scores(state) if final else state.scores
+        order = scores.argsort(dim=1, descending=True)
+        outs = [state.hyps.to_lists(order[:, j], scores) for j in range(min(n, state.k))]
         res = []
         for i in range(state.scores.shape[0]):
             res.append([o[i] for o in outs if o[i].score > NEG_INF])

@@ -45,7 +45,8 @@ import torch
 
 from streamd.audio.pcm import check_sample_rate, load_audio
 from streamd.audio.resample import resample
-from streamd.config import SEARCH_METHODS, ConfigError, DecodingConfig, EngineConfig, load_yaml
+from streamd.cli import add_engine_args, engine_config_from_args
+from streamd.config import ConfigError, EngineConfig
 from streamd.decode.confidence import AGGREGATIONS, MEASURE_NAMES, aggregate
 from streamd.engine import Recognizer
 from streamd.events import Error, Event, Final, WakeWord, Word
@@ -479,9 +480,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--set", dest="sets", action="append", required=True, metavar="PATH.jsonl",
                     help="evaluation set (JSON lines: audio, text[, voice, keyword]); repeatable")
     ap.add_argument("--model", help="checkpoint (default: the shipped model)")
-    ap.add_argument("--config", help="YAML config; its 'engine' section is used")
-    ap.add_argument("--method", choices=SEARCH_METHODS)
-    ap.add_argument("--beam", type=int)
+    add_engine_args(ap)
     ap.add_argument("--device", help="auto, cpu, cuda or cuda:N")
     ap.add_argument("--resample-to", type=int, metavar="RATE",
                     help="downsample the audio to RATE Hz first and stream it at that rate (e.g. 8000)")
@@ -490,15 +489,6 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--limit", type=int, metavar="N", help="only the first N entries of each set")
     ap.add_argument("--json", action="store_true", help="one JSON object with every figure")
     return ap
-
-
-def _engine_config(args: argparse.Namespace) -> EngineConfig:
-    cfg = load_yaml(args.config, EngineConfig, section="engine") if args.config else EngineConfig()
-    dec = cfg.decoding
-    if args.method or args.beam is not None:
-        dec = DecodingConfig(method=args.method or dec.method, beam=dec.beam if args.beam is None else args.beam,
-                             max_symbols_per_frame=dec.max_symbols_per_frame, ctc_top_paths=dec.ctc_top_paths)
-    return dataclasses.replace(cfg, device=args.device or cfg.device, decoding=dec)
 
 
 def run(model: str, sets: Sequence[str], config: EngineConfig, options: EvalOptions) -> dict:
@@ -525,7 +515,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise ValueError(f"no model given and no default model at {model}; pass --model PATH")
         options = EvalOptions(resample_to=args.resample_to, batch_streams=args.batch_streams,
                               rtf_single=args.rtf_single, limit=args.limit)
-        report = run(model, args.sets, _engine_config(args), options)
+        report = run(model, args.sets, engine_config_from_args(args), options)
     except ConfigError as e:
         print(f"streamd eval: config error: {e}", file=sys.stderr)
         return 2

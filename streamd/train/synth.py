@@ -51,7 +51,7 @@ from streamd.train import augment as A
 from streamd.train.text import KEYWORD, TextGenerator, spoken_form
 from streamd.train.tts import ENGINES, TTSError, Voice, list_voices, synthesize
 
-__all__ = ["ENGINE_WEIGHTS", "UttPlan", "plan_corpus", "render", "synthesize_corpus", "benchmark", "main"]
+__all__ = ["ENGINE_WEIGHTS", "UttPlan", "plan_corpus", "choose_text", "render", "synthesize_corpus", "benchmark", "main"]
 
 RATE = 16000
 ENGINE_WEIGHTS = {"espeak": 0.4, "piper": 0.25, "flite": 0.2, "festival": 0.15}
@@ -101,6 +101,17 @@ def _group(voices: list[Voice]) -> dict[str, list[Voice]]:
     return by_engine
 
 
+def choose_text(gen: TextGenerator, r: float, kws_fraction: float, negatives_fraction: float
+                ) -> tuple[str, str | None]:
+    """(text, keyword) of one utterance, by the uniform draw r in [0, 1): a wake-word positive below
+    ``kws_fraction``, then a confusable negative (``negatives_fraction``), else a plain sentence."""
+    if r < kws_fraction:
+        return gen.keyword_sentence(), KEYWORD
+    if r < kws_fraction + negatives_fraction:
+        return gen.confusable_negative(), None
+    return gen.sentence(), None
+
+
 def plan_corpus(num_utts: int, seed: int, kws_fraction: float, negatives_fraction: float,
                 voices: list[Voice]) -> list[UttPlan]:
     """Texts, voices and TTS settings for ``num_utts`` utterances (deterministic given the arguments)."""
@@ -117,14 +128,7 @@ def plan_corpus(num_utts: int, seed: int, kws_fraction: float, negatives_fractio
     by_engine = _group(voices)
     plans = []
     for i in range(num_utts):
-        r = rng.random()
-        keyword = None
-        if r < kws_fraction:
-            text, keyword = gen.keyword_sentence(), KEYWORD
-        elif r < kws_fraction + negatives_fraction:
-            text = gen.confusable_negative()
-        else:
-            text = gen.sentence()
+        text, keyword = choose_text(gen, rng.random(), kws_fraction, negatives_fraction)
         spoken = spoken_form(text)
         if keyword and spoken != KEYWORD and rng.random() < 0.4:
             spoken = spoken.replace(KEYWORD, KEYWORD + ",", 1)

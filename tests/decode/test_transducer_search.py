@@ -5,11 +5,13 @@ one utterance, one hypothesis at a time, Python lists and dicts.
 """
 
 import math
+import random
 
 import pytest
 import torch
 
-from helpers import make_model, max_prob, random_batch, run_chunked
+from helpers import RefWittenBell, make_model, max_prob, random_batch, run_chunked
+from streamd.decode.lm import build_ngram
 from streamd.decode.greedy import GreedySearch
 from streamd.decode.modified_beam import BeamState, ModifiedBeamSearch
 
@@ -48,14 +50,16 @@ def ref_greedy(model, enc_p, max_sym):
 
 
 @torch.no_grad()
-def ref_modified_beam(model, enc_p, beam, max_sym=1):
+def ref_modified_beam(model, enc_p, beam, max_sym=1, lm=None, lm_weight=0.0, final=False, lm_bonus=0.0):
     """icefall modified_beam_search for one utterance: top-`beam` of all (hypothesis, token)
     extensions, identical sequences merged by log-add (the first, best-scoring one keeps its
     timing).  max_sym=1: at most one symbol per frame (a token ends the frame).  max_sym=S:
     up to S rounds per frame; in each, hypotheses that have not consumed the frame extend by
     blank (consumes it) or a token (stays, unless it is round S), those that have compete
     unchanged, and the top `beam` of all of them survive; merges need the same sequence and
-    the same consumed-or-not."""
+    the same consumed-or-not.  With an LM (helpers.RefWittenBell), shallow fusion: a token's
+    extension also scores lm_weight * log p_lm(token | tokens so far) + lm_bonus; final=True ranks the
+    hypotheses with lm_weight * log p_lm(</s> | tokens) added."""
     st, dp = dec_init(model)
     hyps = {(): dict(score=0.0, st=st, dp=dp, frames=(), confs=())}
     for t in range(enc_p.shape[0]):
@@ -71,7 +75,8 @@ def ref_modified_beam(model, enc_p, beam, max_sym=1):
                 logp = model.joiner.log_probs(enc_p[t], h["dp"])
                 conf = float(max_prob(logp))
                 for v in range(logp.shape[0]):
-                    cands.append((h["score"] + float(logp[v]), ys, False, v, conf))
+                    fused = lm_weight * lm.logp(ys, v) + lm_bonus if lm is not None and v != model.blank_id else 0.0
+                    cands.append((h["score"] + float(logp[v]) + fused, ys, False, v, conf))
             cands.sort(key=lambda c: -c[0])
             new = {}
             for score, ys, done, v, conf in cands[:beam]:
@@ -92,7 +97,11 @@ def ref_modified_beam(model, enc_p, beam, max_sym=1):
                                     confs=parent["confs"] + (conf,))
             cur = new
         hyps = {ys: h for (ys, _), h in cur.items()}
-    return sorted(((h["score"], ys, h["frames"], h["confs"]) for ys, h in hyps.items()), key=lambda x: -x[0])
+
+    def end(ys):
+        return lm_weight * lm.logp(ys, lm.EOS) if final and lm is not None else 0.0
+
+    return sorted(((h["score"] + end(ys), ys, h["frames"], h["confs"]) for ys, h in hyps.items()), key=lambda x: -x[0])
 
 
 # ----------------------------------------------------------------- helpers
@@ -196,6 +205,53 @@ def test_modified_beam_matches_reference(decoder_kind, seed, beams, max_sym):
             assert h.score == pytest.approx(score, abs=1e-4)
             assert h.confs == pytest.approx(confs, abs=1e-5)
     assert stacked == (max_sym > 1)  # several tokens on one frame only when allowed (and then they occur)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("max_sym", [1, 3])
+@pytest.mark.parametrize("sync_free", [False, True])
+def test_modified_beam_lm_fusion_matches_reference(decoder_kind, seed, max_sym, sync_free):
+    vocab = 5
+    model = make_model(kind=decoder_kind, seed=seed, vocab=vocab)
+    rnd = random.Random(seed)
+    text = [[rnd.choice([1, 2, 2, 3, 4]) for _ in range(rnd.randint(0, 6))] for _ in range(40)]
+    lm = build_ngram(text, vocab, 0, 3, 1)
+    ref_lm = RefWittenBell(text, 3, vocab, 0, 1)
+    beams = [4, 2, 3]
+    bonus = 0.5 * seed
+    search = ModifiedBeamSearch(model, measure=max_prob, max_symbols_per_frame=max_sym, sync_free=sync_free,
+                                lm=lm, lm_weight=0.7, lm_bonus=bonus)
+    enc_p, lengths = random_batch(model, len(beams), 12, seed + 50)
+    state = run_chunked(search, search.init_state(torch.tensor(beams)), enc_p, lengths, seed)
+    plain = ModifiedBeamSearch(model, measure=max_prob, max_symbols_per_frame=max_sym)
+    plain_best = plain.best(run_chunked(plain, plain.init_state(torch.tensor(beams)), enc_p, lengths, seed))
+    changed = False
+    for final in (False, True):
+        nbest = search.nbest(state, 8, final=final)
+        best = search.best(state, final=final)
+        for i in range(len(beams)):
+            ref = ref_modified_beam(model, enc_p[i, :lengths[i]], beams[i], max_sym, ref_lm, 0.7, final, bonus)
+            assert [h.tokens for h in nbest[i]] == [tuple(r[1]) for r in ref]
+            assert [h.score for h in nbest[i]] == pytest.approx([r[0] for r in ref], abs=1e-4)
+            assert [list(h.frames) for h in nbest[i]] == [list(r[2]) for r in ref]
+            assert best[i].tokens == tuple(ref[0][1])
+            changed |= best[i].tokens != plain_best[i].tokens
+    assert changed  # the LM changed some result (the test would be empty otherwise)
+
+
+def test_modified_beam_lm_reset_and_weight_zero():
+    model = make_model(seed=2, vocab=4)
+    lm = build_ngram([[1, 2, 3], [3, 2]], 4, 0, 2, 1)
+    s = ModifiedBeamSearch(model, lm=lm, lm_weight=0.5)
+    enc_p, lengths = random_batch(model, 2, 8, 2)
+    st = s.step(s.init_state(torch.tensor([3, 3])), enc_p, lengths, torch.zeros(2, dtype=torch.long))
+    st = s.reset(st, torch.tensor([True, False]))
+    assert (st.lm_state[0] == lm.start).all()
+    assert ModifiedBeamSearch(model, lm=lm, lm_weight=0.0).lm is None
+    with pytest.raises(ValueError, match="tokens"):
+        ModifiedBeamSearch(model, lm=build_ngram([[1]], 3, 0, 2), lm_weight=0.5)
+    with pytest.raises(ValueError, match="lm_weight"):
+        ModifiedBeamSearch(model, lm=lm, lm_weight=-1)
 
 
 def test_modified_beam_merges_identical_sequences():
