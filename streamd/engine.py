@@ -82,7 +82,7 @@ def resolve_lm(setting: str, loaded: LoadedModel) -> tuple[NgramLM | None, str]:
         path = Path(setting)
     try:
         lm, _ = load_lm(path)
-    except (FileNotFoundError, ValueError) as e:
+    except ValueError as e:
         raise ValueError(f"decoding.lm: {e}") from None
     if tuple(lm.tokens) != tuple(loaded.tokens.to_lines()):
         raise ValueError(f"decoding.lm: {path} was built for another token table than the model's")

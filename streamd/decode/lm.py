@@ -48,6 +48,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..model.checkpoint import read_versioned
+
 __all__ = ["NgramLM", "build_ngram", "load_lm", "save_lm", "LM_FORMAT"]
 
 LM_FORMAT = "streamd-ngram-lm"
@@ -257,17 +259,8 @@ def save_lm(lm: NgramLM, path: str | Path, meta: dict | None = None) -> None:
 
 
 def load_lm(path: str | Path) -> tuple[NgramLM, dict]:
-    """Read an LM written by :func:`save_lm`; returns (lm, meta)."""
-    try:
-        d = torch.load(str(path), map_location="cpu", weights_only=True)
-    except FileNotFoundError:
-        raise FileNotFoundError(f"language model not found: {path}") from None
-    except Exception as e:  # noqa: BLE001 - any unreadable file gets the same message
-        raise ValueError(f"{path}: not a streamd language model ({type(e).__name__}: {e})") from None
-    if not isinstance(d, dict) or d.get("format") != LM_FORMAT:
-        raise ValueError(f"{path}: not a streamd language model (format {LM_FORMAT!r} expected)")
-    if d.get("version") != _VERSION:
-        raise ValueError(f"{path}: language model version {d.get('version')} is not supported (expected {_VERSION})")
+    """Read an LM written by :func:`save_lm`; returns (lm, meta).  ValueError names what is wrong."""
+    d = read_versioned(path, LM_FORMAT, _VERSION, "language model")
     rows = d["rows"].float()
     v = rows.shape[1] - 1
     hist = _Histories(tuple(k.numpy() for k in d["keys"]), v + 1)

@@ -65,19 +65,30 @@ def save_checkpoint(path: str | Path, model: Transducer, tokens: TokenTable, met
     tmp.replace(path)
 
 
-def load_checkpoint(path: str | Path, device: torch.device | str = "cpu") -> LoadedModel:
-    """Load a checkpoint with ``weights_only=True`` and rebuild the model in eval mode."""
+def read_versioned(path: str | Path, fmt: str, version: int, what: str,
+                   error: type[Exception] = ValueError) -> dict:
+    """The dict of a streamd ``torch.save`` file (``weights_only=True``) after checking its format and version.
+
+    Any failure raises ``error`` with a message naming the file and ``what`` it should have been.
+    """
     path = Path(path)
     if not path.is_file():
-        raise CheckpointError(f"{path}: no such checkpoint file")
+        raise error(f"{path}: no such {what} file")
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - any unpickling failure is a bad file
-        raise CheckpointError(f"{path}: not a loadable checkpoint ({type(e).__name__}: {e})") from None
-    if not isinstance(obj, dict) or obj.get("format") != FORMAT:
-        raise CheckpointError(f"{path}: not a streamd checkpoint (missing format={FORMAT!r})")
-    if obj.get("version") != VERSION:
-        raise CheckpointError(f"{path}: checkpoint version {obj.get('version')!r}, this streamd reads {VERSION}")
+        raise error(f"{path}: not a loadable {what} ({type(e).__name__}: {e})") from None
+    if not isinstance(obj, dict) or obj.get("format") != fmt:
+        raise error(f"{path}: not a streamd {what} (missing format={fmt!r})")
+    if obj.get("version") != version:
+        raise error(f"{path}: {what} version {obj.get('version')!r}, this streamd reads {version}")
+    return obj
+
+
+def load_checkpoint(path: str | Path, device: torch.device | str = "cpu") -> LoadedModel:
+    """Load a checkpoint with ``weights_only=True`` and rebuild the model in eval mode."""
+    path = Path(path)
+    obj = read_versioned(path, FORMAT, VERSION, "checkpoint", CheckpointError)
     missing = [k for k in ("model_config", "tokens", "state_dict") if k not in obj]
     if missing:
         raise CheckpointError(f"{path}: checkpoint lacks {', '.join(missing)}")

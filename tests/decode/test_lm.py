@@ -90,14 +90,17 @@ def test_clear_errors(tmp_path):
         build_ngram([[1]], 4, 0, 0)
     with pytest.raises(ValueError, match="no training"):
         build_ngram([], 4, 0, 3)
-    with pytest.raises(FileNotFoundError, match="language model not found"):
+    with pytest.raises(ValueError, match="no such language model file"):
         load_lm(tmp_path / "missing.pt")
     torch.save({"format": "other"}, tmp_path / "bad.pt")
     with pytest.raises(ValueError, match="not a streamd language model"):
         load_lm(tmp_path / "bad.pt")
     (tmp_path / "junk.pt").write_bytes(b"junk")
-    with pytest.raises(ValueError, match="not a streamd language model"):
+    with pytest.raises(ValueError, match="not a loadable language model"):
         load_lm(tmp_path / "junk.pt")
+    torch.save({"format": "streamd-ngram-lm", "version": 99}, tmp_path / "future.pt")
+    with pytest.raises(ValueError, match="language model version 99, this streamd reads 1"):
+        load_lm(tmp_path / "future.pt")
 
 
 def test_empty_sentences_only_predict_end():
