@@ -294,7 +294,7 @@ class DecodingConfig:
     ctc_top_paths: int = 1
     lm: str = "auto"
     lm_weight: float = 0.3
-    lm_bonus: float = 0.0
+    lm_bonus: float = 0.5
 
     def __post_init__(self) -> None:
         _one_of(self.method, SEARCH_METHODS, "method")

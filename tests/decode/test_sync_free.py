@@ -113,7 +113,8 @@ def test_greedy_reset_odd_lengths_and_offsets():
         results.append((kept, s.best(st2), s.trailing_blanks(st2)))
     (k_s, o_s, tb_s), (k_f, o_f, tb_f) = results
     assert k_f[1].tokens == () and k_s[1].tokens == ()
-    assert k_f[2] == k_s[2] and k_f[2].tokens  # length 25 > T counts as T
+    assert_same_hyp(k_f[2], k_s[2])  # length 25 > T counts as T (float sums may differ in the last bits:
+    assert k_f[2].tokens                # batch shapes differ between the two paths, so do the kernels)
     for x, y in zip(k_s + o_s, k_f + o_f):
         assert_same_hyp(y, x)
     assert torch.equal(tb_s, tb_f)
