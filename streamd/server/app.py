@@ -728,7 +728,9 @@ class App:
         self.batcher = Batcher(runner, self.executor, self._route)
         self._tasks.append(loop.create_task(self.batcher.run()))
         self.loading = False
-        log.info("ready: model %s on %s", self.model_info.get("name"), self.model_info.get("device"))
+        lm = self.model_info.get("lm")
+        log.info("ready: model %s on %s%s", self.model_info.get("name"), self.model_info.get("device"),
+                 f" (modified_beam fuses the n-gram {lm['path']}, weight {lm['weight']})" if lm else "")
         self.notifier.ready(f"ready on port {self.port}")
         interval = watchdog_interval()
         if interval and self.notifier.enabled:
