@@ -76,8 +76,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--sentences", type=int, default=300000, help="generated sentences (default 300000)")
     ap.add_argument("--seed", type=int, default=7, help="text generator seed (default 7)")
     ap.add_argument("--text", action="append", default=[], metavar="FILE", help="extra text, one sentence per line")
-    ap.add_argument("--order", type=int, default=6, help="n-gram order (default 6)")
-    ap.add_argument("--min-count", type=int, default=2, help="prune histories seen fewer times (default 2)")
+    ap.add_argument("--order", type=int, default=8, help="n-gram order (default 8)")
+    ap.add_argument("--min-count", type=int, default=5, help="prune histories seen fewer times (default 5)")
     args = ap.parse_args(argv)
     from streamd.cli import _model_arg
     from streamd.model.checkpoint import load_checkpoint
