@@ -54,9 +54,8 @@ def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
     cfg = EngineConfig()
     if getattr(args, "config", None):
         cfg = load_yaml(args.config, EngineConfig, section="engine")
-    over = {k: v for k, v in (("method", args.method), ("beam", args.beam), ("lm", getattr(args, "lm", None)),
-                              ("lm_weight", getattr(args, "lm_weight", None)),
-                              ("lm_bonus", getattr(args, "lm_bonus", None))) if v is not None}
+    flags = ("method", "beam", "lm", "lm_weight", "lm_bonus")  # the DecodingConfig fields of add_engine_args
+    over = {k: getattr(args, k) for k in flags if getattr(args, k) is not None}
     dec = dataclasses.replace(cfg.decoding, **over)
     return dataclasses.replace(cfg, device=args.device or cfg.device, decoding=dec)
 

@@ -500,17 +500,20 @@ class Recognizer:
         # 5. results, endpoints, ends of streams
         return events + self._results(batch)
 
-    def _hyps(self, batch: _Batch, final: bool = False) -> tuple[dict[int, HypOut], dict[int, int]]:
+    def _hyps(self, batch: _Batch, final: bool = False, methods: tuple[str, ...] | None = None
+              ) -> tuple[dict[int, HypOut], dict[int, int]]:
         """Best hypothesis and trailing blank frames per stream id (one host transfer per method).
 
-        final: rank hypotheses as complete segments (the LM's end-of-sentence term, where fused).
+        final: rank hypotheses as complete segments (the LM's end-of-sentence term, where fused);
+        methods: only the streams of these methods (default all).
         """
         best: dict[int, HypOut] = {}
         trailing: dict[int, int] = {}
         for method, (rows, state) in batch.groups.items():
+            if methods is not None and method not in methods:
+                continue
             search = self.searches[method]
-            outs = search.best(state, final=True) if final and isinstance(search, ModifiedBeamSearch) \
-                else search.best(state)
+            outs = search.best(state, final=final)
             tb = search.trailing_blanks(state).tolist()
             for j, row in enumerate(rows.tolist()):
                 best[batch.ids[row]] = outs[j]
@@ -543,8 +546,8 @@ class Recognizer:
             elif rule is not None and st.opts.endpointing:
                 close.append((st.id, f"endpoint:{rule}"))
         if close:
-            if self.lm is not None and "modified_beam" in batch.groups:
-                best, _ = self._hyps(batch, final=True)
+            if self.lm is not None and "modified_beam" in batch.groups:  # only its ranking changes when final
+                best.update(self._hyps(batch, final=True, methods=("modified_beam",))[0])
             events += self._finalize(batch, close, best)
         return events
 
@@ -600,9 +603,7 @@ class Recognizer:
             return (), ()
         rows, state = batch.groups[method]
         j = rows.tolist().index(batch.ids.index(sid))
-        search = self.searches[method]
-        sel = state.select(torch.tensor([j], device=self.device))
-        n = self._streams[sid].opts.beam
-        nb = (search.nbest(sel, n, final=True) if isinstance(search, ModifiedBeamSearch) else search.nbest(sel, n))[0]
+        nb = self.searches[method].nbest(state.select(torch.tensor([j], device=self.device)),
+                                        self._streams[sid].opts.beam, final=True)[0]
         return (tuple(self.tokens.decode(h.tokens) for h in nb[1:]),
                 tuple(float(h.score) for h in nb))

@@ -376,11 +376,11 @@ class BeamSearch:
     def _out(key: Tokens, h: BeamHyp) -> HypOut:
         return HypOut(key, h.frames, h.confs, h.score)
 
-    def best(self, state: BeamSearchState) -> list[HypOut]:
-        """Most probable hypothesis of each stream (no length normalization)."""
+    def best(self, state: BeamSearchState, final: bool = False) -> list[HypOut]:
+        """Most probable hypothesis of each stream (no length normalization); final: rank as complete segments (the same ranking here: this search has no end-of-segment term)."""
         return [self._out(*_ranked(h)[0]) for h in state.hyps]
 
-    def nbest(self, state: BeamSearchState, n: int) -> list[list[HypOut]]:
+    def nbest(self, state: BeamSearchState, n: int, final: bool = False) -> list[list[HypOut]]:
         """Up to n hypotheses per stream, best first."""
         if n < 1:
             raise ValueError(f"n must be >= 1, got {n}")

@@ -250,8 +250,8 @@ class CtcGreedySearch:
         return CtcGreedyState(hyps, torch.where(has, last_t, state.last),
                               torch.where(has, frame_offset + lengths, state.end), state.seg_frames + lengths)
 
-    def best(self, state: CtcGreedyState) -> list[HypOut]:
-        """Tokens of the current segment per stream (one host transfer via HypBuffer.to_lists)."""
+    def best(self, state: CtcGreedyState, final: bool = False) -> list[HypOut]:
+        """Tokens of the current segment per stream (one host transfer via HypBuffer.to_lists); final: rank as complete segments (the same ranking here: this search has no end-of-segment term)."""
         return state.hyps.to_lists(torch.zeros(state.batch, dtype=torch.long, device=state.device))
 
     def trailing_blanks(self, state: CtcGreedyState) -> Tensor:
@@ -457,11 +457,12 @@ class CtcPrefixBeamSearch:
     def _best_slot(self, state: CtcPrefixState) -> Tensor:
         return state.scores().argmax(1)
 
-    def best(self, state: CtcPrefixState) -> list[HypOut]:
-        """Best prefix per stream, score = log(p_b + p_nb) (one host transfer via HypBuffer.to_lists)."""
+    def best(self, state: CtcPrefixState, final: bool = False) -> list[HypOut]:
+        """Best prefix per stream, score = log(p_b + p_nb) (one host transfer via HypBuffer.to_lists);
+        final: rank as complete segments (the same ranking here: this search has no end-of-segment term)."""
         return state.hyps.to_lists(self._best_slot(state), state.scores())
 
-    def nbest(self, state: CtcPrefixState, n: int) -> list[list[HypOut]]:
+    def nbest(self, state: CtcPrefixState, n: int, final: bool = False) -> list[list[HypOut]]:
         """Up to n prefixes per stream, best first, score = log(p_b + p_nb); empty slots are omitted."""
         if not isinstance(n, int) or n < 1:
             raise ValueError(f"n: must be an int >= 1, got {n!r}")

@@ -262,12 +262,12 @@ class GreedySearch:
         cur.sym = sym.masked_fill(advance, 0)
         cur.emitted = emitted & ~advance
 
-    def best(self, state: GreedyState) -> list[HypOut]:
-        """Each stream's hypothesis (one host transfer for the batch)."""
+    def best(self, state: GreedyState, final: bool = False) -> list[HypOut]:
+        """Each stream's hypothesis (one host transfer for the batch); final: rank as complete segments (the same ranking here: this search has no end-of-segment term)."""
         which = torch.zeros(state.score.shape[0], dtype=torch.long, device=state.score.device)
         return state.hyps.to_lists(which, state.score[:, None])
 
-    def nbest(self, state: GreedyState, n: int = 1) -> list[list[HypOut]]:
+    def nbest(self, state: GreedyState, n: int = 1, final: bool = False) -> list[list[HypOut]]:
         return [[h] for h in self.best(state)]
 
     def trailing_blanks(self, state: GreedyState) -> Tensor:

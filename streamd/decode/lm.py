@@ -193,10 +193,10 @@ def build_ngram(seqs: Iterable[Sequence[int]], vocab_size: int, blank_id: int, o
         raise ValueError(f"min_count must be >= 1, got {min_count}")
     v = vocab_size
     radix, bos, eos_col = v + 1, v, v  # history symbols: tokens and <s>; predicted: tokens and </s> (column V)
-    seqs = [list(s) for s in seqs]
-    for s in seqs:
-        if any(i < 0 or i >= v or i == blank_id for i in s):
-            raise ValueError(f"token ids must be in 0..{v - 1} and not blank ({blank_id})")
+    seqs = [np.asarray(s, dtype=np.int64).reshape(-1) for s in seqs]
+    flat = np.concatenate(seqs) if seqs else np.zeros(0, dtype=np.int64)
+    if ((flat < 0) | (flat >= v) | (flat == blank_id)).any():
+        raise ValueError(f"token ids must be in 0..{v - 1} and not blank ({blank_id})")
     counts = _counts(seqs, order, radix, bos, eos_col)
     allowed = np.ones(v + 1, dtype=bool)
     allowed[blank_id] = False
@@ -221,25 +221,24 @@ def build_ngram(seqs: Iterable[Sequence[int]], vocab_size: int, blank_id: int, o
         rows.append(row)
         rows_prev = row
     hist = _Histories(tuple(keys), radix)
-    p = np.concatenate(rows)  # (S, V + 1)
-    return _compile(hist, p, order, blank_id, tuple(tokens))
+    with np.errstate(divide="ignore"):  # the blank column is 0: log 0 = -inf, replaced in _compile
+        logp = np.log(np.concatenate(rows))  # (S, V + 1)
+    return _compile(hist, logp, order, blank_id, tuple(tokens))
 
 
-def _compile(hist: _Histories, p: np.ndarray, order: int, blank_id: int, tokens: tuple[str, ...]) -> NgramLM:
-    """Automaton tables from the kept histories and their probability rows p (S, V + 1)."""
-    v = p.shape[1] - 1
-    with np.errstate(divide="ignore"):
-        logp = np.log(p)
+def _compile(hist: _Histories, logp: np.ndarray, order: int, blank_id: int, tokens: tuple[str, ...]) -> NgramLM:
+    """Automaton tables from the kept histories and their log-probability rows (S, V + 1) (column V: </s>)."""
+    v = logp.shape[1] - 1
     offsets = hist.offsets
     h = order - 1
-    nxt = np.empty((len(p), v), dtype=np.int64)
+    nxt = np.empty((len(logp), v), dtype=np.int64)
     for lvl, keys in enumerate(hist.keys):
         ext = keys[:, None] * hist.radix + np.arange(v)[None, :]  # (S_L, V) history + token, length lvl + 1
         length = lvl + 1
         if length > h:
             ext, length = ext % hist.radix ** h, h
         nxt[offsets[lvl]:offsets[lvl + 1]] = hist.lookup_longest(ext.reshape(-1), length).reshape(ext.shape)
-    nxt[:, blank_id] = np.arange(len(p))
+    nxt[:, blank_id] = np.arange(len(logp))
     start_key = sum(v * hist.radix ** i for i in range(h))  # h times <s>
     start = int(hist.lookup_longest(np.array([start_key], dtype=np.int64), h)[0])
     lp = logp[:, :v].astype(np.float32)
@@ -257,14 +256,10 @@ def save_lm(lm: NgramLM, path: str | Path, meta: dict | None = None) -> None:
                 "rows": rows, "meta": dict(meta or {})}, str(path))
 
 
-
 def load_lm(path: str | Path) -> tuple[NgramLM, dict]:
     """Read an LM written by :func:`save_lm`; returns (lm, meta).  ValueError names what is wrong."""
     d = read_versioned(path, LM_FORMAT, _VERSION, "language model")
-    rows = d["rows"].float()
-    v = rows.shape[1] - 1
-    hist = _Histories(tuple(k.numpy() for k in d["keys"]), v + 1)
-    p = rows.double().exp().numpy()
-    p[:, d["blank_id"]] = 0.0
-    lm = _compile(hist, p, int(d["order"]), int(d["blank_id"]), tuple(d["tokens"]))
+    logp = d["rows"].float().numpy()  # (S, V + 1); the blank column is 0 as saved, and _compile sets it so
+    hist = _Histories(tuple(k.numpy() for k in d["keys"]), logp.shape[1])
+    lm = _compile(hist, logp, int(d["order"]), int(d["blank_id"]), tuple(d["tokens"]))
     return lm, dict(d.get("meta", {}))

@@ -30,7 +30,7 @@ from streamd.decode.tokens import TokenTable
 from streamd.train.synth import choose_text
 from streamd.train.text import TextGenerator
 
-__all__ = ["generated_sentences", "train_lm", "perplexity", "main"]
+__all__ = ["generated_sentences", "encode_all", "perplexity", "main"]
 
 
 def generated_sentences(n: int, seed: int, kws_fraction: float = 0.25, negatives_fraction: float = 0.15
@@ -52,11 +52,6 @@ def encode_all(tokens: TokenTable, lines: Iterable[str], where: str = "text") ->
         except ValueError as e:
             raise ValueError(f"{where} line {i}: {e}") from None
     return out
-
-
-def train_lm(tokens: TokenTable, sentences: Sequence[str], order: int, min_count: int) -> NgramLM:
-    return build_ngram(encode_all(tokens, sentences), len(tokens), tokens.blank_id, order, min_count,
-                       tokens.to_lines())
 
 
 def perplexity(lm: NgramLM, seqs: Sequence[Sequence[int]]) -> float:
