@@ -93,7 +93,8 @@ class NgramLM:
 
     logp: (S, V) float32 log p(token | state); 0 in the blank column.
     eos: (S,) float32 log p(</s> | state).
-    next: (S, V) int64 successor state after each token (itself for blank).
+    next: (S, V) int32 successor state after each token (itself for blank); int32 halves the
+        largest table (states stay int64 in the searches: :meth:`advance` widens).
     start: state of an empty history (sentence start).
     order: n of the n-gram; blank_id: the model's blank.
     tokens: the token table the ids refer to (checked against the model's).
@@ -131,7 +132,7 @@ class NgramLM:
 
     def advance(self, states: Tensor, tokens: Tensor) -> Tensor:
         """States after one token: states, tokens (...) int64 -> (...) int64 (blank keeps the state)."""
-        return self.next[states, tokens]
+        return self.next[states, tokens].long()
 
     def end_score(self, states: Tensor) -> Tensor:
         """log p(</s> | state): states (...) int64 -> (...) float32."""
@@ -145,7 +146,7 @@ class NgramLM:
             if i == self.blank_id:
                 continue
             total += float(self.logp[s, i])
-            s = self.next[s, i]
+            s = self.next[s, i].long()
         return total + (float(self.eos[s]) if eos else 0.0)
 
 
@@ -231,14 +232,16 @@ def _compile(hist: _Histories, logp: np.ndarray, order: int, blank_id: int, toke
     v = logp.shape[1] - 1
     offsets = hist.offsets
     h = order - 1
-    nxt = np.empty((len(logp), v), dtype=np.int64)
+    if len(logp) >= 2 ** 31:
+        raise ValueError(f"{len(logp)} LM states do not fit int32 transitions; prune more (min_count)")
+    nxt = np.empty((len(logp), v), dtype=np.int32)
     for lvl, keys in enumerate(hist.keys):
         ext = keys[:, None] * hist.radix + np.arange(v)[None, :]  # (S_L, V) history + token, length lvl + 1
         length = lvl + 1
         if length > h:
             ext, length = ext % hist.radix ** h, h
         nxt[offsets[lvl]:offsets[lvl + 1]] = hist.lookup_longest(ext.reshape(-1), length).reshape(ext.shape)
-    nxt[:, blank_id] = np.arange(len(logp))
+    nxt[:, blank_id] = np.arange(len(logp), dtype=np.int32)
     start_key = sum(v * hist.radix ** i for i in range(h))  # h times <s>
     start = int(hist.lookup_longest(np.array([start_key], dtype=np.int64), h)[0])
     lp = logp[:, :v].astype(np.float32)
