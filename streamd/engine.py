@@ -41,6 +41,7 @@ from .audio.pcm import AudioError, check_sample_rate, decode_pcm
 from .audio.resample import StreamingResampler
 from .config import SEARCH_METHODS, EngineConfig
 from .decode.beam import BeamSearch
+from .decode.common import Search
 from .decode.confidence import make_measure
 from .decode.ctc import CtcGreedySearch, CtcPrefixBeamSearch
 from .decode.endpoint import Endpointer
@@ -194,7 +195,7 @@ class Recognizer:
         agg, exb = ccfg.aggregation, ccfg.exclude_blank
         # label looping (no host sync per frame) where a sync stalls the device's launch queue
         sync_free = self.device.type == "cuda"
-        self.searches: dict[str, Any] = {
+        self.searches: dict[str, Search] = {
             "greedy": GreedySearch(self.model, dcfg.max_symbols_per_frame, self.measure, exb, agg, sync_free=sync_free),
             "modified_beam": ModifiedBeamSearch(self.model, self.measure, exb, agg, sync_free=sync_free,
                                                 max_symbols_per_frame=dcfg.max_symbols_per_frame,

@@ -377,7 +377,8 @@ class BeamSearch:
         return HypOut(key, h.frames, h.confs, h.score)
 
     def best(self, state: BeamSearchState, final: bool = False) -> list[HypOut]:
-        """Most probable hypothesis of each stream (no length normalization); final: rank as complete segments (the same ranking here: this search has no end-of-segment term)."""
+        """Most probable hypothesis of each stream (no length normalization);
+        final: see :class:`~streamd.decode.common.Search` (no end-of-segment term here)."""
         return [self._out(*_ranked(h)[0]) for h in state.hyps]
 
     def nbest(self, state: BeamSearchState, n: int, final: bool = False) -> list[list[HypOut]]:

@@ -5,6 +5,7 @@
   search is asked to include blank frames (``exclude_blank=False``).
 * :func:`hash_extend`: rolling int64 hash of token sequences, used to find
   and merge identical hypotheses with tensor ops.
+* :class:`Search`: what the engine calls on every search (transducer and CTC).
 
 Shape legend: B streams, K hypotheses per stream.
 """
@@ -12,18 +13,41 @@ Shape legend: B streams, K hypotheses per stream.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 import torch
 from torch import Tensor
 
 if TYPE_CHECKING:
     from ..model.decoder import DecoderState
+    from .hyps import HypOut
 
-__all__ = ["Measure", "BlankConfAcc", "hash_extend", "HASH_START", "initial_decoder", "check_step_inputs"]
+__all__ = ["Search", "Measure", "BlankConfAcc", "hash_extend", "HASH_START", "initial_decoder", "check_step_inputs"]
 
 Measure = Callable[[Tensor], Tensor]
 """Maps log-probs (..., V) to a confidence (...) in [0, 1]."""
+
+
+class Search(Protocol):
+    """The calls the engine makes on every search; states are each search's own dataclass.
+
+    ``final`` ranks hypotheses as complete segments (the engine passes True when a
+    segment ends): a search with an end-of-segment term (the LM's end of sentence
+    in fused ``modified_beam``) adds it; every other search ranks the same either way.
+    Searches with several hypotheses also have ``nbest(state, n, final=False)``.
+    """
+
+    def step(self, state: Any, x: Tensor, lengths: Tensor, frame_offset: Tensor) -> Any:
+        """Consume one chunk: x (B, T, ...) per-frame inputs, lengths (B,), frame_offset (B,) int64."""
+
+    def reset(self, state: Any, rows: Tensor) -> Any:
+        """Start a new segment for the streams where rows (B,) bool is set."""
+
+    def best(self, state: Any, final: bool = False) -> list["HypOut"]:
+        """Best hypothesis of each stream (one host transfer for the batch)."""
+
+    def trailing_blanks(self, state: Any) -> Tensor:
+        """(B,) int64 frames since the last token of each stream's best hypothesis."""
 
 HASH_START = 0x5EED
 _HASH_MUL = 0x100000001B3  # FNV-64 prime; int64 products wrap, which is fine for hashing

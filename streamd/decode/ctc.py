@@ -251,7 +251,8 @@ class CtcGreedySearch:
                               torch.where(has, frame_offset + lengths, state.end), state.seg_frames + lengths)
 
     def best(self, state: CtcGreedyState, final: bool = False) -> list[HypOut]:
-        """Tokens of the current segment per stream (one host transfer via HypBuffer.to_lists); final: rank as complete segments (the same ranking here: this search has no end-of-segment term)."""
+        """Tokens of the current segment per stream (one host transfer via HypBuffer.to_lists);
+        final: see :class:`~streamd.decode.common.Search` (no end-of-segment term here)."""
         return state.hyps.to_lists(torch.zeros(state.batch, dtype=torch.long, device=state.device))
 
     def trailing_blanks(self, state: CtcGreedyState) -> Tensor:
@@ -459,7 +460,7 @@ class CtcPrefixBeamSearch:
 
     def best(self, state: CtcPrefixState, final: bool = False) -> list[HypOut]:
         """Best prefix per stream, score = log(p_b + p_nb) (one host transfer via HypBuffer.to_lists);
-        final: rank as complete segments (the same ranking here: this search has no end-of-segment term)."""
+        final: see :class:`~streamd.decode.common.Search` (no end-of-segment term here)."""
         return state.hyps.to_lists(self._best_slot(state), state.scores())
 
     def nbest(self, state: CtcPrefixState, n: int, final: bool = False) -> list[list[HypOut]]:

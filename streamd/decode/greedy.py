@@ -263,7 +263,8 @@ class GreedySearch:
         cur.emitted = emitted & ~advance
 
     def best(self, state: GreedyState, final: bool = False) -> list[HypOut]:
-        """Each stream's hypothesis (one host transfer for the batch); final: rank as complete segments (the same ranking here: this search has no end-of-segment term)."""
+        """Each stream's hypothesis (one host transfer for the batch);
+        final: see :class:`~streamd.decode.common.Search` (no end-of-segment term here)."""
         which = torch.zeros(state.score.shape[0], dtype=torch.long, device=state.score.device)
         return state.hyps.to_lists(which, state.score[:, None])
 
