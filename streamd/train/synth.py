@@ -113,8 +113,10 @@ def choose_text(gen: TextGenerator, r: float, kws_fraction: float, negatives_fra
 
 
 def plan_corpus(num_utts: int, seed: int, kws_fraction: float, negatives_fraction: float,
-                voices: list[Voice]) -> list[UttPlan]:
-    """Texts, voices and TTS settings for ``num_utts`` utterances (deterministic given the arguments)."""
+                voices: list[Voice], slot_focus: float = 0.0) -> list[UttPlan]:
+    """Texts, voices and TTS settings for ``num_utts`` utterances (deterministic given the arguments).
+
+    ``slot_focus``: share of the plain sentences drawn from ``TextGenerator.slot_drill``."""
     if num_utts < 1:
         raise ValueError(f"num_utts must be >= 1, got {num_utts}")
     if not (0 <= kws_fraction <= 1 and 0 <= negatives_fraction <= 1 and kws_fraction + negatives_fraction <= 1):
@@ -123,7 +125,7 @@ def plan_corpus(num_utts: int, seed: int, kws_fraction: float, negatives_fractio
     if not voices:
         raise ValueError("no TTS voices available: install espeak-ng, flite, festival or piper-tts "
                          "(see streamd.train.tts)")
-    gen = TextGenerator(seed)
+    gen = TextGenerator(seed, slot_focus)
     rng = np.random.default_rng([seed, 1 << 30])
     by_engine = _group(voices)
     plans = []
@@ -247,7 +249,7 @@ def _job(args: tuple[UttPlan, str]) -> dict:
 def synthesize_corpus(out_dir: str | os.PathLike, num_utts: int, seed: int = 0, kws_fraction: float = 0.25,
                       negatives_fraction: float = 0.15, workers: int = 1, *,
                       engines: tuple[str, ...] | list[str] | None = None, shard_size: int = 1000,
-                      progress: bool = False) -> Path:
+                      progress: bool = False, slot_focus: float = 0.0) -> Path:
     """Generate ``num_utts`` utterances under ``out_dir``; returns the path of ``manifest.jsonl``.
 
     Same seed and same installed voices give the same texts and the same audio,
@@ -258,7 +260,7 @@ def synthesize_corpus(out_dir: str | os.PathLike, num_utts: int, seed: int = 0, 
     if shard_size < 1:
         raise ValueError(f"shard_size must be >= 1, got {shard_size}")
     voices = list_voices(engines)
-    plans = plan_corpus(num_utts, seed, kws_fraction, negatives_fraction, voices)
+    plans = plan_corpus(num_utts, seed, kws_fraction, negatives_fraction, voices, slot_focus)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     jobs = [(p, f"shard-{p.index // shard_size:04d}/utt-{p.index:08d}.wav") for p in plans]
@@ -328,6 +330,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="processes (default: all cores)")
     ap.add_argument("--kws-fraction", type=float, default=0.25, help="share of 'hey stream' positives")
     ap.add_argument("--negatives-fraction", type=float, default=0.15, help="share of confusable negatives")
+    ap.add_argument("--slot-focus", type=float, default=0.0,
+                    help="share of plain sentences that are name/place/grocery/artist drills (default 0)")
     ap.add_argument("--engines", default=",".join(ENGINES), help=f"comma-separated subset of {','.join(ENGINES)}")
     ap.add_argument("--shard-size", type=int, default=1000, help="WAV files per shard folder")
     ap.add_argument("--benchmark", action="store_true", help="only print utterances/s per engine and exit")
@@ -347,7 +351,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--out is required")
     t0 = time.monotonic()
     path = synthesize_corpus(args.out, args.num_utts, args.seed, args.kws_fraction, args.negatives_fraction,
-                             args.workers, engines=engines, shard_size=args.shard_size, progress=True)
+                             args.workers, engines=engines, shard_size=args.shard_size, progress=True,
+                             slot_focus=args.slot_focus)
     hours = 0.0
     with open(path, encoding="utf-8") as f:
         for line in f:

@@ -326,8 +326,14 @@ class TextGenerator:
     reads like it ("hey steve", "ice cream", "mainstream", ...).
     """
 
-    def __init__(self, seed: int) -> None:
+    def __init__(self, seed: int, slot_focus: float = 0.0) -> None:
+        """``slot_focus``: share of ``sentence()`` drawn from :meth:`slot_drill` (open-class words:
+        names, places, groceries, artists) instead of the full grammar.  At 0 (the default) no
+        extra random draw is made, so corpora made before this option existed are reproduced."""
+        if not 0.0 <= slot_focus <= 1.0:
+            raise ValueError(f"slot_focus must be in [0, 1], got {slot_focus}")
         self.rng = random.Random(seed)
+        self.slot_focus = slot_focus
 
     # ----------------------------------------------------------- primitives
     def c(self, *options: str) -> str:
@@ -844,11 +850,42 @@ class TextGenerator:
             s = f"{s} {self.c(V.REQUEST_SUFFIXES if imperative and self.rng.random() < 0.6 else V.POLITE_SUFFIXES)}"
         return s
 
+    def slot_drill(self) -> str:
+        """A short command dense in open-class words: first and last names, cities, groceries, artists.
+
+        Each such word is one entry of a long list, so the full grammar shows it only
+        a few times per ten thousand sentences; these commands raise that count
+        without new vocabulary (the phone-line phrases are the only new words).
+        """
+        first = lambda: self.c(V.FIRST_NAMES)  # noqa: E731
+        person = lambda: self.t("$FIRST_NAMES[ $LAST_NAMES]")  # noqa: E731
+        return self.t(self.c(
+            "(call|phone|ring|video call) $person[ ((on|at) (the|his|her|their) (home|work|office|cell|mobile)"
+            " (phone|number)|on speaker|at (home|work))]",
+            "(text|message|email|send a text to|send a message to) $person[ (and|or) $first]",
+            "(tell|ask|remind) $first to (call|text|email) $first",
+            "(did $first (call|text|write|reply|pay)|has $first (called|texted|written|replied|paid))[ $past_day]",
+            "(remind me to call|schedule a call with|set up a meeting with) $person[ (on $date|$day)]",
+            "(transfer|send|pay) $amount to $first",
+            "(is $first (home|there|coming to dinner)|will $first (be home|be there|come to dinner|call back)"
+            ")[ $day]",
+            "(add|put) $items (to|on) (the|my) (shopping|grocery) list",
+            "(do we need|do we have|do i need) $GROCERIES[ (and|or) $GROCERIES]",
+            "(remove|take|cross) $GROCERIES[ and $GROCERIES] off the list",
+            "(order|buy) (some|more) $GROCERIES (and|or) $GROCERIES",
+            "(what's|what is) the (weather|forecast|time|temperature) in $CITIES[ $dayb]",
+            "(how far is it|how long does it take) (to|from) $CITIES[ to $CITIES]",
+            "(book a flight to|find flights to|find hotels in|navigate to) $CITIES[ $day]",
+            "(play|put on|shuffle) $MUSIC[ in the $ROOMS]",
+        ), person=person, first=first, dayb=lambda: self.day(bare=True))
+
     def sentence(self) -> str:
         """An in-domain utterance (normalized), never containing the wake phrase."""
         return self._without_keyword(self._sentence)
 
     def _sentence(self) -> str:
+        if self.slot_focus and self.rng.random() < self.slot_focus:
+            return self._finish(self.slot_drill())
         r = self.rng.random()
         if r < 0.05:
             s = self.answer()

@@ -197,3 +197,29 @@ def test_diversity():
     for needle in (" oh ", " hundred", " thousand", " million", " percent", " dollars", "first", " a m",
                    "o'clock", "quarter"):
         assert needle in text, needle
+
+
+def test_slot_focus_zero_draws_nothing_extra():
+    # corpora made before slot_focus existed must come out the same
+    g0, g1 = TextGenerator(5), TextGenerator(5, slot_focus=0.0)
+    assert [g0.sentence() for _ in range(200)] == [g1.sentence() for _ in range(200)]
+
+
+def test_slot_focus_raises_open_class_word_counts():
+    def counts(focus):
+        g = TextGenerator(2, slot_focus=focus)
+        sents = [g.sentence() for _ in range(3000)]
+        for s in sents:
+            assert is_normalized(s) and re.fullmatch(r"[a-z' ]+", s), s
+            assert not re.search(r"\bhey stream\b", s)
+        words = [w for s in sents for w in s.split()]
+        names = set(V.FIRST_NAMES)
+        cities = {w for c in V.CITIES for w in c.split()}
+        return sum(w in names for w in words), sum(w in cities for w in words), len(set(sents))
+
+    names0, cities0, _ = counts(0.0)
+    names1, cities1, distinct1 = counts(0.6)
+    assert names1 > 2.5 * names0 and cities1 > 2 * cities0
+    assert distinct1 > 0.9 * 3000  # still varied sentences, not a fixed list
+    with pytest.raises(ValueError, match="slot_focus"):
+        TextGenerator(0, slot_focus=1.5)

@@ -103,6 +103,10 @@ def test_plan_corpus_validation_and_determinism():
     assert all((p.keyword == KEYWORD) == p.text.startswith(KEYWORD) or p.text.split()[1:3] == KEYWORD.split()
                for p in a)
     assert {p.voice.engine for p in a} == {"espeak", "flite"}
+    assert a == synth.plan_corpus(50, 4, 0.3, 0.2, voices, slot_focus=0.0)
+    focused = synth.plan_corpus(50, 4, 0.3, 0.2, voices, slot_focus=1.0)
+    assert focused == synth.plan_corpus(50, 4, 0.3, 0.2, voices, slot_focus=1.0)
+    assert [p.text for p in focused] != [p.text for p in a]
     with pytest.raises(ValueError, match="sum <= 1"):
         synth.plan_corpus(5, 0, 0.7, 0.5, voices)
     with pytest.raises(ValueError, match="no TTS voices"):
