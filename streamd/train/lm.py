@@ -33,10 +33,10 @@ from streamd.train.text import TextGenerator
 __all__ = ["generated_sentences", "encode_all", "perplexity", "main"]
 
 
-def generated_sentences(n: int, seed: int, kws_fraction: float = 0.25, negatives_fraction: float = 0.15
-                        ) -> list[str]:
+def generated_sentences(n: int, seed: int, kws_fraction: float = 0.25, negatives_fraction: float = 0.15,
+                        slot_focus: float = 0.0) -> list[str]:
     """n sentences of the domain generator, mixed as ``streamd synth`` mixes them."""
-    gen, rng = TextGenerator(seed), random.Random(seed)
+    gen, rng = TextGenerator(seed, slot_focus), random.Random(seed)
     return [choose_text(gen, rng.random(), kws_fraction, negatives_fraction)[0] for _ in range(n)]
 
 
@@ -70,6 +70,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--model", help="checkpoint whose token table the LM uses (default: the shipped model)")
     ap.add_argument("--sentences", type=int, default=300000, help="generated sentences (default 300000)")
     ap.add_argument("--seed", type=int, default=7, help="text generator seed (default 7)")
+    ap.add_argument("--slot-focus", type=float, default=0.0,
+                    help="share of name/place/grocery/artist drill sentences, as streamd synth (default 0)")
     ap.add_argument("--text", action="append", default=[], metavar="FILE", help="extra text, one sentence per line")
     ap.add_argument("--order", type=int, default=8, help="n-gram order (default 8)")
     ap.add_argument("--min-count", type=int, default=5, help="prune histories seen fewer times (default 5)")
@@ -80,7 +82,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     t0 = time.monotonic()
     tokens = load_checkpoint(_model_arg(args.model)).tokens
     try:
-        seqs = encode_all(tokens, generated_sentences(args.sentences, args.seed), "generated")
+        seqs = encode_all(tokens, generated_sentences(args.sentences, args.seed, slot_focus=args.slot_focus),
+                          "generated")
         for path in args.text:
             with open(path, encoding="utf-8") as f:
                 seqs += encode_all(tokens, f, path)
@@ -91,6 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     held = encode_all(tokens, generated_sentences(2000, args.seed + 1_000_003))
     ppl = perplexity(lm, held)
     meta = {"order": args.order, "min_count": args.min_count, "sentences": len(seqs), "seed": args.seed,
+            "slot_focus": args.slot_focus,
             "text_files": [Path(p).name for p in args.text], "held_out_perplexity": round(ppl, 4)}
     save_lm(lm, args.out, meta)
     print(f"wrote {args.out}: order {args.order}, {lm.num_states} states, {os.path.getsize(args.out) / 1e6:.1f} MB, "
