@@ -25,6 +25,8 @@ in the middle of an epoch.  :func:`collate` pads a list of examples.
 SpecAugment (training only, applied by the trainer on the device):
 :func:`sample_spec_augment` draws mask positions from a seeded generator,
 :func:`apply_spec_augment` applies them to a batch in one vectorised pass.
+:func:`sample_spectral_eq` draws a random smooth channel response per utterance
+(added to the log-mel features before masking; off unless ``max_eq_db`` > 0).
 
 Shape legend: B utterances, T fbank frames, F mel bins, U target tokens,
 Nt / Nf time / frequency masks per utterance.
@@ -64,6 +66,7 @@ __all__ = [
     "SpecAugmentMasks",
     "sample_spec_augment",
     "apply_spec_augment",
+    "sample_spectral_eq",
 ]
 
 
@@ -462,6 +465,29 @@ def sample_spec_augment(lengths: Tensor, num_bins: int, num_time_masks: int, max
     fw = (v[..., 0] * (max_fw + 1)).floor().long()
     fs = (v[..., 1] * (num_bins - fw + 1)).floor().long()
     return SpecAugmentMasks(ts.to(dev), tw.to(dev), fs.to(dev), fw.to(dev))
+
+
+def sample_spectral_eq(batch: int, num_bins: int, max_db: float, generator: torch.Generator,
+                       device: torch.device | str | None = None) -> Tensor:
+    """Random smooth channel responses, one per utterance, as log-mel offsets.
+
+    A microphone, loudspeaker or codec colours the spectrum with a smooth gain
+    curve; in the log-mel domain that is an additive curve over the bins.  Each
+    curve is a tilt ``a * (u - 1/2)`` plus two cosines ``b cos(pi u) + c cos(2 pi u)``
+    over the normalized bin position ``u`` in [0, 1], with ``a, b, c`` uniform in
+    ``[-max_db, max_db]``, ``[-max_db/2, max_db/2]`` and ``[-max_db/4, max_db/4]``
+    (decibels of power, converted to natural-log units).
+
+    Returns (B, F) float32 offsets on ``device`` to add to every frame of each utterance.
+    """
+    if batch < 0 or num_bins < 1 or max_db < 0:
+        raise ValueError(f"need batch >= 0, num_bins >= 1 and max_db >= 0, got {batch}, {num_bins}, {max_db}")
+    coef = (torch.rand(batch, 3, generator=generator, dtype=torch.float64) * 2 - 1) \
+        * torch.tensor([1.0, 0.5, 0.25], dtype=torch.float64) * max_db  # (B, 3) dB
+    u = torch.linspace(0.0, 1.0, num_bins, dtype=torch.float64) if num_bins > 1 else torch.zeros(1, dtype=torch.float64)
+    basis = torch.stack([u - 0.5, torch.cos(torch.pi * u), torch.cos(2 * torch.pi * u)])  # (3, F)
+    curve_db = coef @ basis  # (B, F)
+    return (curve_db * (math.log(10.0) / 10.0)).to(torch.float32).to(device)
 
 
 def apply_spec_augment(feats: Tensor, masks: SpecAugmentMasks, fill: Tensor) -> Tensor:

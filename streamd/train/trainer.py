@@ -55,7 +55,7 @@ from ..model.checkpoint import CheckpointError, LoadedModel, load_checkpoint, sa
 from ..model.transducer import Transducer
 from .average import checkpoint_path, list_checkpoints
 from .data import (AsrDataset, Batch, LengthBucketSampler, apply_spec_augment, collate, default_char_tokens,
-                   feature_stats, sample_spec_augment, worker_init)
+                   feature_stats, sample_spec_augment, sample_spectral_eq, worker_init)
 from .losses import ctc_loss, max_pooling_kws_loss, rnnt_loss
 
 __all__ = ["DataConfig", "OptimConfig", "LossConfig", "SpecAugmentConfig", "TrainConfig", "load_train_config",
@@ -141,7 +141,11 @@ class LossConfig:
 
 @dataclass(frozen=True)
 class SpecAugmentConfig:
-    """Time / frequency masking (training only); widths in fbank frames / mel bins."""
+    """Time / frequency masking (training only); widths in fbank frames / mel bins.
+
+    ``max_eq_db`` > 0 also adds a random smooth channel response (tilt up to
+    +-max_eq_db dB across the band, see :func:`~streamd.train.data.sample_spectral_eq`)
+    to each utterance's log-mel features before masking."""
 
     enabled: bool = True
     num_time_masks: int = 2
@@ -149,8 +153,10 @@ class SpecAugmentConfig:
     max_time_fraction: float = 0.15
     num_freq_masks: int = 2
     max_freq_width: int = 15
+    max_eq_db: float = 0.0
 
     def __post_init__(self) -> None:
+        _req(self.max_eq_db >= 0, "max_eq_db", f"must be >= 0, got {self.max_eq_db}")
         for k in ("num_time_masks", "max_time_width", "num_freq_masks", "max_freq_width"):
             _req(getattr(self, k) >= 0, k, f"must be >= 0, got {getattr(self, k)}")
         _req(0 <= self.max_time_fraction <= 1, "max_time_fraction",
@@ -532,6 +538,10 @@ def train(cfg: TrainConfig, stop: Callable[[int], bool] | None = None) -> TrainR
             sa = cfg.spec_augment
             if sa.enabled:
                 gen = torch.Generator().manual_seed(_step_seed(cfg.seed, step, 2))
+                if sa.max_eq_db > 0:
+                    eq = sample_spectral_eq(batch.feats.shape[0], batch.feats.shape[2], sa.max_eq_db,
+                                            torch.Generator().manual_seed(_step_seed(cfg.seed, step, 3)), device)
+                    batch.feats = batch.feats + eq[:, None, :]  # (B, T, F) + (B, 1, F)
                 masks = sample_spec_augment(cpu_batch.feat_lengths, batch.feats.shape[2], sa.num_time_masks,
                                             sa.max_time_width, sa.max_time_fraction, sa.num_freq_masks,
                                             sa.max_freq_width, gen, device=device)

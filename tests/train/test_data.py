@@ -1,6 +1,7 @@
 """Training data: manifests, feature cache, bucketing sampler, collate, SpecAugment (vs loop oracles)."""
 
 import json
+import math
 import wave
 
 import numpy as np
@@ -13,7 +14,8 @@ from streamd.audio.resample import resample
 from streamd.config import FbankConfig
 from streamd.decode.tokens import TokenTable
 from streamd.train.data import (AsrDataset, LengthBucketSampler, SpecAugmentMasks, apply_spec_augment, collate,
-                                default_char_tokens, feature_stats, read_manifest, sample_spec_augment)
+                                default_char_tokens, feature_stats, read_manifest, sample_spec_augment,
+                                sample_spectral_eq)
 
 FB = FbankConfig(num_mel_bins=20)
 TOKENS = TokenTable(default_char_tokens())
@@ -197,3 +199,24 @@ def test_spec_augment_deterministic_and_masks_something():
     b = sample_spec_augment(lengths, 80, 2, 40, 0.2, 2, 15, torch.Generator().manual_seed(5))
     assert all(torch.equal(getattr(a, k), getattr(b, k)) for k in SpecAugmentMasks.__dataclass_fields__)
     assert a.time_width.sum() > 0 and a.freq_width.sum() > 0
+
+
+def test_spectral_eq_matches_formula_and_is_bounded():
+    g = torch.Generator().manual_seed(3)
+    eq = sample_spectral_eq(5, 80, 6.0, g)
+    assert eq.shape == (5, 80) and eq.dtype == torch.float32
+    again = sample_spectral_eq(5, 80, 6.0, torch.Generator().manual_seed(3))
+    assert torch.equal(eq, again)
+    # oracle: redraw the same coefficients and evaluate the curve bin by bin
+    coef = torch.rand(5, 3, generator=torch.Generator().manual_seed(3), dtype=torch.float64) * 2 - 1
+    for b in range(5):
+        a, c1, c2 = (coef[b] * torch.tensor([6.0, 3.0, 1.5], dtype=torch.float64)).tolist()
+        for k in range(80):
+            u = k / 79
+            db = a * (u - 0.5) + c1 * math.cos(math.pi * u) + c2 * math.cos(2 * math.pi * u)
+            assert abs(float(eq[b, k]) - db * math.log(10) / 10) < 1e-5
+    assert eq.abs().max() <= 1.25 * 6.0 * math.log(10) / 10 + 1e-6
+    assert eq.std(dim=1).min() > 0  # each utterance gets a non-flat curve
+    assert torch.equal(sample_spectral_eq(2, 80, 0.0, g), torch.zeros(2, 80))
+    with pytest.raises(ValueError, match="max_db"):
+        sample_spectral_eq(2, 80, -1.0, g)

@@ -87,6 +87,7 @@ def test_shipped_config_loads_and_is_small():
     (["data.max_frames=abc"], r"^data\.max_frames: expected an integer"),
     (["model.encoder.num_features=40"], r"^model\.encoder\.num_features: must equal model.fbank.num_mel_bins"),
     (["optim=3"], r"^optim: expected a mapping"),
+    (["spec_augment.max_eq_db=-1"], r"^spec_augment\.max_eq_db: must be >= 0"),
     (["nokey"], r"override 'nokey': expected KEY=VALUE"),
 ])
 def test_config_errors_name_the_key(over, key):
@@ -194,7 +195,7 @@ def test_resume_continues_exactly(tmp_path):
              ("yes", 0.25, None), ("hey stream stop", 0.6, "hey stream"), ("no", 0.35, None)]
     man = make_corpus(tmp_path / "c", items)
     over = dict(steps=7, checkpoint_every=2, keep_last=2, optim__schedule="cosine",
-                model__encoder__dropout=0.1, data__max_frames=120)
+                model__encoder__dropout=0.1, data__max_frames=120, spec_augment__max_eq_db=6.0)
     full = train(tiny_config(tmp_path / "a", man, **over))
     assert {r.batch_size for r in full.history} != {6}  # several batches per epoch: resume lands mid-epoch
 
