@@ -45,7 +45,7 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--beam", type=int)
     p.add_argument("--lm", help="n-gram for modified_beam shallow fusion: auto (the model's own, default), none "
                                 "or a path (streamd lm)")
-    p.add_argument("--lm-weight", type=float, help="LM weight lambda (default 0.3; 0 disables fusion)")
+    p.add_argument("--lm-weight", type=float, help="LM weight lambda (default 0.2; 0 disables fusion)")
     p.add_argument("--lm-bonus", type=float, help="per-token bonus beta added with the LM score")
 
 

@@ -293,7 +293,7 @@ class DecodingConfig:
     max_symbols_per_frame: int = 3
     ctc_top_paths: int = 1
     lm: str = "auto"
-    lm_weight: float = 0.3
+    lm_weight: float = 0.2
     lm_bonus: float = 0.5
 
     def __post_init__(self) -> None:
