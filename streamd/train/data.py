@@ -484,7 +484,7 @@ def sample_spectral_eq(batch: int, num_bins: int, max_db: float, generator: torc
         raise ValueError(f"need batch >= 0, num_bins >= 1 and max_db >= 0, got {batch}, {num_bins}, {max_db}")
     coef = (torch.rand(batch, 3, generator=generator, dtype=torch.float64) * 2 - 1) \
         * torch.tensor([1.0, 0.5, 0.25], dtype=torch.float64) * max_db  # (B, 3) dB
-    u = torch.linspace(0.0, 1.0, num_bins, dtype=torch.float64) if num_bins > 1 else torch.zeros(1, dtype=torch.float64)
+    u = torch.linspace(0.0, 1.0, num_bins, dtype=torch.float64)  # (F,) bin positions; [0.] for one bin
     basis = torch.stack([u - 0.5, torch.cos(torch.pi * u), torch.cos(2 * torch.pi * u)])  # (3, F)
     curve_db = coef @ basis  # (B, F)
     return (curve_db * (math.log(10.0) / 10.0)).to(torch.float32).to(device)

@@ -857,18 +857,17 @@ class TextGenerator:
         a few times per ten thousand sentences; these commands raise that count
         without new vocabulary (the phone-line phrases are the only new words).
         """
-        first = lambda: self.c(V.FIRST_NAMES)  # noqa: E731
-        person = lambda: self.t("$FIRST_NAMES[ $LAST_NAMES]")  # noqa: E731
         return self.t(self.c(
             "(call|phone|ring|video call) $person[ ((on|at) (the|his|her|their) (home|work|office|cell|mobile)"
             " (phone|number)|on speaker|at (home|work))]",
-            "(text|message|email|send a text to|send a message to) $person[ (and|or) $first]",
-            "(tell|ask|remind) $first to (call|text|email) $first",
-            "(did $first (call|text|write|reply|pay)|has $first (called|texted|written|replied|paid))[ $past_day]",
+            "(text|message|email|send a text to|send a message to) $person[ (and|or) $FIRST_NAMES]",
+            "(tell|ask|remind) $FIRST_NAMES to (call|text|email) $FIRST_NAMES",
+            "(did $FIRST_NAMES (call|text|write|reply|pay)|has $FIRST_NAMES (called|texted|written|replied|paid))"
+            "[ $past_day]",
             "(remind me to call|schedule a call with|set up a meeting with) $person[ (on $date|$day)]",
-            "(transfer|send|pay) $amount to $first",
-            "(is $first (home|there|coming to dinner)|will $first (be home|be there|come to dinner|call back)"
-            ")[ $day]",
+            "(transfer|send|pay) $amount to $FIRST_NAMES",
+            "(is $FIRST_NAMES (home|there|coming to dinner)|will $FIRST_NAMES (be home|be there|come to dinner"
+            "|call back))[ $day]",
             "(add|put) $items (to|on) (the|my) (shopping|grocery) list",
             "(do we need|do we have|do i need) $GROCERIES[ (and|or) $GROCERIES]",
             "(remove|take|cross) $GROCERIES[ and $GROCERIES] off the list",
@@ -877,7 +876,7 @@ class TextGenerator:
             "(how far is it|how long does it take) (to|from) $CITIES[ to $CITIES]",
             "(book a flight to|find flights to|find hotels in|navigate to) $CITIES[ $day]",
             "(play|put on|shuffle) $MUSIC[ in the $ROOMS]",
-        ), person=person, first=first, dayb=lambda: self.day(bare=True))
+        ), person="$FIRST_NAMES[ $LAST_NAMES]")
 
     def sentence(self) -> str:
         """An in-domain utterance (normalized), never containing the wake phrase."""
