@@ -341,7 +341,8 @@ class ServerConfig:
     ``port`` 0 picks a free port (tests).  ``vosk_port`` None disables the
     second, Vosk-only listener.  ``web_root`` "" serves the repository's
     ``clients/web`` folder at ``GET /``.  ``ping_interval`` / ``ping_timeout``
-    0 disable websocket keepalive.
+    0 disable websocket keepalive.  ``warmup_seconds``: audio decoded once
+    with every search method before ``ready`` (0 = none).
     """
 
     host: str = "127.0.0.1"
@@ -351,6 +352,7 @@ class ServerConfig:
     web_root: str = ""
     grace_seconds: float = 10.0
     max_steps_per_cycle: int = 4
+    warmup_seconds: float = 1.0
     ping_interval: float = 20.0
     ping_timeout: float = 20.0
     close_timeout: float = 5.0
@@ -365,6 +367,7 @@ class ServerConfig:
                f"must be 8000..48000, got {self.vosk_sample_rate}")
         _positive(self.grace_seconds, "grace_seconds", strict=False)
         _check(self.max_steps_per_cycle >= 1, "max_steps_per_cycle", f"must be >= 1, got {self.max_steps_per_cycle}")
+        _check(0 <= self.warmup_seconds <= 30, "warmup_seconds", f"must be 0..30, got {self.warmup_seconds}")
         _positive(self.ping_interval, "ping_interval", strict=False)
         _positive(self.ping_timeout, "ping_timeout", strict=False)
         _positive(self.close_timeout, "close_timeout")

@@ -234,6 +234,33 @@ class Recognizer:
                 "lm": {"path": self.lm_path, "order": self.lm.order, "states": self.lm.num_states,
                        "weight": self.config.decoding.lm_weight, "bonus": self.config.decoding.lm_bonus} if self.lm is not None else None}
 
+    def warm_up(self, seconds: float = 1.0) -> None:
+        """Decode ``seconds`` of quiet noise once with every search method, then forget it.
+
+        The first batch through a fresh process pays one-off costs (torch's
+        kernel selection and allocator growth, lazily built search tables); a
+        server calls this before it reports ready so that its first client does
+        not pay them.  One throwaway stream per method, decoded together in one
+        batch, finished and closed; nothing is emitted and ``on_batch`` is not
+        called.  Only on an idle recognizer (its events would be swallowed
+        otherwise): raises RuntimeError while streams are open.
+        """
+        if self._streams:
+            raise RuntimeError(f"warm_up needs an idle recognizer ({len(self._streams)} streams open)")
+        n = max(1, round(seconds * 16000))
+        audio = (0.01 * np.random.default_rng(0).standard_normal(n)).astype(np.float32)  # (n,) at 16 kHz
+        on_batch, self.on_batch = self.on_batch, None
+        try:
+            ids = [self.create_stream(method=m) for m in self.searches]
+            for sid in ids:
+                self.accept_audio(sid, audio)
+                self.finish(sid)
+            self.drain()
+        finally:
+            self.on_batch = on_batch
+            for sid in list(self._streams):
+                self.close(sid)
+
     # ------------------------------------------------------------------ stream lifecycle
 
     def create_stream(self, **options: Any) -> int:

@@ -109,6 +109,25 @@ def test_batching_is_invisible(tiny_ckpt):
     assert rec.num_streams == 0
 
 
+def test_warm_up_leaves_no_trace(tiny_ckpt):
+    """warm_up runs every method once, emits nothing, calls no observer, and changes no later result."""
+    seen = []
+    rec = Recognizer.from_checkpoint(tiny_ckpt, NO_ENDPOINT)
+    rec.on_batch = seen.append
+    rec.warm_up(0.7)
+    assert rec.num_streams == 0 and seen == []
+    x = random_audio(1.9, seed=4)
+    for method in ("greedy", "modified_beam"):
+        cold = run_one(Recognizer.from_checkpoint(tiny_ckpt, NO_ENDPOINT), x, 1, method=method)
+        warm = run_one(rec, x, 1, method=method)
+        assert [e.to_wire() for e in warm] == [e.to_wire() for e in cold]
+    assert seen  # the observer is back for real streams
+    sid = rec.create_stream()
+    with pytest.raises(RuntimeError, match="idle recognizer"):
+        rec.warm_up()
+    rec.close(sid)
+
+
 def test_partials_grow_and_final_matches(tiny_ckpt):
     rec = Recognizer.from_checkpoint(tiny_ckpt, NO_ENDPOINT)
     ev = run_one(rec, random_audio(2.0, seed=3), 3)

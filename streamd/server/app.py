@@ -427,8 +427,9 @@ class App:
 
     ``recognizer``: an already built Recognizer; otherwise ``loader()`` (or
     ``Recognizer.from_checkpoint(model_path, config.engine)``) builds it in the
-    worker thread after the listeners are up (``/readyz`` answers 503 and new
-    streams get ``loading`` meanwhile).  ``mic_factory(config.mic)`` builds
+    worker thread after the listeners are up, and ``server.warmup_seconds`` of
+    audio go through it once (``/readyz`` answers 503 and new streams get
+    ``loading`` meanwhile).  ``mic_factory(config.mic)`` builds
     the capture (:class:`streamd.mic.MicCapture`: ``start()``, ``sample_rate``,
     ``async blocks()`` of float32 mono samples) when ``config.mic.enabled``.
     ``tokens`` default to ``auth.tokens`` plus ``auth.token_file``.
@@ -723,6 +724,10 @@ class App:
                 log.info("loading model %s", self.model_path)
                 loader = functools.partial(Recognizer.from_checkpoint, self.model_path, cfg.engine)
             self.rec = await loop.run_in_executor(self.executor, loader)
+        if s.warmup_seconds > 0:
+            t0 = time.perf_counter()
+            await loop.run_in_executor(self.executor, self.rec.warm_up, s.warmup_seconds)
+            log.info("warmed up (%.1f s of audio, every method) in %.2f s", s.warmup_seconds, time.perf_counter() - t0)
         runner = await loop.run_in_executor(self.executor, EngineRunner, self.rec, s.max_steps_per_cycle)
         self.model_info = runner.model_info
         self.batcher = Batcher(runner, self.executor, self._route)

@@ -7,6 +7,7 @@ import json
 import ssl
 import shutil
 import subprocess
+import threading
 import time
 
 import numpy as np
@@ -155,6 +156,37 @@ def test_readyz_and_streams_while_loading(tiny_ckpt):
         await app.shutdown()
 
     run(body())
+
+
+def test_warm_up_before_ready(tiny_ckpt):
+    """The loaded model decodes server.warmup_seconds of audio before /readyz turns 200; 0 skips it."""
+    for seconds in (0.5, 0.0):
+        cfg = app_config(server={"warmup_seconds": seconds})
+        calls, release = [], threading.Event()
+        rec = Recognizer.from_checkpoint(tiny_ckpt, cfg.engine)
+        real = rec.warm_up
+
+        def spy(s, real=real, calls=calls, release=release):
+            calls.append(s)
+            assert release.wait(TIMEOUT)
+            real(s)
+
+        rec.warm_up = spy
+
+        async def body():
+            app = App(cfg, loader=lambda: rec)
+            start = asyncio.create_task(app.start())
+            if seconds:
+                await until(lambda: calls)
+                assert (await http_get(app.port, "/readyz"))[:3:2] == (503, b"loading\n")
+                release.set()
+            await start
+            assert (await http_get(app.port, "/readyz"))[0] == 200
+            assert rec.num_streams == 0
+            await app.shutdown()
+
+        run(body())
+        assert calls == ([seconds] if seconds else [])
 
 
 def test_too_many_streams(tiny_ckpt):
