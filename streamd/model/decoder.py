@@ -25,7 +25,7 @@ from torch import Tensor, nn
 
 from ..config import DecoderConfig
 
-__all__ = ["DecoderState", "Decoder"]
+__all__ = ["DecoderState", "Decoder", "grow_context_conv"]
 
 
 @dataclass
@@ -133,3 +133,26 @@ class Decoder(nn.Module):
             return self._stateless(ctx)[:, -1], DecoderState(context=ctx)
         out, (h, c) = self.lstm(self.embedding(tokens)[:, None], (state.h, state.c))
         return out[:, 0], DecoderState(h=h, c=c)
+
+
+def grow_context_conv(weight: Tensor | None, dim: int, new_size: int) -> Tensor:
+    """Conv weight of a stateless decoder with a longer context that computes the same function.
+
+    weight: (E, E / G, S) the trained decoder's ``conv.weight`` (G = E // 4
+    groups), or None for S = 1 (no conv: the output is ReLU of the embedding).
+    Returns (E, E / G, new_size): the old kernel on the newest S positions,
+    zeros on the older ones (the identity on the newest position when S = 1),
+    so the grown decoder starts exactly where the trained one was and
+    fine-tuning can learn to use the extra context.
+    """
+    groups = max(1, dim // 4)
+    old = weight.shape[-1] if weight is not None else 1
+    if new_size < max(2, old):
+        raise ValueError(f"context can only grow (from {old} to >= 2), got {new_size}")
+    out = torch.zeros(dim, dim // groups, new_size, dtype=weight.dtype if weight is not None else torch.float32)
+    if weight is not None:
+        out[..., new_size - old:] = weight  # kernel index -1 multiplies the newest token
+    else:
+        per = dim // groups  # (E, E / G) block-diagonal identity: output channel o reads input o % per of its group
+        out[torch.arange(dim), torch.arange(dim) % per, -1] = 1.0
+    return out

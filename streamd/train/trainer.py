@@ -52,6 +52,7 @@ from ..device import resolve_device
 from ..config import ConfigError, ModelConfig, from_dict, to_dict
 from ..decode.tokens import TokenTable
 from ..model.checkpoint import CheckpointError, LoadedModel, load_checkpoint, save_checkpoint
+from ..model.decoder import grow_context_conv
 from ..model.transducer import Transducer
 from .average import checkpoint_path, list_checkpoints
 from .data import (AsrDataset, Batch, LengthBucketSampler, apply_spec_augment, collate, default_char_tokens,
@@ -415,12 +416,31 @@ def _load_init(cfg: TrainConfig, tokens: TokenTable) -> LoadedModel:
         src = load_checkpoint(cfg.init_from)
     except CheckpointError as e:
         raise ConfigError(f"init_from: {e}") from None
-    diff = _differing_keys(to_dict(src.model.cfg), to_dict(cfg.model))
-    if diff:
-        raise ConfigError(f"init_from: model in {cfg.init_from} differs from model: (keys {', '.join(diff)})")
+    have, want = to_dict(src.model.cfg), to_dict(cfg.model)
+    diff = _differing_keys(have, want)
+    grow = (diff == ["decoder"] and _differing_keys(have["decoder"], want["decoder"]) == ["context_size"]
+            and want["decoder"]["kind"] == "stateless" and want["decoder"]["context_size"] > have["decoder"]["context_size"])
+    if diff and not grow:
+        raise ConfigError(f"init_from: model in {cfg.init_from} differs from model: (keys {', '.join(diff)})"
+                          + ("; of the decoder only a stateless context_size may change, and only grow"
+                             if diff == ["decoder"] else ""))
     if src.tokens.tokens != tokens.tokens:
         raise ConfigError(f"init_from: token table of {cfg.init_from} differs from this run's tokens")
+    if grow:
+        return _grow_decoder_context(src, cfg.model)
     return src
+
+
+def _grow_decoder_context(src: LoadedModel, mcfg: ModelConfig) -> LoadedModel:
+    """``src`` rebuilt with ``mcfg``'s longer stateless decoder context (same function; see grow_context_conv)."""
+    sd = src.model.state_dict()
+    sd["decoder.conv.weight"] = grow_context_conv(sd.get("decoder.conv.weight"), mcfg.decoder.dim,
+                                                  mcfg.decoder.context_size)
+    model = Transducer(mcfg)
+    model.load_state_dict(sd, strict=True)
+    log.info("init_from: decoder context grown from %d to %d tokens (new positions start at zero weight)",
+             src.model.cfg.decoder.context_size, mcfg.decoder.context_size)
+    return LoadedModel(model=model, tokens=src.tokens, meta=src.meta, path=src.path)
 
 
 def train(cfg: TrainConfig, stop: Callable[[int], bool] | None = None) -> TrainResult:

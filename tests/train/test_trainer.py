@@ -188,6 +188,13 @@ def test_init_from_fine_tunes_from_a_checkpoint(tmp_path):
         train(tiny_config(tmp_path / "x", man, model__joiner_dim=16, init_from=str(src.checkpoint)))
     with pytest.raises(ConfigError, match=r"^init_from: .*no such checkpoint file"):
         train(tiny_config(tmp_path / "y", man, init_from=str(tmp_path / "missing.pt")))
+    # the one change allowed: a longer stateless decoder context, starting as the same function
+    wide = train(tiny_config(tmp_path / "wide", man, spec_augment__enabled=False, steps=2, model__decoder__context_size=4,
+                             init_from=str(src.checkpoint)))
+    assert wide.history[0].loss < 2.0 * np.mean([r.loss for r in src.history[-3:]])
+    assert load_checkpoint(wide.checkpoint).model.decoder.conv.weight.shape[-1] == 4
+    with pytest.raises(ConfigError, match=r"\(keys decoder\); of the decoder only a stateless context_size may change"):
+        train(tiny_config(tmp_path / "z", man, model__decoder__context_size=3, init_from=str(wide.checkpoint)))
 
 
 def test_resume_continues_exactly(tmp_path):
