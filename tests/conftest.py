@@ -12,7 +12,7 @@ def tiny_ckpt(tmp_path_factory) -> str:
     return write_checkpoint(tmp_path_factory.mktemp("ckpt") / "tiny.pt")
 
 
-@pytest.fixture(params=["stateless", "lstm"])
+@pytest.fixture(params=["stateless", "stateless-5", "lstm"])
 def decoder_kind(request):
     return request.param
 

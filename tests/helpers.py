@@ -23,7 +23,7 @@ def tiny_model(seed: int = 0, kind: str = "stateless", keywords=("hey stream",),
         vocab_size=len(CHARS), blank_id=0, joiner_dim=32, ctc_head=ctc, keywords=tuple(keywords),
         encoder=EncoderConfig(num_features=80, d_model=32, num_layers=2, num_heads=4, ff_dim=64, conv_kernel=5,
                               subsampling_channels=8, chunk_size=chunk_size, left_chunks=left_chunks, dropout=0.0),
-        decoder=DecoderConfig(kind=kind, dim=32, context_size=2))
+        decoder=decoder_config(kind, 32))
     model = Transducer(cfg).eval()
     with torch.no_grad():
         model.encoder.feat_mean.fill_(-8.0)
@@ -56,13 +56,19 @@ def random_audio(seconds: float, rate: int = 16000, seed: int = 0) -> np.ndarray
     return np.clip(x, -1, 1).astype(np.float32)
 
 
+def decoder_config(kind: str, dim: int) -> DecoderConfig:
+    """kind: "lstm", "stateless" (context 2) or "stateless-N" (context N)."""
+    kind, _, context = kind.partition("-")
+    return DecoderConfig(kind=kind, dim=dim, context_size=int(context or 2))
+
+
 def make_model(vocab=7, kind="stateless", seed=0, joiner_dim=16, keywords=(), ctc=True, scale=2.0):
     torch.manual_seed(seed)
     cfg = ModelConfig(
         vocab_size=vocab, blank_id=0, joiner_dim=joiner_dim, ctc_head=ctc, keywords=tuple(keywords),
         encoder=EncoderConfig(num_features=20, d_model=16, num_layers=1, num_heads=2, ff_dim=32, conv_kernel=3,
                               subsampling_channels=4, chunk_size=4, left_chunks=2, dropout=0.0),
-        decoder=DecoderConfig(kind=kind, dim=12, context_size=2))
+        decoder=decoder_config(kind, 12))
     m = Transducer(cfg).eval()
     with torch.no_grad():  # sharper distributions so searches actually disagree / emit
         m.joiner.out.weight.mul_(scale)
