@@ -148,7 +148,7 @@ def grow_context_conv(weight: Tensor | None, dim: int, new_size: int) -> Tensor:
     groups = max(1, dim // 4)
     old = weight.shape[-1] if weight is not None else 1
     if new_size < max(2, old):
-        raise ValueError(f"context can only grow (from {old} to >= 2), got {new_size}")
+        raise ValueError(f"a context of {old} tokens can only grow (to {max(2, old)} or more), not to {new_size}")
     out = torch.zeros(dim, dim // groups, new_size, dtype=weight.dtype if weight is not None else torch.float32)
     if weight is not None:
         out[..., new_size - old:] = weight  # kernel index -1 multiplies the newest token
