@@ -135,24 +135,25 @@ class Decoder(nn.Module):
         return out[:, 0], DecoderState(h=h, c=c)
 
 
-def grow_context_conv(weight: Tensor | None, dim: int, new_size: int) -> Tensor:
+def grow_context_conv(weight: Tensor | None, shape: torch.Size) -> Tensor:
     """Conv weight of a stateless decoder with a longer context that computes the same function.
 
-    weight: (E, E / G, S) the trained decoder's ``conv.weight`` (G = E // 4
-    groups), or None for S = 1 (no conv: the output is ReLU of the embedding).
-    Returns (E, E / G, new_size): the old kernel on the newest S positions,
+    weight: (E, E / G, S) the trained decoder's ``conv.weight`` (G groups), or
+    None for S = 1 (no conv: the output is ReLU of the embedding).
+    shape: (E, E / G, S') the grown decoder's ``conv.weight.shape`` (it fixes
+    the grouping, so the layout is read from the module, not recomputed).
+    Returns a tensor of ``shape``: the old kernel on the newest S positions,
     zeros on the older ones (the identity on the newest position when S = 1),
     so the grown decoder starts exactly where the trained one was and
     fine-tuning can learn to use the extra context.
     """
-    groups = max(1, dim // 4)
+    dim, per, new_size = shape  # per: input channels per group
     old = weight.shape[-1] if weight is not None else 1
     if new_size < max(2, old):
         raise ValueError(f"a context of {old} tokens can only grow (to {max(2, old)} or more), not to {new_size}")
-    out = torch.zeros(dim, dim // groups, new_size, dtype=weight.dtype if weight is not None else torch.float32)
+    out = torch.zeros(shape, dtype=weight.dtype if weight is not None else torch.float32)
     if weight is not None:
         out[..., new_size - old:] = weight  # kernel index -1 multiplies the newest token
-    else:
-        per = dim // groups  # (E, E / G) block-diagonal identity: output channel o reads input o % per of its group
+    else:  # block-diagonal identity: output channel o reads input o % per of its group
         out[torch.arange(dim), torch.arange(dim) % per, -1] = 1.0
     return out

@@ -433,10 +433,9 @@ def _load_init(cfg: TrainConfig, tokens: TokenTable) -> LoadedModel:
 
 def _grow_decoder_context(src: LoadedModel, mcfg: ModelConfig) -> LoadedModel:
     """``src`` rebuilt with ``mcfg``'s longer stateless decoder context (same function; see grow_context_conv)."""
-    sd = src.model.state_dict()
-    sd["decoder.conv.weight"] = grow_context_conv(sd.get("decoder.conv.weight"), mcfg.decoder.dim,
-                                                  mcfg.decoder.context_size)
     model = Transducer(mcfg)
+    sd = src.model.state_dict()
+    sd["decoder.conv.weight"] = grow_context_conv(sd.get("decoder.conv.weight"), model.decoder.conv.weight.shape)
     model.load_state_dict(sd, strict=True)
     log.info("init_from: decoder context grown from %d to %d tokens (new positions start at zero weight)",
              src.model.cfg.decoder.context_size, mcfg.decoder.context_size)

@@ -12,7 +12,8 @@ from streamd.model.decoder import Decoder, grow_context_conv
 def grown(dec: Decoder, size: int) -> Decoder:
     new = Decoder(DecoderConfig(dim=dec.cfg.dim, context_size=size), vocab_size=dec.embedding.num_embeddings)
     sd = {k: v for k, v in dec.state_dict().items() if k != "conv.weight"}
-    sd["conv.weight"] = grow_context_conv(dec.conv.weight.detach() if dec.conv is not None else None, dec.cfg.dim, size)
+    sd["conv.weight"] = grow_context_conv(dec.conv.weight.detach() if dec.conv is not None else None,
+                                          new.conv.weight.shape)
     new.load_state_dict(sd, strict=True)
     return new
 
@@ -36,4 +37,4 @@ def test_grown_context_computes_the_same_function(old, new):
 
 def test_context_only_grows():
     with pytest.raises(ValueError, match="only grow"):
-        grow_context_conv(torch.zeros(16, 4, 3), 16, 2)
+        grow_context_conv(torch.zeros(16, 4, 3), torch.Size((16, 4, 2)))
