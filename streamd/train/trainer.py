@@ -25,7 +25,9 @@ measured on a sample of the training set and stored in the encoder's
 ``feat_mean`` / ``feat_std`` buffers.
 
 The experiment folder also gets ``train.yaml`` (the resolved config),
-``tokens.txt`` and ``log.jsonl`` (one JSON record per log line / validation).
+``tokens.txt`` and ``log.jsonl`` (one JSON record per log line / validation;
+a resume drops the records written after the checkpoint it resumes from, whose
+steps it takes again).
 """
 
 from __future__ import annotations
@@ -341,6 +343,19 @@ def _state_path(exp_dir: Path, step: int) -> Path:
     return exp_dir / f"train_state-{step}.pt"
 
 
+def _truncate_log(path: Path, step: int) -> None:
+    """Drop the records of ``path`` (log.jsonl) written after ``step``: the steps an interrupted run took past
+    its last checkpoint are retrained on resume, so the log keeps one record per step and reads as one run."""
+    if not path.exists():
+        return
+    keep = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        rec = json.loads(line)
+        if rec.get("valid", rec).get("step", 0) <= step:
+            keep.append(line + "\n")
+    path.write_text("".join(keep), encoding="utf-8")
+
+
 def _latest_complete(exp_dir: Path) -> int | None:
     steps = [s for s, _ in list_checkpoints(exp_dir) if _state_path(exp_dir, s).is_file()]
     return steps[-1] if steps else None
@@ -495,6 +510,7 @@ def train(cfg: TrainConfig, stop: Callable[[int], bool] | None = None) -> TrainR
         st = torch.load(_state_path(exp, latest), map_location=device, weights_only=True)
         opt.load_state_dict(st["optimizer"])
         step, epoch, index = int(st["step"]), int(st["epoch"]), int(st["batch_index"])
+        _truncate_log(exp / "log.jsonl", step)
         log.info("resumed from %s at step %d (epoch %d, batch %d)", checkpoint_path(exp, latest), step, epoch, index)
     elif init is not None:
         model.load_state_dict(init.model.state_dict(), strict=True)

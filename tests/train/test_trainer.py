@@ -201,7 +201,7 @@ def test_resume_continues_exactly(tmp_path):
     items = [("hey stream", 0.5, "hey stream"), ("on", 0.3, None), ("off now", 0.45, None),
              ("yes", 0.25, None), ("hey stream stop", 0.6, "hey stream"), ("no", 0.35, None)]
     man = make_corpus(tmp_path / "c", items)
-    over = dict(steps=7, checkpoint_every=2, keep_last=2, optim__schedule="cosine",
+    over = dict(steps=7, checkpoint_every=2, keep_last=2, log_every=1, optim__schedule="cosine",
                 model__encoder__dropout=0.1, data__max_frames=120, spec_augment__max_eq_db=6.0)
     full = train(tiny_config(tmp_path / "a", man, **over))
     assert {r.batch_size for r in full.history} != {6}  # several batches per epoch: resume lands mid-epoch
@@ -214,8 +214,15 @@ def test_resume_continues_exactly(tmp_path):
     (tmp_path / "w" / "checkpoint-5.pt").write_bytes((tmp_path / "b" / "checkpoint-3.pt").read_bytes())
     with pytest.raises(ConfigError, match=r"^exp_dir: cannot resume, no checkpoint .* train_state"):
         train(tiny_config(tmp_path / "w", man, resume=True, **over))
+    with open(tmp_path / "b" / "log.jsonl", "a") as f:  # an interrupted run logged past its last checkpoint
+        f.write(json.dumps({"step": 4, "loss": 1.0}) + "\n" + json.dumps({"valid": {"step": 4}}) + "\n")
     rest = train(tiny_config(tmp_path / "b", man, resume=True, **over))
     assert [r.step for r in rest.history] == [4, 5, 6, 7]
+
+    def logged(exp):
+        return [(r["step"], r["loss"]) if "step" in r else ("valid", r["valid"]["step"])
+                for r in map(json.loads, (exp / "log.jsonl").read_text().splitlines())]
+    assert logged(tmp_path / "b") == logged(tmp_path / "a")  # the log reads as one run
     for a, b in zip(full.history[3:], rest.history):
         assert (a.loss, a.rnnt, a.ctc, a.kws, a.chunk_size, a.batch_size) == \
                (b.loss, b.rnnt, b.ctc, b.kws, b.chunk_size, b.batch_size)
