@@ -345,12 +345,16 @@ def _state_path(exp_dir: Path, step: int) -> Path:
 
 def _truncate_log(path: Path, step: int) -> None:
     """Drop the records of ``path`` (log.jsonl) written after ``step``: the steps an interrupted run took past
-    its last checkpoint are retrained on resume, so the log keeps one record per step and reads as one run."""
+    its last checkpoint are retrained on resume, so the log keeps one record per step and reads as one run.
+    A line the interruption cut short (not valid JSON) goes too."""
     if not path.exists():
         return
     keep = []
     for line in path.read_text(encoding="utf-8").splitlines():
-        rec = json.loads(line)
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue
         if rec.get("valid", rec).get("step", 0) <= step:
             keep.append(line + "\n")
     path.write_text("".join(keep), encoding="utf-8")

@@ -215,7 +215,8 @@ def test_resume_continues_exactly(tmp_path):
     with pytest.raises(ConfigError, match=r"^exp_dir: cannot resume, no checkpoint .* train_state"):
         train(tiny_config(tmp_path / "w", man, resume=True, **over))
     with open(tmp_path / "b" / "log.jsonl", "a") as f:  # an interrupted run logged past its last checkpoint
-        f.write(json.dumps({"step": 4, "loss": 1.0}) + "\n" + json.dumps({"valid": {"step": 4}}) + "\n")
+        f.write(json.dumps({"step": 4, "loss": 1.0}) + "\n" + json.dumps({"valid": {"step": 4}}) + "\n" +
+                '{"step": 5, "lo')  # ... and was killed in the middle of a line
     rest = train(tiny_config(tmp_path / "b", man, resume=True, **over))
     assert [r.step for r in rest.history] == [4, 5, 6, 7]
 
