@@ -34,7 +34,7 @@ from ..events import Done, Error, Event, Final, Partial, WakeWord
 
 __all__ = [
     "CLOSE_CODES", "SAMPLE_WIDTH", "Send", "Open", "Audio", "Reset", "Finish", "Close", "Action",
-    "ProtocolError", "TokenBucket", "V1Session", "error_actions", "parse_json_object", "check_sample_rate_field",
+    "ProtocolError", "SessionBase", "TokenBucket", "V1Session", "error_actions", "parse_json_object", "check_sample_rate_field",
     "bearer_token", "token_ok", "origin_ok",
 ]
 
@@ -213,33 +213,21 @@ def origin_ok(origin: str | None, host: str | None, allowed: Iterable[str]) -> b
     return False
 
 
-# --------------------------------------------------------------------------- v1 session
+# --------------------------------------------------------------------------- sessions
 
-START_FIELDS = ("type", "sample_rate", "format", "method", "beam", "partials", "keywords", "endpointing")
+class SessionBase:
+    """What every wire protocol's session shares: the end of its state machine and the
+    decisions the I/O layer asks of it (a failure, an idle timeout, a server drain).
 
-
-class V1Session:
-    """One ``/v1/stream`` connection: start -> ready, audio, reset, eof -> final, done, close 1000.
-
-    States: ``await_start`` -> ``streaming`` (after a valid start) -> ``ending``
-    (eof received or server draining: input closed) -> ``closed`` (Close emitted).
+    States: ``INITIAL_STATE`` (before the stream is configured) -> ``streaming`` ->
+    ``ending`` (input closed: eof received or server draining) -> ``closed`` (Close emitted).
+    Subclasses set ``self.state``, ``self.limits`` and ``self._shutdown`` in ``__init__``.
     """
 
-    def __init__(self, session_id: str, limits: LimitsConfig, model_info: Mapping[str, Any],
-                 default_method: str = "greedy", default_beam: int = 4):
-        self.session_id = session_id
-        self.limits = limits
-        self.model_info = dict(model_info)
-        self.methods = tuple(model_info.get("methods", ()))
-        self.default_method = default_method
-        self.default_beam = default_beam
-        self.state = "await_start"
-        self.options: dict[str, Any] = {}
-        self.format = "s16le"
-        self.sample_rate = 16000
-        self.bucket = TokenBucket(limits.max_realtime, limits.burst_seconds)
-        self.audio_seconds = 0.0
-        self._shutdown = False
+    INITIAL_STATE: str  # each protocol's name for "connected, stream not configured yet"
+    state: str
+    limits: LimitsConfig
+    _shutdown: bool
 
     @property
     def input_closed(self) -> bool:
@@ -250,26 +238,88 @@ class V1Session:
     def closed(self) -> bool:
         return self.state == "closed"
 
-    # ----------------------------------------------------------------- client -> server
-
     def receive(self, message: str | bytes, now: float) -> list[Action]:
-        """One websocket message from the client at time ``now`` (seconds, any monotonic origin)."""
-        if self.state == "closed":
+        """One websocket message from the client at time ``now`` (seconds, any monotonic origin).
+
+        Input after eof or once the server is draining is ignored (documented); a
+        :class:`ProtocolError` from the subclass's handlers fails the session with its code.
+        """
+        if self.input_closed:
             return []
-        if self.state == "ending":
-            return []  # after eof or once the server is draining: ignored (documented)
         try:
             if isinstance(message, str):
+                size = len(message.encode("utf-8", "surrogatepass"))
+                if size > self.limits.max_text_bytes:
+                    raise ProtocolError("too_large", f"text message of {size} bytes exceeds max_text_bytes "
+                                                     f"({self.limits.max_text_bytes})")
                 return self._text(message)
             return self._binary(message, now)
         except ProtocolError as e:
             return self.fail(e.code, e.message)
 
     def _text(self, text: str) -> list[Action]:
-        size = len(text.encode("utf-8", "surrogatepass"))
-        if size > self.limits.max_text_bytes:
-            raise ProtocolError("too_large", f"text message of {size} bytes exceeds max_text_bytes "
-                                             f"({self.limits.max_text_bytes})")
+        """A text message within ``max_text_bytes``; may raise ProtocolError."""
+        raise NotImplementedError
+
+    def _binary(self, data: bytes, now: float) -> list[Action]:
+        """A binary (audio) message; may raise ProtocolError."""
+        raise NotImplementedError
+
+    def fail(self, code: str, message: str) -> list[Action]:
+        """Error event then close (idempotent)."""
+        if self.state == "closed":
+            return []
+        self.state = "closed"
+        return error_actions(code, message)
+
+    def timeout(self) -> list[Action]:
+        """No message for ``idle_timeout`` seconds (only counts while input is expected)."""
+        if self.input_closed:
+            return []
+        return self.fail("idle_timeout", f"no message for {self.limits.idle_timeout:g} s (idle_timeout)")
+
+    def shutdown(self) -> list[Action]:
+        """The server is draining: finish the stream with what was received, then close 1001."""
+        if self.state == self.INITIAL_STATE:
+            return self.fail("shutting_down", "server is shutting down; no new streams")
+        if self.state == "streaming":
+            self._shutdown = True
+            self.state = "ending"
+            return [Finish()]
+        return []
+
+
+START_FIELDS = ("type", "sample_rate", "format", "method", "beam", "partials", "keywords", "endpointing")
+
+
+class V1Session(SessionBase):
+    """One ``/v1/stream`` connection: start -> ready, audio, reset, eof -> final, done, close 1000.
+
+    States: ``await_start`` -> ``streaming`` (after a valid start) -> ``ending``
+    (eof received or server draining: input closed) -> ``closed`` (Close emitted).
+    """
+
+    INITIAL_STATE = "await_start"
+
+    def __init__(self, session_id: str, limits: LimitsConfig, model_info: Mapping[str, Any],
+                 default_method: str = "greedy", default_beam: int = 4):
+        self.session_id = session_id
+        self.limits = limits
+        self.model_info = dict(model_info)
+        self.methods = tuple(model_info.get("methods", ()))
+        self.default_method = default_method
+        self.default_beam = default_beam
+        self.state = self.INITIAL_STATE
+        self.options: dict[str, Any] = {}
+        self.format = "s16le"
+        self.sample_rate = 16000
+        self.bucket = TokenBucket(limits.max_realtime, limits.burst_seconds)
+        self.audio_seconds = 0.0
+        self._shutdown = False
+
+    # ----------------------------------------------------------------- client -> server
+
+    def _text(self, text: str) -> list[Action]:
         obj = parse_json_object(text)
         kind = obj.get("type")
         if kind is None:
@@ -366,29 +416,4 @@ class V1Session:
             if self._shutdown:
                 return [Send(ev.to_wire()), Close(1001, "shutting_down")]
             return [Send(ev.to_wire()), Close(1000, "done")]
-        return []
-
-    # ----------------------------------------------------------------- I/O-layer decisions
-
-    def fail(self, code: str, message: str) -> list[Action]:
-        """Error event then close (idempotent)."""
-        if self.state == "closed":
-            return []
-        self.state = "closed"
-        return error_actions(code, message)
-
-    def timeout(self) -> list[Action]:
-        """No message for ``idle_timeout`` seconds (only counts while input is expected)."""
-        if self.input_closed:
-            return []
-        return self.fail("idle_timeout", f"no message for {self.limits.idle_timeout:g} s (idle_timeout)")
-
-    def shutdown(self) -> list[Action]:
-        """The server is draining: finish the stream with what was received, then close 1001."""
-        if self.state == "await_start":
-            return self.fail("shutting_down", "server is shutting down; no new streams")
-        if self.state == "streaming":
-            self._shutdown = True
-            self.state = "ending"
-            return [Finish()]
         return []

@@ -29,8 +29,8 @@ from collections import deque
 
 from ..config import LimitsConfig
 from ..events import Done, Error, Event, Final, Partial, Word
-from .protocol import (Action, Audio, Close, Finish, Open, ProtocolError, Send, TokenBucket,
-                       check_sample_rate_field, error_actions)
+from .protocol import (Action, Audio, Close, Finish, Open, ProtocolError, Send, SessionBase, TokenBucket,
+                       check_sample_rate_field)
 
 __all__ = ["VoskSession", "classify_text", "vosk_result"]
 
@@ -63,13 +63,15 @@ def vosk_result(words: list[Word], texts: list[str]) -> dict:
     return {"result": [w.to_wire() for w in words], "text": " ".join(t for t in texts if t)}
 
 
-class VoskSession:
+class VoskSession(SessionBase):
     """One Vosk connection.  States: config -> streaming -> ending -> closed."""
+
+    INITIAL_STATE = "config"
 
     def __init__(self, limits: LimitsConfig, default_sample_rate: int = 8000):
         self.limits = limits
         self.sample_rate = default_sample_rate
-        self.state = "config"
+        self.state = self.INITIAL_STATE
         self.bucket = TokenBucket(limits.max_realtime, limits.burst_seconds)
         self.owed = 0  # frames sent to the engine whose reply is still due
         self.partial = ""
@@ -79,14 +81,6 @@ class VoskSession:
         self.done = False
         self._shutdown = False
 
-    @property
-    def input_closed(self) -> bool:
-        return self.state in ("ending", "closed")
-
-    @property
-    def closed(self) -> bool:
-        return self.state == "closed"
-
     def _open(self) -> list[Action]:
         if self.state != "config":
             return []
@@ -95,21 +89,7 @@ class VoskSession:
 
     # ----------------------------------------------------------------- client -> server
 
-    def receive(self, message: str | bytes, now: float) -> list[Action]:
-        if self.input_closed:
-            return []
-        try:
-            if isinstance(message, str):
-                return self._text(message)
-            return self._binary(message, now)
-        except ProtocolError as e:
-            return self.fail(e.code, e.message)
-
     def _text(self, text: str) -> list[Action]:
-        size = len(text.encode("utf-8", "surrogatepass"))
-        if size > self.limits.max_text_bytes:
-            raise ProtocolError("too_large", f"text message of {size} bytes exceeds max_text_bytes "
-                                             f"({self.limits.max_text_bytes})")
         kind, cfg = classify_text(text)
         if kind == "eof":
             actions = self._open()
@@ -185,25 +165,3 @@ class VoskSession:
         self.state = "closed"
         final = vosk_result(words + self.final_words, texts + self.final_texts)
         return [Send(final), Close(1001, "shutting_down") if self._shutdown else Close(1000, "done")]
-
-    # ----------------------------------------------------------------- I/O-layer decisions
-
-    def fail(self, code: str, message: str) -> list[Action]:
-        if self.state == "closed":
-            return []
-        self.state = "closed"
-        return error_actions(code, message)
-
-    def timeout(self) -> list[Action]:
-        if self.input_closed:
-            return []
-        return self.fail("idle_timeout", f"no message for {self.limits.idle_timeout:g} s (idle_timeout)")
-
-    def shutdown(self) -> list[Action]:
-        if self.state == "config":
-            return self.fail("shutting_down", "server is shutting down; no new streams")
-        if self.state == "streaming":
-            self._shutdown = True
-            self.state = "ending"
-            return [Finish()]
-        return []

@@ -281,6 +281,22 @@ def test_vosk_errors():
     assert c == "rate_limited"
 
 
+def test_vosk_timeout_shutdown_and_oversized_text():
+    """The decisions both protocols share (SessionBase), seen through the Vosk session."""
+    c, msg, _ = error_of(VoskSession(vlim(), 16000).receive('{"config": {"x": "' + "a" * 600 + '"}}', 0.0))
+    assert c == "too_large" and "max_text_bytes (512)" in msg
+    c, msg, close = error_of(VoskSession(vlim(), 16000).timeout())
+    assert (c, close) == ("idle_timeout", 1008) and "idle_timeout" in msg
+    c, _, close = error_of(VoskSession(vlim(), 16000).shutdown())  # nothing configured or sent yet
+    assert (c, close) == ("shutting_down", 1001)
+    s = VoskSession(vlim(), 16000)
+    s.receive(b"\0\0" * 800, 0.0)
+    assert s.shutdown() == [Finish()] and s.input_closed and s.shutdown() == []
+    assert s.timeout() == [] and s.receive(b"\0\0" * 800, 0.1) == []  # input closed: ignored
+    assert s.fail("engine_error", "x")[-1] == Close(1011, "engine_error") and s.closed
+    assert s.fail("engine_error", "again") == []  # idempotent
+
+
 # ----------------------------------------------------------------------------- outbox
 
 
