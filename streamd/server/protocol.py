@@ -34,7 +34,8 @@ from ..events import Done, Error, Event, Final, Partial, WakeWord
 
 __all__ = [
     "CLOSE_CODES", "SAMPLE_WIDTH", "Send", "Open", "Audio", "Reset", "Finish", "Close", "Action",
-    "ProtocolError", "SessionBase", "TokenBucket", "V1Session", "error_actions", "parse_json_object", "check_sample_rate_field",
+    "ProtocolError", "SessionBase", "TokenBucket", "V1Session", "error_actions", "parse_json_object",
+    "check_sample_rate_field",
     "bearer_token", "token_ok", "origin_ok",
 ]
 
