@@ -326,11 +326,11 @@ class V1Session(SessionBase):
         if kind is None:
             raise ProtocolError("bad_message", "message has no 'type' field (expected start, reset or eof)")
         if kind == "start":
-            if self.state != "await_start":
+            if self.state != self.INITIAL_STATE:
                 raise ProtocolError("bad_message", "start sent twice: the stream has already started")
             return self._start(obj)
         if kind in ("reset", "eof"):
-            if self.state == "await_start":
+            if self.state == self.INITIAL_STATE:
                 raise ProtocolError("bad_message", f"{kind} before start: send a start message first")
             extra = sorted(set(obj) - {"type"})
             if extra:
@@ -368,7 +368,7 @@ class V1Session(SessionBase):
         return [Open(dict(self.options))]
 
     def _binary(self, data: bytes, now: float) -> list[Action]:
-        if self.state == "await_start":
+        if self.state == self.INITIAL_STATE:
             raise ProtocolError("binary_before_start",
                                 "binary audio before the start message: send {\"type\": \"start\", ...} first")
         n = len(data)

@@ -82,7 +82,7 @@ class VoskSession(SessionBase):
         self._shutdown = False
 
     def _open(self) -> list[Action]:
-        if self.state != "config":
+        if self.state != self.INITIAL_STATE:
             return []
         self.state = "streaming"
         return [Open({"sample_rate": self.sample_rate, "partials": True, "keywords": False})]
@@ -95,7 +95,7 @@ class VoskSession(SessionBase):
             actions = self._open()
             self.state = "ending"
             return actions + [Finish()]
-        if self.state == "config" and "sample_rate" in cfg:  # a config after audio is ignored, as in Vosk
+        if self.state == self.INITIAL_STATE and "sample_rate" in cfg:  # a config after audio is ignored, as in Vosk
             self.sample_rate = check_sample_rate_field(cfg["sample_rate"], "config.sample_rate")
         return []
 
