@@ -227,6 +227,10 @@ class AsrDataset(torch.utils.data.Dataset):
         cache_features: store/reuse features as ``.pt`` files next to the corpus.
         min_duration, max_duration: utterances outside [min, max] seconds are
             dropped (``max_duration`` None: no upper bound). ``dropped`` counts them.
+        repeat: per manifest, how many times each of its utterances is listed
+            (oversampling a small corpus in a mix; () = once each). A repeated
+            utterance shares its cached features; SpecAugment and the channel
+            response are drawn per step, so repeats still differ.
 
     Attributes:
         utterances: the kept utterances.
@@ -235,11 +239,15 @@ class AsrDataset(torch.utils.data.Dataset):
 
     def __init__(self, manifests: Sequence[str | Path], tokens: TokenTable, fbank: FbankConfig,
                  keywords: Sequence[str] = (), cache_features: bool = True, min_duration: float = 0.1,
-                 max_duration: float | None = None) -> None:
+                 max_duration: float | None = None, repeat: Sequence[int] = ()) -> None:
         if isinstance(manifests, (str, Path)):
             manifests = [manifests]
         if not manifests:
             raise ValueError("AsrDataset needs at least one manifest")
+        repeat = tuple(repeat) or (1,) * len(manifests)
+        if len(repeat) != len(manifests) or any(isinstance(r, bool) or not isinstance(r, int) or r < 1
+                                                for r in repeat):
+            raise ValueError(f"repeat must list one integer >= 1 per manifest ({len(manifests)}), got {list(repeat)}")
         self.fbank_cfg = fbank
         self.keywords = tuple(keywords)
         self.cache_features = cache_features
@@ -250,7 +258,7 @@ class AsrDataset(torch.utils.data.Dataset):
         self._targets: list[list[int]] = []
         self._kws: list[int] = []
         self.dropped = 0
-        for m in manifests:
+        for m, times in zip(manifests, repeat):
             self._cache_dirs[str(Path(m))] = Path(m).resolve().parent / tag
             for utt in read_manifest(m):
                 if utt.duration < min_duration or (max_duration is not None and utt.duration > max_duration):
@@ -268,9 +276,9 @@ class AsrDataset(torch.utils.data.Dataset):
                 else:
                     raise ValueError(f"{where}: keyword {utt.keyword!r} is not one of the model's keywords "
                                      f"{list(self.keywords)}")
-                self.utterances.append(utt)
-                self._targets.append(ids)
-                self._kws.append(kws)
+                self.utterances.extend([utt] * times)
+                self._targets.extend([ids] * times)
+                self._kws.extend([kws] * times)
         fl, fs = fbank.frame_length, fbank.frame_shift
         self.frames = np.array([num_frames(int(round(u.duration * fbank.sample_rate)), fl, fs)
                                 for u in self.utterances], dtype=np.int64)

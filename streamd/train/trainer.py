@@ -62,7 +62,7 @@ from .data import (AsrDataset, Batch, LengthBucketSampler, apply_spec_augment, c
 from .losses import ctc_loss, max_pooling_kws_loss, rnnt_loss
 
 __all__ = ["DataConfig", "OptimConfig", "LossConfig", "SpecAugmentConfig", "TrainConfig", "load_train_config",
-           "LossParts", "compute_losses", "learning_rate", "evaluate", "StepRecord", "TrainResult", "train", "main"]
+           "LossParts", "compute_losses", "learning_rate", "evaluate", "validate", "StepRecord", "TrainResult", "train", "main"]
 
 log = logging.getLogger("streamd.train")
 
@@ -89,8 +89,13 @@ class DataConfig:
     cache_features: bool = True
     num_workers: int = 1
     stats_utterances: int = 300
+    repeat: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
+        _req(len(self.repeat) in (0, len(self.train)), "repeat",
+             f"must list one count per data.train manifest ({len(self.train)}) or be empty, got {list(self.repeat)}")
+        for i, r in enumerate(self.repeat):
+            _req(r >= 1, f"repeat[{i}]", f"must be >= 1, got {r}")
         _req(self.max_frames >= 1, "max_frames", f"must be >= 1, got {self.max_frames}")
         _req(self.bucket_frames >= 1, "bucket_frames", f"must be >= 1, got {self.bucket_frames}")
         _req(0 <= self.min_duration < self.max_duration, "max_duration",
@@ -188,9 +193,12 @@ class TrainConfig:
     num_threads: int = 0
     resume: bool = False
     init_from: str = ""
+    freeze: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         _req(self.exp_dir != "", "exp_dir", "must not be empty")
+        for i, f in enumerate(self.freeze):
+            _req(f.strip() != "", f"freeze[{i}]", "must be a parameter name prefix such as 'decoder', got ''")
         _req(len(self.data.train) > 0, "data.train", "at least one training manifest is required")
         _req(self.model.encoder.num_features == self.model.fbank.num_mel_bins, "model.encoder.num_features",
              f"must equal model.fbank.num_mel_bins ({self.model.fbank.num_mel_bins}), "
@@ -424,6 +432,43 @@ def evaluate(model: Transducer, dataset: AsrDataset, max_frames: int, weights: L
     return dict(zip(("loss", "rnnt", "ctc", "kws"), vals))
 
 
+def validate(model: Transducer, sets: dict[str, AsrDataset], max_frames: int, weights: LossConfig,
+             device: torch.device, num_workers: int = 0) -> dict[str, Any]:
+    """:func:`evaluate` on each validation manifest: the utterance-weighted means over all of them (``loss``,
+    ``rnnt``, ``ctc``, ``kws``) and, with more than one manifest, each one's under ``sets`` (by its path), so a
+    mix of synthetic and real validation data shows where a change helps."""
+    per = {name: evaluate(model, ds, max_frames, weights, device, num_workers) for name, ds in sets.items()}
+    total = sum(len(ds) for ds in sets.values())
+    out: dict[str, Any] = {k: sum(per[name][k] * len(ds) for name, ds in sets.items()) / max(total, 1)
+                           for k in ("loss", "rnnt", "ctc", "kws")}
+    if len(sets) > 1:
+        out["sets"] = per
+    return out
+
+
+def _apply_freeze(model: Transducer, prefixes: Sequence[str]) -> list[torch.nn.Parameter]:
+    """Freeze every parameter whose name starts with one of ``prefixes`` (e.g. ``decoder``, ``joiner``: adapt
+    the encoder with the prediction network fixed); returns the trainable parameters. A prefix that names no
+    parameter is a :class:`ConfigError` listing the top-level modules."""
+    names = [n for n, _ in model.named_parameters()]
+    for i, pre in enumerate(prefixes):
+        if not any(n == pre or n.startswith(pre + ".") for n in names):
+            tops = sorted({n.split(".")[0] for n in names})
+            raise ConfigError(f"freeze[{i}]: {pre!r} names no parameter (modules: {', '.join(tops)})")
+    trainable = []
+    for n, p in model.named_parameters():
+        frozen = any(n == pre or n.startswith(pre + ".") for pre in prefixes)
+        p.requires_grad_(not frozen)
+        if not frozen:
+            trainable.append(p)
+    if not trainable:
+        raise ConfigError("freeze: every parameter is frozen; nothing would train")
+    if prefixes:
+        log.info("frozen: %s (%d of %d parameters train)", ", ".join(prefixes), sum(p.numel() for p in trainable),
+                 sum(p.numel() for p in model.parameters()))
+    return trainable
+
+
 def _differing_keys(a: dict, b: dict) -> list[str]:
     """Top-level keys whose values differ between two config dicts (sorted)."""
     return sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
@@ -488,19 +533,20 @@ def train(cfg: TrainConfig, stop: Callable[[int], bool] | None = None) -> TrainR
 
     dcfg = cfg.data
     train_set = AsrDataset(dcfg.train, tokens, cfg.model.fbank, cfg.model.keywords, dcfg.cache_features,
-                           dcfg.min_duration, dcfg.max_duration)
+                           dcfg.min_duration, dcfg.max_duration, dcfg.repeat)
     if len(train_set) == 0:
         raise ValueError(f"data.train: no usable utterance in {list(dcfg.train)} ({train_set.dropped} outside "
                          f"[{dcfg.min_duration}, {dcfg.max_duration}] s)")
-    valid_set = (AsrDataset(dcfg.valid, tokens, cfg.model.fbank, cfg.model.keywords, dcfg.cache_features,
-                            dcfg.min_duration, dcfg.max_duration) if dcfg.valid else None)
+    valid_sets = {m: AsrDataset([m], tokens, cfg.model.fbank, cfg.model.keywords, dcfg.cache_features,
+                                dcfg.min_duration, dcfg.max_duration) for m in dcfg.valid}
     sampler = LengthBucketSampler(train_set.frames, dcfg.max_frames, seed=cfg.seed, shuffle=True,
                                   bucket_frames=dcfg.bucket_frames)
 
     torch.manual_seed(cfg.seed)
     model = Transducer(cfg.model).to(device)
+    trainable = _apply_freeze(model, cfg.freeze)
     ocfg = cfg.optim
-    opt = torch.optim.AdamW(model.parameters(), lr=ocfg.lr, betas=tuple(ocfg.betas), eps=ocfg.eps,
+    opt = torch.optim.AdamW(trainable, lr=ocfg.lr, betas=tuple(ocfg.betas), eps=ocfg.eps,
                             weight_decay=ocfg.weight_decay)
     step, epoch, index = 0, 0, 0
     exp.mkdir(parents=True, exist_ok=True)
@@ -557,7 +603,7 @@ def train(cfg: TrainConfig, stop: Callable[[int], bool] | None = None) -> TrainR
         num_workers=dcfg.num_workers, worker_init_fn=worker_init, pin_memory=device.type == "cuda")
     progress = _Progress(step, cfg.steps)
     log_file = open(exp / "log.jsonl", "a", encoding="utf-8")
-    params = [p for p in model.parameters()]
+    params = trainable
     clip = ocfg.grad_clip if ocfg.grad_clip > 0 else float("inf")
     window: list[StepRecord] = []
     t_window = time.perf_counter()
@@ -613,14 +659,17 @@ def train(cfg: TrainConfig, stop: Callable[[int], bool] | None = None) -> TrainR
                 log_file.flush()
                 window, t_window = [], now
             progress.update(line)
-            if valid_set is not None and cfg.valid_every and step % cfg.valid_every == 0:
+            if valid_sets and cfg.valid_every and step % cfg.valid_every == 0:
                 t_valid = time.perf_counter()
-                v = {"step": step, **evaluate(model, valid_set, dcfg.max_frames, cfg.loss, device,
+                v = {"step": step, **validate(model, valid_sets, dcfg.max_frames, cfg.loss, device,
                                               dcfg.num_workers)}
                 t_window += time.perf_counter() - t_valid  # throughput counts training time only
                 result.valid.append(v)
                 log.info("valid step %d: loss %.3f (rnnt %.3f ctc %.3f kws %.3f)", step, v["loss"], v["rnnt"],
                          v["ctc"], v["kws"])
+                for name, sv in v.get("sets", {}).items():
+                    log.info("  %s: loss %.3f (rnnt %.3f ctc %.3f kws %.3f)", name, sv["loss"], sv["rnnt"], sv["ctc"],
+                             sv["kws"])
                 log_file.write(json.dumps({"valid": v}) + "\n")
                 log_file.flush()
             stopping = stop is not None and stop(step)

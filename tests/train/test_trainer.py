@@ -89,6 +89,9 @@ def test_shipped_config_loads_and_is_small():
     (["optim=3"], r"^optim: expected a mapping"),
     (["spec_augment.max_eq_db=-1"], r"^spec_augment\.max_eq_db: must be >= 0"),
     (["nokey"], r"override 'nokey': expected KEY=VALUE"),
+    (["data.repeat=[1, 2, 3]"], r"^data\.repeat: must list one count per data\.train manifest \(1\)"),
+    (["data.repeat=[0]"], r"^data\.repeat\[0\]: must be >= 1"),
+    (["freeze=['']"], r"^freeze\[0\]: must be a parameter name prefix"),
 ])
 def test_config_errors_name_the_key(over, key):
     with pytest.raises(ConfigError, match=key):
@@ -195,6 +198,53 @@ def test_init_from_fine_tunes_from_a_checkpoint(tmp_path):
     assert load_checkpoint(wide.checkpoint).model.decoder.conv.weight.shape[-1] == 4
     with pytest.raises(ConfigError, match=r"\(keys decoder\); of the decoder only a stateless context_size may change"):
         train(tiny_config(tmp_path / "z", man, model__decoder__context_size=3, init_from=str(wide.checkpoint)))
+
+
+def test_repeat_lists_a_manifest_n_times(tmp_path):
+    from streamd.train.data import AsrDataset
+
+    a = make_corpus(tmp_path / "a", [("yes", 0.4, None), ("no", 0.4, None)])
+    b = make_corpus(tmp_path / "b", [("up", 0.4, None)])
+    tok = TokenTable(default_char_tokens())
+    fb = FbankConfig(num_mel_bins=20)
+    ds = AsrDataset([a, b], tok, fb, repeat=(1, 3), cache_features=False)
+    assert [u.text for u in ds.utterances] == ["yes", "no", "up", "up", "up"]
+    assert len(ds.frames) == 5 and torch.equal(ds[2].feats, ds[4].feats)
+    with pytest.raises(ValueError, match="one integer >= 1 per manifest"):
+        AsrDataset([a, b], tok, fb, repeat=(1,))
+
+
+def test_freeze_keeps_named_parameters_fixed(tmp_path):
+    man = make_corpus(tmp_path / "c", [("yes", 0.5, None), ("no", 0.5, None)])
+    src = train(tiny_config(tmp_path / "src", man, steps=2, spec_augment__enabled=False))
+    res = train(tiny_config(tmp_path / "ft", man, steps=3, spec_augment__enabled=False, init_from=str(src.checkpoint),
+                            freeze=["decoder", "joiner"]))
+    before = load_checkpoint(src.checkpoint).model.state_dict()
+    after = load_checkpoint(res.checkpoint).model.state_dict()
+    for name in before:
+        same = torch.equal(before[name], after[name])
+        if name.startswith(("decoder.", "joiner.")):
+            assert same, name
+        elif name.startswith("encoder.layers"):
+            assert not same, name  # the encoder adapted
+    with pytest.raises(ConfigError, match=r"^freeze\[0\]: 'decodr' names no parameter \(modules: .*decoder"):
+        train(tiny_config(tmp_path / "x", man, steps=1, freeze=["decodr"]))
+    with pytest.raises(ConfigError, match="every parameter is frozen"):
+        train(tiny_config(tmp_path / "y", man, steps=1, freeze=["encoder", "decoder", "joiner", "ctc", "kws"]))
+
+
+def test_validation_reports_each_manifest(tmp_path):
+    a = make_corpus(tmp_path / "a", [("yes", 0.5, None), ("no", 0.5, None)])
+    b = make_corpus(tmp_path / "b", [("up", 0.5, None)])
+    res = train(tiny_config(tmp_path / "exp", a, steps=2, valid_every=2, data__valid=[str(a), str(b)]))
+    v = res.valid[-1]
+    assert set(v["sets"]) == {str(a), str(b)}
+    # the top-level figures are the utterance-weighted means of the sets'
+    assert v["loss"] == pytest.approx((2 * v["sets"][str(a)]["loss"] + v["sets"][str(b)]["loss"]) / 3)
+    logged = [json.loads(x) for x in (tmp_path / "exp" / "log.jsonl").read_text().splitlines()]
+    assert logged[-1]["valid"]["sets"][str(b)]["rnnt"] == pytest.approx(v["sets"][str(b)]["rnnt"])
+    one = train(tiny_config(tmp_path / "exp1", a, steps=2, valid_every=2, data__valid=[str(a)]))
+    assert "sets" not in one.valid[-1] and one.valid[-1]["loss"] == pytest.approx(v["sets"][str(a)]["loss"])
 
 
 def test_resume_continues_exactly(tmp_path):
