@@ -73,6 +73,7 @@ class EvalEntry:
     text: str
     voice: str = "unknown"
     keyword: str | None = None
+    source: str = ""
 
 
 def read_eval_set(path: str | Path, limit: int | None = None) -> tuple[list[EvalEntry], bool]:
@@ -106,7 +107,8 @@ def read_eval_set(path: str | Path, limit: int | None = None) -> tuple[list[Eval
         audio = path.parent / d["audio"]
         if not audio.is_file():
             raise ValueError(f"{path}:{n}: audio file {str(audio)!r} not found")
-        entries.append(EvalEntry(str(audio), d["audio"], d["text"], str(d.get("voice") or "unknown"), kw))
+        entries.append(EvalEntry(str(audio), d["audio"], d["text"], str(d.get("voice") or "unknown"), kw,
+                                 str(d.get("source") or "")))
     if not entries:
         raise ValueError(f"{path}: no entries")
     return entries, is_kws
@@ -333,19 +335,25 @@ class Evaluator:
     def _wer(entries: Sequence[EvalEntry], out: Sequence[_Decoded]) -> dict:
         tot = WordErrorCounts()
         voices: dict[str, WordErrorCounts] = {}
+        sources: dict[str, WordErrorCounts] = {}
         for e, d in zip(entries, out):
             ref = normalize_words(e.text)
             a = align_words(ref, normalize_words(d.text))
-            for acc in (tot, voices.setdefault(e.voice, WordErrorCounts())):
+            groups = [tot, voices.setdefault(e.voice, WordErrorCounts())]
+            if e.source:
+                groups.append(sources.setdefault(e.source, WordErrorCounts()))
+            for acc in groups:
                 acc.add(len(ref), a)
 
         def rates(acc: WordErrorCounts) -> dict:
-            return {"wer": acc.wer, "ser": acc.ser, "ref_words": acc.words, "sub": acc.subs, "del": acc.dels,
-                    "ins": acc.ins, "hits": acc.hits, "utterances": acc.utts}
+            return {"wer": acc.wer, "ser": acc.ser, "exact": None if acc.ser is None else 1.0 - acc.ser,
+                    "ref_words": acc.words, "sub": acc.subs, "del": acc.dels, "ins": acc.ins, "hits": acc.hits,
+                    "utterances": acc.utts}
 
         res = rates(tot)
         res.pop("utterances")
         res["per_voice"] = {v: rates(acc) for v, acc in sorted(voices.items())}
+        res["per_source"] = {v: rates(acc) for v, acc in sorted(sources.items())}
         return res
 
     def _confidence(self, entries: Sequence[EvalEntry], out: Sequence[_Decoded]) -> dict:
@@ -439,10 +447,15 @@ def format_report(report: dict) -> str:
         lines += ["", f"== {r['set']}: {r['utterances']} utterances, {r['audio_seconds']:.1f} s of audio "
                       f"(sample rate {r['sample_rate']})",
                   f"WER {_pct(r['wer'])}  (sub {r['sub']}, del {r['del']}, ins {r['ins']} / {r['ref_words']} words)"
-                  f"   SER {_pct(r['ser'])}"]
-        for v, pv in r["per_voice"].items():
-            lines.append(f"    {v:32s} WER {_pct(pv['wer'])}  SER {_pct(pv['ser'])}  "
-                         f"({pv['ref_words']} words, {pv['utterances']} utts)")
+                  f"   SER {_pct(r['ser'])}   exact {_pct(r['exact'])}"]
+        for title, groups in (("voice", r["per_voice"]), ("source", r.get("per_source", {}))):
+            if title == "source" and len(groups) < 2:  # a single source repeats the set line
+                continue
+            if title == "source":
+                lines.append("  per source:")
+            for v, pv in groups.items():
+                lines.append(f"    {v:32s} WER {_pct(pv['wer'])}  SER {_pct(pv['ser'])}  "
+                             f"({pv['ref_words']} words, {pv['utterances']} utts)")
         lines.append(f"RTF {_num(r['rtf'], '.4f')} ({r['batch_streams']} concurrent streams), "
                      f"single stream {_num(r['rtf_single'], '.4f')}")
         for e in r["errors"]:
@@ -468,6 +481,12 @@ def format_report(report: dict) -> str:
                   for s in k["sweep"] if round(s["threshold"] * 100) % 5 == 0]
         lines.append("  DET (threshold: FRR, FA/h; every 0.05 of the sweep):")
         lines += ["    " + "   ".join(points[i:i + 4]) for i in range(0, len(points), 4)]
+    if len(report["sets"]) > 1:
+        lines += ["", "== summary", f"  {'set':56s} {'utts':>5s} {'WER':>7s} {'exact':>7s} {'RTF':>7s}"]
+        for r in report["sets"]:
+            name = r["set"] if len(r["set"]) <= 56 else "..." + r["set"][-53:]
+            lines.append(f"  {name:56s} {r['utterances']:5d} {_pct(r['wer'])} {_pct(r['exact'])} "
+                         f"{_num(r['rtf'], '.4f'):>7s}")
     return "\n".join(lines)
 
 

@@ -98,7 +98,8 @@ def _texts(events):
 def _write_set(path, wavs, texts, keywords=None):
     rows = []
     for i, (w, t) in enumerate(zip(wavs, texts)):
-        row = {"audio": w.rsplit("/", 1)[1], "text": t, "voice": f"voice{i % 2}", "duration": 1.0}
+        row = {"audio": w.rsplit("/", 1)[1], "text": t, "voice": f"voice{i % 2}", "duration": 1.0,
+               "source": "real" if i < 2 else "synthetic"}
         if keywords is not None:
             row["keyword"] = keywords[i]
         rows.append(row)
@@ -128,6 +129,11 @@ def test_eval_cli_report(tiny_ckpt, wav_files, capsys):
     assert r["ser"] == pytest.approx(np.mean([e > 0 for e in errors]))
     assert set(r["per_voice"]) == {"voice0", "voice1"}
     assert r["per_voice"]["voice0"]["ref_words"] == len(texts[0].split()) + len(texts[2].split())
+    assert r["exact"] == pytest.approx(1.0 - r["ser"])
+    assert set(r["per_source"]) == {"real", "synthetic"}
+    real = r["per_source"]["real"]
+    assert real["utterances"] == 2 and real["ref_words"] == len(texts[0].split()) + len(texts[1].split())
+    assert real["exact"] == pytest.approx(np.mean([e == 0 for e in errors[:2]]))
     c = r["confidence"]
     assert len(c["table"]) == len(MEASURE_NAMES) * 4 * 4
     assert [(t["measure"], t["alpha"], t["aggregation"]) for t in c["table"] if t["default"]] == \
@@ -141,6 +147,13 @@ def test_eval_cli_report(tiny_ckpt, wav_files, capsys):
     assert cli_main(["eval", "--set", jsonl, "--model", tiny_ckpt, "--device", "cpu", "--limit", "2"]) == 0
     out = capsys.readouterr().out
     assert "WER" in out and "RTF" in out and "* entropy_tsallis_exp" in out and "FRR at <= 1 FA/h" in out
+    assert "exact" in out and "== summary" not in out
+    # several sets: each one's figures, then one summary line per set
+    assert cli_main(["eval", "--set", jsonl, "--set", jsonl, "--model", tiny_ckpt, "--device", "cpu"]) == 0
+    out = capsys.readouterr().out
+    assert "per source:" in out and "== summary" in out
+    assert sum(line.strip().startswith(jsonl[-50:]) or jsonl[-50:] in line for line in
+               out.split("== summary")[1].splitlines()) == 2
 
 
 def test_kws_sweep_agrees_with_engine_run(tiny_ckpt, wav_files, tmp_path):
