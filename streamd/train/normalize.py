@@ -18,6 +18,14 @@ same functions:
   :func:`~streamd.train.text.cardinal`; an integer with a leading zero
   (``007``, ``0800``) is read digit by digit; decimals ``3.5`` ->
   :func:`~streamd.train.text.decimal`;
+* decades ``1990s`` / ``80s`` -> "nineteen nineties" / "eighties";
+* digit strings after a cue word (extension, number, password, pin, code,
+  mailbox, room, line, account) are read digit by digit ("extension 1234":
+  "extension one two three four"); a digit next to letters is its own word
+  ("3D": "three d", "MP3": "m p three");
+* in mixed-case text, words of 2-5 capitals are spelled as letters ("PBX":
+  "p b x"; all-capital transcripts such as LibriSpeech's are left alone), and web
+  addresses are read with "dot" ("www.asterisk.org": "w w w dot asterisk dot org");
 * symbols: ``&`` and, ``+`` plus, ``=`` equals, ``@`` at, ``#`` pound (the
   telephone key), ``*`` star; a few titles (Mr. Mrs. Ms. Dr.) and "etc.";
 * bracketed annotations of non-speech (``[beep]``, ``[noise]``, ``<unk>``) are dropped;
@@ -49,6 +57,11 @@ _TIME = re.compile(r"\b([01]?\d|2[0-3]):([0-5]\d)(?:" + _AMPM + r")?")
 _HOUR_AMPM = re.compile(r"\b(1[0-2]|0?[1-9])" + _AMPM)
 _ORDINAL = re.compile(r"\b(\d[\d,]*)(st|nd|rd|th)\b")
 _DECIMAL = re.compile(r"\b(\d+)\.(\d+)\b")
+_CUED_DIGITS = re.compile(r"\b(extension|number|password|passcode|pin|code|mailbox|room|line|account)(\s+)(\d{2,})\b")
+_DECADE = re.compile(r"\b'?(\d0|1[1-9]\d0|20\d0)s\b")
+_DIGIT_LETTER = re.compile(r"(?<=\d)(?=[a-z])|(?<=[a-z])(?=\d)")
+_ACRONYM = re.compile(r"(?<![A-Za-z])[A-Z]{2,5}(?![A-Za-z])")
+_DOMAIN = re.compile(r"\b(?:www\.)?[a-z0-9]+(?:\.[a-z0-9]+)*\.(?:com|org|net|edu|gov|io)\b")
 _INTEGER = re.compile(r"\b\d{1,3}(?:,\d{3})+\b|\b\d+\b")
 _ANNOTATION = re.compile(r"\[[^\]]*\]|<[^>]*>")
 _APOSTROPHES = "\u2019\u2018\u02bc`\u00b4"
@@ -76,6 +89,13 @@ def _hour_ampm(m: re.Match) -> str:
     return f" {cardinal(int(m.group(1)))} {m.group(2)} m "
 
 
+def _decade(m: re.Match) -> str:
+    n = int(m.group(1))
+    words = (year(n) if len(m.group(1)) == 4 else cardinal(n)).split()
+    last = words[-1][:-1] + "ies" if words[-1].endswith("y") else words[-1] + "s"
+    return " " + " ".join(words[:-1] + [last]) + " "
+
+
 def _integer(m: re.Match) -> str:
     s = m.group(0)
     if "," not in s and len(s) > 1 and s.startswith("0"):
@@ -95,8 +115,14 @@ def normalize_text(written: str) -> str:
     if not isinstance(written, str):
         raise TypeError(f"normalize_text needs a str, got {type(written).__name__}")
     t = unicodedata.normalize("NFKD", written)
-    t = "".join(c for c in t if not unicodedata.combining(c)).lower()
+    t = "".join(c for c in t if not unicodedata.combining(c))
     t = _ANNOTATION.sub(" ", t)
+    if any(c.islower() for c in t):  # an all-capital transcript has no acronyms to tell apart
+        t = _ACRONYM.sub(lambda m: " " + " ".join(m.group(0)) + " ", t)
+    t = t.lower()
+    t = _DOMAIN.sub(lambda m: " " + " dot ".join(" ".join(p) if p == "www" else p
+                                                for p in m.group(0).split(".")) + " ", t)
+    t = _CUED_DIGITS.sub(lambda m: m.group(1) + m.group(2) + digits(m.group(3)), t)
     for a in _APOSTROPHES:
         t = t.replace(a, "'")
     for pat, rep in _TITLES:
@@ -106,6 +132,8 @@ def normalize_text(written: str) -> str:
     t = _TIME.sub(_time, t)
     t = _HOUR_AMPM.sub(_hour_ampm, t)
     t = _ORDINAL.sub(lambda m: " " + ordinal(_int(m.group(1))) + " ", t)
+    t = _DECADE.sub(_decade, t)
+    t = _DIGIT_LETTER.sub(" ", t)
     t = _DECIMAL.sub(lambda m: " " + decimal(f"{m.group(1)}.{m.group(2)}") + " ", t)
     t = _INTEGER.sub(_integer, t)
     t = re.sub(r"\ba\.m\.|\ba\.m\b", " a m ", t)

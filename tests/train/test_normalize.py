@@ -31,6 +31,13 @@ from streamd.train.text import cardinal, clock_time, is_normalized, money, ordin
     ("[this is a simple beep tone]", ""),
     ("hello <unk> [noise] world", "hello world"),
     ("...", ""),
+    ("3D audio enabled", "three d audio enabled"),
+    ("an MP3 file", "an m p three file"),
+    ("Dial extension 1234, password 4242.", "dial extension one two three four password four two four two"),
+    ("the 1990s and the '80s", "the nineteen nineties and the eighties"),
+    ("visit www.asterisk.org", "visit w w w dot asterisk dot org"),
+    ("the Asterisk PBX over IP", "the asterisk p b x over i p"),
+    ("THE PBX", "the pbx"),
     ("", ""),
 ])
 def test_examples(written, spoken):
