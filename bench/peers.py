@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Peer comparison: the same evaluation files through pocketsphinx and streamd, WER and CPU RTF side by side.
+"""Peer comparison: the same evaluation files through pocketsphinx, streamd and real-speech teacher models.
 
     python bench/peers.py [--set ../shared/eval/dev/asr.jsonl] [--limit N] [--model PATH] [--json]
+                          [--systems pocketsphinx,streamd,whisper-base,whisper-tiny.en,moonshine-base]
 
 Every file of the set (``streamd eval``'s JSON-lines format, read with
 :func:`streamd.train.evaluate.read_eval_set`) is loaded once, resampled to
@@ -16,6 +17,17 @@ Every file of the set (``streamd eval``'s JSON-lines format, read with
   one stream fed 0.1 s pieces with a batch step after each (as the daemon
   does), then ``finish()`` and ``drain()``; the hypothesis is every non-empty
   ``Final`` joined, as in ``streamd eval``.
+* **teachers** (``whisper-base``, ``whisper-tiny.en``, ``moonshine-base``:
+  :data:`streamd.train.teachers.TEACHERS`, the models ``streamd label``
+  uses; pip extra ``teacher``): one model built once, ``transcribe(x)`` per
+  file; their written-form output ("Set a timer for 5 minutes.") is turned
+  into the references' spoken form with
+  :func:`streamd.train.normalize.normalize_text` before scoring.
+
+``--systems`` picks the systems and their order (default
+``pocketsphinx,streamd``).  A system whose package is not installed is
+skipped with the reason printed (and listed under ``skipped`` in
+``--json``); with no system left the script exits 2.
 
 Each system decodes one second of silence first (first-call overheads are
 not decoding time).  Scores use ``streamd eval``'s conventions
@@ -24,9 +36,9 @@ not decoding time).  Scores use ``streamd eval``'s conventions
 words over the whole set.  ``rtf`` = decode wall time / audio seconds and
 ``cpu_rtf`` = process CPU time (all threads) / audio seconds, timing only the
 decode calls (file loading excluded).  pocketsphinx is single-threaded, so
-torch runs with ``--threads 1`` by default for a like-for-like CPU budget.
-
-Without pocketsphinx installed the script says so and exits 2.
+torch runs with ``--threads 1`` by default for a like-for-like CPU budget;
+the teachers get the same ``--threads`` (CTranslate2 / ONNX Runtime intra-op
+threads).
 """
 
 from __future__ import annotations
@@ -117,17 +129,17 @@ def score_system(name: str, decode: DecodeFn, utts: Sequence[Utterance],
 
 def format_table(scores: Sequence[SystemScore]) -> str:
     """A fixed-width table: one row per system."""
-    head = f"{'system':<14} {'files':>5} {'audio s':>8} {'words':>6} {'WER':>7} {'sub':>5} {'del':>5} {'ins':>5} " \
+    head = f"{'system':<16} {'files':>5} {'audio s':>8} {'words':>6} {'WER':>7} {'sub':>5} {'del':>5} {'ins':>5} " \
            f"{'RTF':>7} {'CPU RTF':>8}"
     rows = [head]
     for s in scores:
         wer = "n/a" if s.wer is None else f"{100 * s.wer:.1f}%"
-        rows.append(f"{s.name:<14} {s.files:>5} {s.audio_seconds:>8.1f} {s.ref_words:>6} {wer:>7} {s.sub:>5} "
+        rows.append(f"{s.name:<16} {s.files:>5} {s.audio_seconds:>8.1f} {s.ref_words:>6} {wer:>7} {s.sub:>5} "
                     f"{s.dels:>5} {s.ins:>5} {s.rtf:>7.4f} {s.cpu_rtf:>8.4f}")
     return "\n".join(rows)
 
 
-# --------------------------------------------------------------------------- the two systems
+# --------------------------------------------------------------------------- the systems
 
 
 _SPHINX_NOISE = re.compile(r"^(<.*>|\[.*\]|\+\+.*\+\+)$")
@@ -178,6 +190,26 @@ def streamd_decoder(rec, piece_seconds: float = 0.1, **stream_options) -> Decode
     return decode
 
 
+def teacher_decoder(name: str, threads: int = 1) -> DecodeFn:
+    """A ``streamd label`` teacher, its text normalized to spoken form; ImportError when its package is missing."""
+    from streamd.train.normalize import normalize_text
+    from streamd.train.teachers import load_teacher
+
+    teacher = load_teacher(name, cpu_threads=threads)
+
+    def decode(x: np.ndarray) -> str:
+        return normalize_text(teacher.transcribe(x))
+
+    return decode
+
+
+def system_names() -> list[str]:
+    """Every system ``--systems`` accepts: pocketsphinx, streamd, then the teachers (strongest first)."""
+    from streamd.train.teachers import teacher_names
+
+    return ["pocketsphinx", "streamd"] + teacher_names()
+
+
 def load_set(path: str | Path, limit: int | None = None) -> list[Utterance]:
     """The set's files at 16 kHz (ValueError naming the file and line for a malformed set)."""
     from streamd.audio.pcm import load_audio
@@ -206,14 +238,18 @@ def compare(utts: Sequence[Utterance], systems: dict[str, DecodeFn], warmup: boo
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="bench/peers.py", description="WER and CPU real-time factor of pocketsphinx "
-                                                                    "and streamd on the same files")
+    ap = argparse.ArgumentParser(prog="bench/peers.py", description="WER and CPU real-time factor of pocketsphinx, "
+                                                                    "streamd and teacher models on the same files")
     ap.add_argument("--set", default=str(DEFAULT_SET), help="evaluation set, JSON lines (default %(default)s)")
     ap.add_argument("--limit", type=int, help="only the first N files")
     ap.add_argument("--model", help="streamd checkpoint (default: the shipped model)")
     ap.add_argument("--method", help="streamd search method (default: the engine's)")
     ap.add_argument("--device", default="cpu", help="streamd device (default %(default)s)")
-    ap.add_argument("--threads", type=int, default=1, help="torch threads (default %(default)s, as pocketsphinx)")
+    ap.add_argument("--threads", type=int, default=1, help="torch / teacher threads (default %(default)s, as "
+                                                           "pocketsphinx)")
+    ap.add_argument("--systems", default="pocketsphinx,streamd",
+                    help="comma-separated systems, in table order (default %(default)s; also whisper-base, "
+                         "whisper-tiny.en, moonshine-base)")
     ap.add_argument("--json", action="store_true", help="one JSON object: per-system figures and per-file texts")
     return ap
 
@@ -227,10 +263,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.threads < 1:
         print(f"peers: --threads must be >= 1, got {args.threads}", file=sys.stderr)
         return 2
-    try:
-        sphinx = sphinx_decoder()
-    except ImportError as e:
-        print(f"peers: pocketsphinx is not installed ({e}); install it with: {PIP_HINT}", file=sys.stderr)
+    names = [n.strip() for n in args.systems.split(",") if n.strip()]
+    known = system_names()
+    unknown = [n for n in names if n not in known]
+    if unknown or not names or len(set(names)) != len(names):
+        what = f"unknown system(s) {', '.join(unknown)}" if unknown else f"--systems {args.systems!r} is empty or " \
+                                                                       "lists a system twice"
+        print(f"peers: {what}; known: {', '.join(known)}", file=sys.stderr)
         return 2
     try:
         utts = load_set(args.set, args.limit)
@@ -238,34 +277,57 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"peers: {e}", file=sys.stderr)
         return 2
 
-    import dataclasses
+    systems: dict[str, DecodeFn] = {}
+    skipped: dict[str, str] = {}
+    model = device = None
+    for name in names:
+        if name == "pocketsphinx":
+            try:
+                systems[name] = sphinx_decoder()
+            except ImportError as e:
+                skipped[name] = f"pocketsphinx is not installed ({e}); install it with: {PIP_HINT}"
+        elif name == "streamd":
+            import dataclasses
 
-    import torch
+            import torch
 
-    from streamd.cli import _model_arg
-    from streamd.config import EngineConfig
-    from streamd.engine import Recognizer
+            from streamd.cli import _model_arg
+            from streamd.config import EngineConfig
+            from streamd.engine import Recognizer
 
-    torch.set_num_threads(args.threads)
-    cfg = EngineConfig(device=args.device, num_threads=args.threads)
-    if args.method:
-        cfg = dataclasses.replace(cfg, decoding=dataclasses.replace(cfg.decoding, method=args.method))
-    model = _model_arg(args.model)
-    try:
-        rec = Recognizer.from_checkpoint(model, cfg)
-    except (ValueError, OSError) as e:
-        print(f"peers: cannot load {model}: {e}", file=sys.stderr)
+            torch.set_num_threads(args.threads)
+            cfg = EngineConfig(device=args.device, num_threads=args.threads)
+            if args.method:
+                cfg = dataclasses.replace(cfg, decoding=dataclasses.replace(cfg.decoding, method=args.method))
+            model = _model_arg(args.model)
+            try:
+                rec = Recognizer.from_checkpoint(model, cfg)
+            except (ValueError, OSError) as e:
+                print(f"peers: cannot load {model}: {e}", file=sys.stderr)
+                return 2
+            device = str(rec.device)
+            systems[name] = streamd_decoder(rec)
+        else:
+            try:
+                systems[name] = teacher_decoder(name, args.threads)
+            except ImportError as e:
+                skipped[name] = str(e)
+    for name, why in skipped.items():
+        print(f"peers: skipping {name}: {why}", file=sys.stderr)
+    if not systems:
+        print("peers: no system left to run", file=sys.stderr)
         return 2
-    scores = compare(utts, {"pocketsphinx": sphinx, "streamd": streamd_decoder(rec)})
+    scores = compare(utts, systems)
     if args.json:
         print(json.dumps({"set": args.set, "files": len(utts), "audio_seconds": round(sum(u.seconds for u in utts), 3),
-                          "threads": args.threads, "model": model, "device": str(rec.device),
-                          "systems": [s.to_json() for s in scores],
+                          "threads": args.threads, "model": model, "device": device,
+                          "systems": [s.to_json() for s in scores], "skipped": skipped,
                           "utterances": [dict({"audio": u.name, "ref": u.ref}, **{s.name: s.hyps[i] for s in scores})
                                          for i, u in enumerate(utts)]}))
     else:
-        print(f"{args.set}: {len(utts)} files, {sum(u.seconds for u in utts):.1f} s of audio; "
-              f"streamd {model} on {rec.device}, torch threads {args.threads}")
+        where = f"; streamd {model} on {device}" if model else ""
+        print(f"{args.set}: {len(utts)} files, {sum(u.seconds for u in utts):.1f} s of audio{where}, "
+              f"threads {args.threads}")
         print(format_table(scores))
     errors = [f"{s.name}: {e}" for s in scores for e in s.errors]
     for e in errors:

