@@ -213,9 +213,12 @@ DELEGATED = {
     "train": ("streamd.train.trainer", "train the transducer (configs/train.yaml)"),
     "average": ("streamd.train.average", "average the last checkpoints of a training run"),
     "synth": ("streamd.train.synth", "synthesize the training corpus (TTS voices + augmentation)"),
+    "augment": ("streamd.train.augment_cli", "augmented copies of a manifest's audio (speaker, room, noise, channel)"),
     "eval": ("streamd.train.evaluate", "evaluate a model through the streaming engine: WER, RTF, confidence, KWS"),
     "lm": ("streamd.train.lm", "train the token n-gram for modified_beam shallow fusion"),
     "bench": ("streamd.bench", "benchmarks: bench engine (streams in real time, latency, batching gain)"),
+    "label": ("streamd.train.label", "label untranscribed audio with real-speech teacher models"),
+    "data": ("streamd.train.data_cli", "import real corpora into training manifests (Speech Commands, LibriSpeech, Common Voice, Kaldi, Asterisk, JSON lines)"),
 }
 
 
