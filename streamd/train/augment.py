@@ -32,6 +32,9 @@ Resampling uses :func:`streamd.audio.resample.resample` (Kaiser windowed sinc).
 from __future__ import annotations
 
 import math
+import os
+import wave
+from pathlib import Path
 
 import numpy as np
 
@@ -51,6 +54,7 @@ __all__ = [
     "synthetic_rir",
     "reverberate",
     "telephone",
+    "write_wav",
 ]
 
 NOISE_COLORS = {"white": 0.0, "pink": 1.0, "brown": 2.0}
@@ -339,3 +343,16 @@ def telephone(x: np.ndarray, rate: int = 16000, *, mu_law: bool = True, bandpass
     if mu_law:
         y8 = _mu_law(y8.astype(np.float64)).astype(np.float32)
     return _fit(resample(y8, 8000, rate), len(x)).astype(np.float32)
+
+
+def write_wav(path: str | os.PathLike, x: np.ndarray, rate: int = 16000) -> None:
+    """Write ``(N,)`` float samples in [-1, 1] as a 16-bit mono WAV, atomically (a ``.tmp`` file renamed)."""
+    path = Path(path)
+    pcm = np.clip(np.round(np.asarray(x, dtype=np.float64) * 32767.0), -32768, 32767).astype("<i2")
+    tmp = path.with_suffix(".tmp")
+    with wave.open(str(tmp), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(_rate(rate))
+        w.writeframes(pcm.tobytes())
+    os.replace(tmp, path)

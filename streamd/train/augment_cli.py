@@ -46,7 +46,6 @@ import multiprocessing as mp
 import os
 import sys
 import time
-import wave
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -210,16 +209,6 @@ def augment_one(x: np.ndarray, chain: AugmentChain, rngs: dict[str, np.random.Ge
 # --------------------------------------------------------------------------- corpus
 
 
-def _write_wav(path: Path, x: np.ndarray) -> None:
-    pcm = np.clip(np.round(x * 32767.0), -32768, 32767).astype("<i2")
-    tmp = path.with_suffix(".tmp")
-    with wave.open(str(tmp), "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(RATE)
-        w.writeframes(pcm.tobytes())
-    os.replace(tmp, path)
-
 
 def _read_lines(manifests: list[str | os.PathLike]) -> list[tuple[dict, str]]:
     """(line object, absolute audio path) for every line of the manifests, in order."""
@@ -273,7 +262,7 @@ def _job(args: tuple[int, int, dict, str, str]) -> dict:
     y, aug = augment_one(x, _W_CHAIN, stage_rngs([_W_SEED, index, copy]), speech=speech)
     path = _W_OUT / rel
     path.parent.mkdir(parents=True, exist_ok=True)
-    _write_wav(path, y)
+    A.write_wav(path, y, RATE)
     row = dict(obj)
     if "aug" in row:
         row["source_aug"] = row.pop("aug")

@@ -50,7 +50,6 @@ import multiprocessing as mp
 import os
 import sys
 import time
-import wave
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -241,16 +240,6 @@ def render(plan: UttPlan, voices: list[Voice] | None = None, extras=None) -> tup
     return x.astype(np.float32), voice, aug
 
 
-def _write_wav(path: Path, x: np.ndarray) -> None:
-    pcm = np.clip(np.round(x * 32767.0), -32768, 32767).astype("<i2")
-    tmp = path.with_suffix(".tmp")
-    with wave.open(str(tmp), "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(RATE)
-        w.writeframes(pcm.tobytes())
-    os.replace(tmp, path)
-
 
 _WORKER_VOICES: list[Voice] | None = None
 _WORKER_OUT: Path | None = None
@@ -268,7 +257,7 @@ def _job(args: tuple[UttPlan, str]) -> dict:
     x, voice, aug = render(plan, _WORKER_VOICES, _WORKER_EXTRAS)
     path = _WORKER_OUT / rel
     path.parent.mkdir(parents=True, exist_ok=True)
-    _write_wav(path, x)
+    A.write_wav(path, x, RATE)
     return {"audio": rel, "text": plan.text, "voice": voice.id, "duration": round(len(x) / RATE, 3),
             "keyword": plan.keyword, "aug": aug}
 
