@@ -52,6 +52,7 @@ from pathlib import Path
 import numpy as np
 
 from streamd.train import augment as A
+from streamd.train.manifest_lines import iter_audio_lines
 from streamd.train import rooms as R
 
 __all__ = ["AugmentChain", "stage_rngs", "active_power", "augment_one", "augment_manifest", "main", "STAGES"]
@@ -212,29 +213,7 @@ def augment_one(x: np.ndarray, chain: AugmentChain, rngs: dict[str, np.random.Ge
 
 def _read_lines(manifests: list[str | os.PathLike]) -> list[tuple[dict, str]]:
     """(line object, absolute audio path) for every line of the manifests, in order."""
-    out = []
-    for m in manifests:
-        path = Path(m)
-        if not path.is_file():
-            raise FileNotFoundError(f"manifest {path}: no such file")
-        root = path.resolve().parent
-        with open(path, encoding="utf-8") as f:
-            for n, raw in enumerate(f, 1):
-                if not raw.strip():
-                    continue
-                where = f"manifest {path} line {n}"
-                try:
-                    obj = json.loads(raw)
-                except json.JSONDecodeError as e:
-                    raise ValueError(f"{where}: invalid JSON ({e.msg})") from None
-                if not isinstance(obj, dict) or not isinstance(obj.get("audio"), str):
-                    raise ValueError(f"{where}: expected an object with an 'audio' path")
-                if not isinstance(obj.get("text", ""), str):
-                    raise ValueError(f"{where}: 'text' must be a string, got {obj.get('text')!r}")
-                audio = obj["audio"] if os.path.isabs(obj["audio"]) else str(root / obj["audio"])
-                if not os.path.isfile(audio):
-                    raise FileNotFoundError(f"{where}: audio file {audio} does not exist")
-                out.append((obj, str(Path(audio).resolve())))
+    out = [(obj, str(Path(audio).resolve())) for m in manifests for _, _, obj, audio in iter_audio_lines(m)]
     if not out:
         raise ValueError("the input manifest(s) have no lines")
     return out

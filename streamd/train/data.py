@@ -52,6 +52,7 @@ from ..audio.pcm import load_audio
 from ..audio.resample import resample
 from ..config import FbankConfig, to_dict
 from ..decode.tokens import TokenTable
+from .manifest_lines import iter_audio_lines
 
 __all__ = [
     "default_char_tokens",
@@ -104,36 +105,19 @@ def _header_duration(path: str) -> float:
 def read_manifest(path: str | Path) -> list[Utterance]:
     """Parse a JSON-lines manifest; errors name the file, line and problem."""
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"manifest {path}: no such file")
-    root = path.resolve().parent
     out: list[Utterance] = []
-    with open(path, encoding="utf-8") as f:
-        for n, raw in enumerate(f, 1):
-            if not raw.strip():
-                continue
-            where = f"manifest {path} line {n}"
-            try:
-                obj = json.loads(raw)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{where}: invalid JSON ({e.msg})") from None
-            if not isinstance(obj, dict):
-                raise ValueError(f"{where}: expected a JSON object, got {type(obj).__name__}")
-            for key in ("audio", "text"):
-                if not isinstance(obj.get(key), str):
-                    raise ValueError(f"{where}: '{key}' must be a string, got {obj.get(key)!r}")
-            audio = obj["audio"] if os.path.isabs(obj["audio"]) else str(root / obj["audio"])
-            if not os.path.isfile(audio):
-                raise FileNotFoundError(f"{where}: audio file {audio} does not exist")
-            kw = obj.get("keyword")
-            if kw is not None and not isinstance(kw, str):
-                raise ValueError(f"{where}: 'keyword' must be a string or null, got {kw!r}")
-            dur = obj.get("duration")
-            if dur is None:
-                dur = _header_duration(audio)
-            if isinstance(dur, bool) or not isinstance(dur, (int, float)) or not math.isfinite(dur) or dur < 0:
-                raise ValueError(f"{where}: 'duration' must be a number of seconds >= 0, got {dur!r}")
-            out.append(Utterance(audio, obj["text"], float(dur), kw, str(path), n))
+    for n, where, obj, audio in iter_audio_lines(path):
+        if not isinstance(obj.get("text"), str):
+            raise ValueError(f"{where}: 'text' must be a string, got {obj.get('text')!r}")
+        kw = obj.get("keyword")
+        if kw is not None and not isinstance(kw, str):
+            raise ValueError(f"{where}: 'keyword' must be a string or null, got {kw!r}")
+        dur = obj.get("duration")
+        if dur is None:
+            dur = _header_duration(audio)
+        if isinstance(dur, bool) or not isinstance(dur, (int, float)) or not math.isfinite(dur) or dur < 0:
+            raise ValueError(f"{where}: 'duration' must be a number of seconds >= 0, got {dur!r}")
+        out.append(Utterance(audio, obj["text"], float(dur), kw, str(path), n))
     return out
 
 

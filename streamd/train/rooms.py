@@ -42,7 +42,6 @@ input RMS is restored and a random gain (+-6 dB) applied.
 from __future__ import annotations
 
 import importlib.util
-import json
 import math
 import os
 from dataclasses import asdict, dataclass, field
@@ -51,6 +50,7 @@ from pathlib import Path
 import numpy as np
 
 from streamd.train.augment import _rate, _signal
+from streamd.train.manifest_lines import iter_audio_lines
 
 __all__ = [
     "Rir",
@@ -298,39 +298,22 @@ class NoiseBank:
         from streamd.audio.resample import resample
 
         self.rate = _rate(rate)
-        path = Path(manifest)
-        if not path.is_file():
-            raise FileNotFoundError(f"noise manifest {path}: no such file")
-        root = path.resolve().parent
         self.clips: list[np.ndarray] = []
         self.names: list[str] = []
-        with open(path, encoding="utf-8") as f:
-            for k, raw in enumerate(f, 1):
-                if not raw.strip():
-                    continue
-                where = f"noise manifest {path} line {k}"
-                try:
-                    obj = json.loads(raw)
-                except json.JSONDecodeError as e:
-                    raise ValueError(f"{where}: invalid JSON ({e.msg})") from None
-                if not isinstance(obj, dict) or not isinstance(obj.get("audio"), str):
-                    raise ValueError(f"{where}: expected an object with an 'audio' path")
-                audio = obj["audio"] if os.path.isabs(obj["audio"]) else str(root / obj["audio"])
-                if not os.path.isfile(audio):
-                    raise FileNotFoundError(f"{where}: audio file {audio} does not exist")
-                x, r = load_audio(audio)
-                if r != self.rate:
-                    x = resample(x, r, self.rate)
-                x = x.astype(np.float64) - float(np.mean(x)) if len(x) else x.astype(np.float64)
-                rms = math.sqrt(float(np.mean(x ** 2))) if len(x) else 0.0
-                if len(x) < 0.1 * self.rate or rms < 1e-7:
-                    continue
-                self.clips.append((x / rms).astype(np.float32))
-                self.names.append(obj["audio"])
-                if max_clips is not None and len(self.clips) >= max_clips:
-                    break
+        for _, _, obj, audio in iter_audio_lines(manifest, "noise manifest"):
+            x, r = load_audio(audio)
+            if r != self.rate:
+                x = resample(x, r, self.rate)
+            x = x.astype(np.float64) - float(np.mean(x)) if len(x) else x.astype(np.float64)
+            rms = math.sqrt(float(np.mean(x ** 2))) if len(x) else 0.0
+            if len(x) < 0.1 * self.rate or rms < 1e-7:
+                continue
+            self.clips.append((x / rms).astype(np.float32))
+            self.names.append(obj["audio"])
+            if max_clips is not None and len(self.clips) >= max_clips:
+                break
         if not self.clips:
-            raise ValueError(f"noise manifest {path}: no usable clip (all missing, silent or < 0.1 s)")
+            raise ValueError(f"noise manifest {manifest}: no usable clip (all missing, silent or < 0.1 s)")
 
     def __len__(self) -> int:
         return len(self.clips)
