@@ -143,3 +143,14 @@ class RefWittenBell:
     def logp(self, ys, w):
         """log p(w | the token sequence ys so far); w a token id or '</s>'."""
         return math.log(self.prob(w, self.history(ys)))
+
+
+def speechlike(rng: np.random.Generator, seconds: float, rate: int = 16000) -> np.ndarray:
+    """Harmonic signal with a wandering pitch (120 +- 30 Hz) and a syllable-rate (4 Hz) envelope, plus a
+    faint noise floor: (round(seconds * rate),) float32, for augmentation tests that need voiced audio."""
+    n = int(seconds * rate)
+    f0 = 120 + 30 * np.sin(2 * np.pi * 0.7 * np.arange(n) / rate)
+    phase = 2 * np.pi * np.cumsum(f0) / rate
+    x = sum(np.sin(k * phase) / k for k in range(1, 15))
+    env = 0.5 + 0.5 * np.sin(2 * np.pi * 4 * np.arange(n) / rate)
+    return (0.2 * x * env + 0.01 * rng.standard_normal(n)).astype(np.float32)

@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from streamd.train import augment as A
+from helpers import speechlike
 
 SR = 16000
 
@@ -25,14 +26,6 @@ def band_db(y, lo, hi, rate=SR):
     return 10 * np.log10(p[(f >= lo) & (f < hi)].sum() / p.sum())
 
 
-def speechlike(rng, seconds=1.5):
-    """Harmonic signal with a wandering pitch and a syllable-rate envelope."""
-    n = int(seconds * SR)
-    f0 = 120 + 30 * np.sin(2 * np.pi * 0.7 * np.arange(n) / SR)
-    phase = 2 * np.pi * np.cumsum(f0) / SR
-    x = sum(np.sin(k * phase) / k for k in range(1, 15))
-    env = 0.5 + 0.5 * np.sin(2 * np.pi * 4 * np.arange(n) / SR)
-    return (0.2 * x * env + 0.01 * rng.standard_normal(n)).astype(np.float32)
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -40,7 +33,7 @@ def speechlike(rng, seconds=1.5):
 @pytest.mark.parametrize("snr", [0.0, 7.5, 30.0])
 def test_add_noise_hits_snr(seed, color, snr):
     rng = np.random.default_rng(seed)
-    x = speechlike(rng)
+    x = speechlike(rng, 1.5)
     if color == "babble":
         noise = A.babble(len(x), [speechlike(rng, 0.7), speechlike(rng, 1.1)], rng, talkers=3)
     else:
@@ -52,7 +45,7 @@ def test_add_noise_hits_snr(seed, color, snr):
 
 def test_add_noise_signal_power_override():
     rng = np.random.default_rng(3)
-    speech = speechlike(rng)
+    speech = speechlike(rng, 1.5)
     padded = A.pad_silence(speech, 0.5, 0.7, SR)
     noise = A.colored_noise(len(padded), "pink", rng)
     p = float(np.mean(speech.astype(np.float64) ** 2))
@@ -112,7 +105,7 @@ def test_tempo_keeps_pitch_and_level(factor, freq):
 
 def test_tempo_identity_and_speech_length():
     rng = np.random.default_rng(0)
-    x = speechlike(rng)
+    x = speechlike(rng, 1.5)
     assert np.array_equal(A.tempo(x, 1.0, SR), x)
     y = A.tempo(x, 1.15, SR)
     assert len(y) == round(len(x) / 1.15) and np.all(np.isfinite(y))

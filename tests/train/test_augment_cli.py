@@ -10,6 +10,7 @@ import soundfile as sf
 from streamd.train import augment_cli as C
 from streamd.train import rooms as R
 from streamd.train import synth, tts
+from helpers import speechlike
 
 SR = 16000
 
@@ -30,13 +31,6 @@ needs_espeak = pytest.mark.skipif(not tts.engine_available("espeak"),
                                   reason="espeak-ng is not installed (apt-get install espeak-ng)")
 
 
-def speechlike(rng, seconds, rate=SR):
-    n = int(seconds * rate)
-    f0 = 120 + 30 * np.sin(2 * np.pi * 0.7 * np.arange(n) / rate)
-    phase = 2 * np.pi * np.cumsum(f0) / rate
-    x = sum(np.sin(k * phase) / k for k in range(1, 15))
-    env = 0.5 + 0.5 * np.sin(2 * np.pi * 4 * np.arange(n) / rate)
-    return (0.2 * x * env + 0.01 * rng.standard_normal(n)).astype(np.float32)
 
 
 def read_pcm(path):

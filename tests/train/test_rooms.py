@@ -10,6 +10,7 @@ from scipy import signal as ss
 
 from streamd.train import augment as A
 from streamd.train import rooms as R
+from helpers import speechlike
 
 SR = 16000
 
@@ -21,13 +22,6 @@ except ImportError:  # pragma: no cover - depends on the environment
 needs_pra = pytest.mark.skipif(not HAS_PRA, reason="pyroomacoustics is not installed (pip install pyroomacoustics)")
 
 
-def speechlike(rng, seconds=1.0):
-    n = int(seconds * SR)
-    f0 = 120 + 30 * np.sin(2 * np.pi * 0.7 * np.arange(n) / SR)
-    phase = 2 * np.pi * np.cumsum(f0) / SR
-    x = sum(np.sin(k * phase) / k for k in range(1, 15))
-    env = 0.5 + 0.5 * np.sin(2 * np.pi * 4 * np.arange(n) / SR)
-    return (0.2 * x * env + 0.01 * rng.standard_normal(n)).astype(np.float32)
 
 
 def rms(x):
@@ -38,13 +32,13 @@ def rms(x):
 
 
 def test_unit_impulse_is_identity():
-    x = speechlike(np.random.default_rng(0))
+    x = speechlike(np.random.default_rng(0), 1.0)
     assert np.allclose(R.apply_rir(x, np.array([1.0], np.float32)), x, atol=1e-6)
     assert np.allclose(R.apply_rir(x, np.array([0.5, 0.0, 0.0])), x, atol=1e-6)  # scale is normalized away
 
 
 def test_pure_delay_shifts_or_is_aligned():
-    x = speechlike(np.random.default_rng(1))
+    x = speechlike(np.random.default_rng(1), 1.0)
     h = np.zeros(161)
     h[160] = 0.3
     shifted = R.apply_rir(x, h, align=False)
@@ -182,7 +176,7 @@ def test_noise_bank_sample_and_snr(tmp_path):
     # level is stationary across clip boundaries (each clip unit RMS, equal-power crossfades)
     seg = [rms(a[i: i + 1600]) for i in range(0, len(a), 1600)]
     assert max(seg) / min(seg) < 2.0
-    x = speechlike(rng)
+    x = speechlike(rng, 1.0)
     for snr in (0.0, 12.5, 30.0):
         y = A.add_noise(x, bank.sample(len(x), rng), snr)
         assert abs(A.snr_db(x, y - x) - snr) < 1e-4        # exact
@@ -242,7 +236,7 @@ def test_channel_identity_band_limits_and_clipping():
 
 
 def test_random_channel_deterministic_and_varied():
-    x = speechlike(np.random.default_rng(3))
+    x = speechlike(np.random.default_rng(3), 1.0)
     a = R.random_channel(x, SR, np.random.default_rng(4))
     b = R.random_channel(x, SR, np.random.default_rng(4))
     c = R.random_channel(x, SR, np.random.default_rng(5))
