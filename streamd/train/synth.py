@@ -38,6 +38,13 @@ reverberation), ``--real-noise P`` with ``--noise-manifest M`` (real noise
 at 0-30 dB SNR instead of the synthetic noise or floor) and ``--channel P``
 (microphone colouring, before the telephone stage).
 
+``--texts FILE`` (with ``--texts-share P``, default 0.5) puts your own domain
+sentences in the corpus: that share of the plain sentences is one of the
+file's lines, normalized to the model's spoken form (:func:`read_texts`) and
+spoken by the same voices, the same augmentation; the wake-word positives and
+negatives are unchanged.  This is how the default recipe gives the voices the
+prompts of the Asterisk training split (never its held-out ones).
+
 If an engine fails on a text, the utterance is retried with the next voice
 drawn from its generator (up to 3 voices); the manifest names the voice used.
 """
@@ -52,14 +59,17 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 
 from streamd.train import augment as A
+from streamd.train.normalize import normalize_text
 from streamd.train.text import KEYWORD, TextGenerator, spoken_form
 from streamd.train.tts import ENGINES, TTSError, Voice, list_voices, synthesize
 
-__all__ = ["ENGINE_WEIGHTS", "UttPlan", "plan_corpus", "choose_text", "render", "synthesize_corpus", "benchmark", "main"]
+__all__ = ["ENGINE_WEIGHTS", "UttPlan", "plan_corpus", "choose_text", "read_texts", "render", "synthesize_corpus",
+           "benchmark", "main"]
 
 RATE = 16000
 ENGINE_WEIGHTS = {"espeak": 0.4, "piper": 0.25, "flite": 0.2, "festival": 0.15}
@@ -121,10 +131,18 @@ def choose_text(gen: TextGenerator, r: float, kws_fraction: float, negatives_fra
 
 
 def plan_corpus(num_utts: int, seed: int, kws_fraction: float, negatives_fraction: float,
-                voices: list[Voice], slot_focus: float = 0.0) -> list[UttPlan]:
+                voices: list[Voice], slot_focus: float = 0.0, texts: Sequence[str] = (),
+                texts_share: float = 0.0) -> list[UttPlan]:
     """Texts, voices and TTS settings for ``num_utts`` utterances (deterministic given the arguments).
 
-    ``slot_focus``: share of the plain sentences drawn from ``TextGenerator.slot_drill``."""
+    ``slot_focus``: share of the plain sentences drawn from ``TextGenerator.slot_drill``.
+    ``texts`` / ``texts_share``: that share of the plain sentences is instead one of ``texts`` (your
+    own domain sentences, already in spoken form: :func:`read_texts`), drawn uniformly by a generator
+    of its own, so the other draws, and a corpus made without ``texts``, stay the same."""
+    if not 0 <= texts_share <= 1:
+        raise ValueError(f"texts_share must be in [0, 1], got {texts_share}")
+    if texts_share > 0 and not texts:
+        raise ValueError("texts_share > 0 needs a non-empty list of texts")
     if num_utts < 1:
         raise ValueError(f"num_utts must be >= 1, got {num_utts}")
     if not (0 <= kws_fraction <= 1 and 0 <= negatives_fraction <= 1 and kws_fraction + negatives_fraction <= 1):
@@ -135,10 +153,14 @@ def plan_corpus(num_utts: int, seed: int, kws_fraction: float, negatives_fractio
                          "(see streamd.train.tts)")
     gen = TextGenerator(seed, slot_focus)
     rng = np.random.default_rng([seed, 1 << 30])
+    own = np.random.default_rng([seed, 1 << 29])  # draws for ``texts`` only
     by_engine = _group(voices)
     plans = []
     for i in range(num_utts):
-        text, keyword = choose_text(gen, rng.random(), kws_fraction, negatives_fraction)
+        r = rng.random()
+        text, keyword = choose_text(gen, r, kws_fraction, negatives_fraction)
+        if texts_share > 0 and r >= kws_fraction + negatives_fraction and own.random() < texts_share:
+            text = texts[int(own.integers(len(texts)))]
         spoken = spoken_form(text)
         if keyword and spoken != KEYWORD and rng.random() < 0.4:
             spoken = spoken.replace(KEYWORD, KEYWORD + ",", 1)
@@ -147,6 +169,24 @@ def plan_corpus(num_utts: int, seed: int, kws_fraction: float, negatives_fractio
         pitch = float(rng.uniform(-2.0, 2.0)) if rng.random() < 0.5 else 0.0
         plans.append(UttPlan(i, text, spoken, keyword, voice, round(speed, 3), round(pitch, 2), seed))
     return plans
+
+
+def read_texts(path: str | os.PathLike) -> list[str]:
+    """Sentences of a text file, one per line, in the model's spoken form (:func:`normalize_text`:
+    numbers spelled out, symbols and punctuation as the model writes them); blank lines are skipped.
+    ValueError names the line that normalizes to nothing."""
+    out = []
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            text = normalize_text(line)
+            if not text:
+                raise ValueError(f"{path}:{n}: no words left after normalization: {line.strip()!r}")
+            out.append(text)
+    if not out:
+        raise ValueError(f"{path}: no sentences")
+    return out
 
 
 def _babble_noise(n: int, rng: np.random.Generator, by_engine: dict[str, list[Voice]]) -> np.ndarray:
@@ -265,19 +305,21 @@ def _job(args: tuple[UttPlan, str]) -> dict:
 def synthesize_corpus(out_dir: str | os.PathLike, num_utts: int, seed: int = 0, kws_fraction: float = 0.25,
                       negatives_fraction: float = 0.15, workers: int = 1, *,
                       engines: tuple[str, ...] | list[str] | None = None, shard_size: int = 1000,
-                      progress: bool = False, slot_focus: float = 0.0, extras=None) -> Path:
+                      progress: bool = False, slot_focus: float = 0.0, extras=None,
+                      texts: Sequence[str] = (), texts_share: float = 0.0) -> Path:
     """Generate ``num_utts`` utterances under ``out_dir``; returns the path of ``manifest.jsonl``.
 
     Same seed and same installed voices give the same texts and the same audio,
     whatever ``workers`` is.  ``engines`` restricts the TTS engines used.
     ``extras``: optional :class:`streamd.train.augment_cli.AugmentChain` (see :func:`render`).
+    ``texts`` / ``texts_share``: domain sentences (see :func:`plan_corpus`).
     """
     if workers < 1:
         raise ValueError(f"workers must be >= 1, got {workers}")
     if shard_size < 1:
         raise ValueError(f"shard_size must be >= 1, got {shard_size}")
     voices = list_voices(engines)
-    plans = plan_corpus(num_utts, seed, kws_fraction, negatives_fraction, voices, slot_focus)
+    plans = plan_corpus(num_utts, seed, kws_fraction, negatives_fraction, voices, slot_focus, texts, texts_share)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     jobs = [(p, f"shard-{p.index // shard_size:04d}/utt-{p.index:08d}.wav") for p in plans]
@@ -351,6 +393,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--negatives-fraction", type=float, default=0.15, help="share of confusable negatives")
     ap.add_argument("--slot-focus", type=float, default=0.0,
                     help="share of plain sentences that are name/place/grocery/artist drills (default 0)")
+    ap.add_argument("--texts", metavar="FILE",
+                    help="your own domain sentences, one per line (normalized like the model's text)")
+    ap.add_argument("--texts-share", type=float, metavar="P",
+                    help="share of the plain sentences taken from --texts (default 0.5)")
     ap.add_argument("--engines", default=",".join(ENGINES), help=f"comma-separated subset of {','.join(ENGINES)}")
     ap.add_argument("--shard-size", type=int, default=1000, help="WAV files per shard folder")
     ap.add_argument("--benchmark", action="store_true", help="only print utterances/s per engine and exit")
@@ -379,6 +425,14 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not args.out:
         ap.error("--out is required")
+    texts: list[str] = []
+    if args.texts:
+        try:
+            texts = read_texts(args.texts)
+        except (OSError, ValueError) as e:
+            ap.error(str(e))
+    elif args.texts_share is not None:
+        ap.error("--texts-share needs --texts")
     t0 = time.monotonic()
     extras = None
     if args.voice_perturb or args.real_rir or args.room_sim or args.real_noise or args.channel:
@@ -390,7 +444,8 @@ def main(argv: list[str] | None = None) -> int:
                              log=lambda m: print(f"synth: {m}", file=sys.stderr, flush=True))
     path = synthesize_corpus(args.out, args.num_utts, args.seed, args.kws_fraction, args.negatives_fraction,
                              args.workers, engines=engines, shard_size=args.shard_size, progress=True,
-                             slot_focus=args.slot_focus, extras=extras)
+                             slot_focus=args.slot_focus, extras=extras, texts=texts,
+                             texts_share=(0.5 if args.texts_share is None else args.texts_share) if texts else 0.0)
     hours = 0.0
     with open(path, encoding="utf-8") as f:
         for line in f:

@@ -113,6 +113,38 @@ def test_plan_corpus_validation_and_determinism():
         synth.plan_corpus(5, 0, 0.2, 0.2, [])
 
 
+def test_plan_corpus_domain_texts_replace_only_a_share_of_plain_sentences(tmp_path):
+    voices = [tts.Voice("espeak", "en-us"), tts.Voice("flite", "slt")]
+    f = tmp_path / "prompts.txt"
+    f.write_text("Please enter your pin, followed by #.\n\nPress 1 for sales!\n", encoding="utf-8")
+    texts = synth.read_texts(f)
+    assert texts == ["please enter your pin followed by pound", "press one for sales"]
+    base = synth.plan_corpus(400, 4, 0.2, 0.1, voices)
+    mixed = synth.plan_corpus(400, 4, 0.2, 0.1, voices, texts=texts, texts_share=0.5)
+    assert mixed == synth.plan_corpus(400, 4, 0.2, 0.1, voices, texts=texts, texts_share=0.5)
+    assert synth.plan_corpus(400, 4, 0.2, 0.1, voices, texts=texts, texts_share=0.0) == base
+    changed = [(a, b) for a, b in zip(base, mixed) if a.text != b.text]
+    plain = [a for a in base if a.keyword is None]
+    assert 0.35 * len(plain) < len(changed) < 0.65 * len(plain)  # about half the plain sentences
+    for a, b in changed:
+        assert b.text in texts and a.keyword is None and b.keyword is None
+        # everything else about the utterance (voice, tempo, pitch) is drawn as before
+        assert (a.voice, a.speed, a.pitch, a.index) == (b.voice, b.speed, b.pitch, b.index)
+    # wake-word positives and the confusable negatives are never replaced
+    assert [a.text for a in base if a.keyword] == [b.text for b in mixed if b.keyword]
+    assert sum(b.text in texts for b in mixed) == len(changed)
+    with pytest.raises(ValueError, match="texts_share must be in"):
+        synth.plan_corpus(5, 0, 0.2, 0.2, voices, texts=texts, texts_share=1.5)
+    with pytest.raises(ValueError, match="non-empty list"):
+        synth.plan_corpus(5, 0, 0.2, 0.2, voices, texts_share=0.5)
+    bad = tmp_path / "bad.txt"
+    bad.write_text("fine words\n!!!\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="bad.txt:2: no words left"):
+        synth.read_texts(bad)
+    with pytest.raises(SystemExit):
+        synth.main(["--out", str(tmp_path / "o"), "--texts-share", "0.3"])
+
+
 @needs_espeak
 def test_corpus_is_reproducible_and_well_formed(tmp_path):
     kw = dict(seed=11, kws_fraction=0.5, negatives_fraction=0.2, engines=("espeak",), shard_size=4)
