@@ -898,7 +898,12 @@ def make_ssl_context(tls: TlsConfig) -> ssl.SSLContext | None:
 
 
 def check_app_config(cfg: AppConfig) -> None:
-    """Checks that need the file system (token file, TLS files)."""
+    """Checks that need the file system (model and LM files, token file, TLS files)."""
+    if cfg.engine.model and not Path(cfg.engine.model).is_file():
+        raise ConfigError(f"engine.model: no such file {cfg.engine.model!r}")
+    lm = cfg.engine.decoding.lm
+    if lm not in ("auto", "none") and not Path(lm).is_file():
+        raise ConfigError(f"engine.decoding.lm: no such file {lm!r}")
     load_tokens(cfg.auth)
     make_ssl_context(cfg.tls)
 

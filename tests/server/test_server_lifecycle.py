@@ -365,6 +365,8 @@ def test_check_config(tmp_path, capsys):
              "tls:\n  cert: /nope/cert.pem\n  key: /nope/key.pem\n": "tls.cert: no such file",
              "auth:\n  token_file: /nope/tokens\n": "auth.token_file: cannot read",
              "auth:\n  tokens: [short]\n": "auth.tokens[0]",
+             "engine:\n  model: /nope/model.pt\n": "engine.model: no such file",
+             "engine:\n  decoding:\n    lm: /nope/x.lm.pt\n": "engine.decoding.lm: no such file",
              "server: [1, 2\n": "",  # broken YAML
              }
     for text, needle in cases.items():
