@@ -130,3 +130,14 @@ def test_quick_start_daemon_serves_the_shipped_model(tmp_path):
     text = " ".join(m["text"] for m in msgs if m["type"] == "final" and m["text"])
     assert msgs[-1]["type"] == "done"
     assert word_errors(["set a timer for ten minutes"], [text]).wer <= 0.5, text
+
+
+def test_model_card_names_the_configured_default_search():
+    """Wherever the model card or the README speaks of "the default search", it names the engine's default."""
+    from streamd.config import DecodingConfig
+
+    default = DecodingConfig().method
+    for doc in (MODEL.parent / "MODEL_CARD.md", Path(__file__).resolve().parents[1] / "README.md"):
+        text = " ".join(doc.read_text(encoding="utf-8").split())
+        for m in re.finditer(r"the default search( is|:|,)? ?\(?`?(\w+)", text):
+            assert m.group(2) == default, f"{doc.name}: {text[m.start():m.start() + 80]!r}"
