@@ -30,7 +30,7 @@ import itertools
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -57,9 +57,27 @@ from .device import resolve_device
 from .model.encoder import EncoderCache
 from .model.transducer import HeadOutputs
 
-__all__ = ["Recognizer", "StreamOptions", "BatchView", "resolve_device", "resolve_lm", "lm_path_for"]
+__all__ = ["Recognizer", "StreamOptions", "BatchView", "resolve_device", "resolve_lm", "lm_path_for",
+           "distinct_alternatives"]
 
 log = logging.getLogger("streamd.engine")
+
+
+def distinct_alternatives(best: str, nbest: Sequence[tuple[str, float]]
+                          ) -> tuple[tuple[str, ...], tuple[float, ...]]:
+    """A Final's n-best: the non-empty texts other than ``best``, each once at its highest score, in score order.
+
+    ``nbest``: (text, total log-score) of the search's hypotheses; several may spell the same text
+    (token sequences that decode alike, or the best text again).  Returns (alternatives, scores) with
+    ``scores[0]`` the score of ``best`` (the highest score its text has, or the top score when the
+    search's n-best does not hold it) and ``scores[k + 1]`` that of ``alternatives[k]``."""
+    top: dict[str, float] = {}
+    for text, score in nbest:
+        if text not in top or score > top[text]:
+            top[text] = score
+    best_score = top.pop(best, max(top.values(), default=0.0))
+    order = sorted(((t, sc) for t, sc in top.items() if t), key=lambda kv: -kv[1])
+    return tuple(t for t, _ in order), (best_score, *(sc for _, sc in order))
 
 
 def lm_path_for(model_path: str | Path) -> Path:
@@ -600,7 +618,7 @@ class Recognizer:
             text = self.tokens.decode(hyp.tokens)
             st.reset_at = None
             if text or reason in ("eos", "reset"):
-                alts, scores = self._alternatives(batch, sid)
+                alts, scores = self._alternatives(batch, sid, text)
                 events.append(Final(sid, st.segment, text, self._words(hyp),
                                     st.segment_start * self.frame_shift_s, st.frames_done * self.frame_shift_s,
                                     hyp.tokens, hyp.frames, hyp.confs, reason, alts, scores))
@@ -625,7 +643,7 @@ class Recognizer:
             self.close(sid)
         return events
 
-    def _alternatives(self, batch: _Batch, sid: int) -> tuple[tuple[str, ...], tuple[float, ...]]:
+    def _alternatives(self, batch: _Batch, sid: int, text: str) -> tuple[tuple[str, ...], tuple[float, ...]]:
         method = self._streams[sid].opts.method
         if method in ("greedy", "ctc_greedy"):
             return (), ()
@@ -633,5 +651,4 @@ class Recognizer:
         j = rows.tolist().index(batch.ids.index(sid))
         nb = self.searches[method].nbest(state.select(torch.tensor([j], device=self.device)),
                                         self._streams[sid].opts.beam, final=True)[0]
-        return (tuple(self.tokens.decode(h.tokens) for h in nb[1:]),
-                tuple(float(h.score) for h in nb))
+        return distinct_alternatives(text, [(self.tokens.decode(h.tokens), float(h.score)) for h in nb])

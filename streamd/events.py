@@ -57,8 +57,10 @@ class Partial:
 class Final:
     """Closed segment: at an endpoint, a reset, or the end of the stream.
 
-    ``alternatives`` holds the other n-best texts of beam searches (best first
-    is ``text`` itself, not repeated), with their total log-scores in ``scores``.
+    ``alternatives`` holds the other n-best texts of beam searches: distinct,
+    non-empty, never ``text`` itself, best first; ``scores`` has the total
+    log-score of ``text`` first, then one per alternative
+    (:func:`streamd.engine.distinct_alternatives`).
     ``tokens``, ``token_frames`` (encoder frame since stream start) and
     ``token_confs`` describe the best hypothesis token by token (not on the wire).
     """

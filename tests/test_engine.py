@@ -390,3 +390,31 @@ def test_lm_errors_name_the_setting(tmp_path):
     with pytest.raises(ValueError, match="decoding.lm: .*no such language model file"):
         Recognizer.from_checkpoint(ckpt, EngineConfig(device="cpu", decoding=DecodingConfig(lm=str(tmp_path / "no"))))
     assert Recognizer.from_checkpoint(ckpt, EngineConfig(device="cpu")).lm is None  # auto, no file: no LM
+
+
+def test_distinct_alternatives_reference():
+    from streamd.engine import distinct_alternatives
+
+    nb = [("four percent", -1.0), ("four percent", -1.5), ("for percent", -2.0), ("", -2.2),
+          ("four percent t", -3.0), ("for percent", -1.8)]
+    assert distinct_alternatives("four percent", nb) == (("for percent", "four percent t"), (-1.0, -1.8, -3.0))
+    # the best text missing from the n-best: its score is the top one there
+    assert distinct_alternatives("x", [("a", -2.0), ("b", -1.0)]) == (("b", "a"), (-1.0, -1.0, -2.0))
+    assert distinct_alternatives("a", [("a", -1.0)]) == ((), (-1.0,))
+
+
+@pytest.mark.parametrize("method", ["modified_beam", "beam"])
+def test_final_alternatives_are_distinct_other_texts_in_score_order(tiny_ckpt, method):
+    rec = Recognizer.from_checkpoint(tiny_ckpt, EngineConfig(endpoint=EndpointConfig(enabled=False)))
+    seen = 0
+    for seed in range(6):
+        x = random_audio(1.5, seed=seed)
+        finals = [e for e in run_one(rec, x, seed, method=method, beam=8) if isinstance(e, Final)]
+        for f in finals:
+            assert len(f.scores) == 1 + len(f.alternatives)
+            assert f.text not in f.alternatives and "" not in f.alternatives
+            assert len(set(f.alternatives)) == len(f.alternatives)
+            assert list(f.scores[1:]) == sorted(f.scores[1:], reverse=True)
+            seen += len(f.alternatives)
+            assert f.to_wire().get("alternatives", []) == list(f.alternatives)
+    assert seen > 0  # the random model's beams do hold other texts
