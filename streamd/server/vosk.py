@@ -3,9 +3,17 @@
 What vosk-server's ``websocket/asr_server.py`` speaks, so its clients (e.g.
 ``websocket/test.py``) work unmodified:
 
-* optional ``{"config": {"sample_rate": 8000, ...}}`` before the audio (other
-  keys such as ``words``, ``max_alternatives``, ``phrase_list`` are accepted
-  and ignored; no reply); without it the stream runs at ``vosk_sample_rate``;
+* optional ``{"config": {"sample_rate": 8000, ...}}`` before the audio (no
+  reply); without it the stream runs at ``vosk_sample_rate``.  ``words``
+  (default true) false drops the per-word ``result`` list, as Vosk's
+  ``SetWords(False)``; ``max_alternatives`` N > 0 decodes with modified beam
+  search (beam max(N, 4)) and replies ``{"alternatives": [{"text",
+  "confidence", "result"}...]}`` with up to N distinct texts, best first
+  (``confidence`` is the total log-score; only the best has word entries:
+  the n-best has no word timings); ``phrase_list`` is refused
+  (``bad_message``, close 1008) until runtime vocabularies exist (a client that sends one
+  expects restricted output, so ignoring it would be a silent wrong answer);
+  other keys are ignored;
 * binary frames of s16le mono PCM; **exactly one reply per frame**, in order:
   ``{"partial": "..."}``, or ``{"result": [{"conf", "start", "end", "word"}...],
   "text": "..."}`` when an endpoint closed a segment;
@@ -26,13 +34,15 @@ from __future__ import annotations
 import json
 import re
 from collections import deque
+from dataclasses import dataclass
+from typing import Sequence
 
 from ..config import LimitsConfig
 from ..events import Done, Error, Event, Final, Partial, Word
 from .protocol import (Action, Audio, Close, Finish, Open, ProtocolError, Send, SessionBase, TokenBucket,
                        check_sample_rate_field)
 
-__all__ = ["VoskSession", "classify_text", "vosk_result"]
+__all__ = ["VoskSession", "Segment", "classify_text", "vosk_result"]
 
 _EOF_RE = re.compile(r"""^\s*\{\s*['"]?eof['"]?\s*:""")
 
@@ -58,9 +68,35 @@ def classify_text(text: str) -> tuple[str, dict | None]:
     raise ProtocolError("bad_message", "expected {\"config\": {...}} or {\"eof\": 1}")
 
 
-def vosk_result(words: list[Word], texts: list[str]) -> dict:
-    """Vosk's result object (word entries: conf, end, start, word)."""
-    return {"result": [w.to_wire() for w in words], "text": " ".join(t for t in texts if t)}
+@dataclass(frozen=True)
+class Segment:
+    """One closed segment as Vosk reports it: the best words and text, the other n-best texts and the
+    total log-scores (``scores[0]`` the best's, then one per alternative: :class:`~streamd.events.Final`)."""
+
+    words: tuple[Word, ...]
+    text: str
+    alternatives: tuple[str, ...] = ()
+    scores: tuple[float, ...] = ()
+
+
+def vosk_result(segments: Sequence[Segment], words: bool = True, max_alternatives: int = 0) -> dict:
+    """Vosk's result object for one segment or several merged ones (word entries: conf, end, start, word).
+
+    ``max_alternatives`` > 0: ``{"alternatives": [...]}``, the merged best text first, then the earlier
+    segments' best texts followed by each n-best text of the last segment, scores summed likewise."""
+    text = " ".join(sg.text for sg in segments if sg.text)
+    wire = [w.to_wire() for sg in segments for w in sg.words]
+    if max_alternatives <= 0:
+        return {"result": wire, "text": text} if words else {"text": text}
+    head = [sg.text for sg in segments[:-1] if sg.text]
+    base = sum(sg.scores[0] for sg in segments[:-1] if sg.scores)
+    last = segments[-1] if segments else Segment((), "")
+    best: dict = {"confidence": round(base + (last.scores[0] if last.scores else 0.0), 4), "text": text}
+    if words:
+        best["result"] = wire
+    alts = [best] + [{"confidence": round(base + sc, 4), "text": " ".join(head + [t])}
+                     for t, sc in zip(last.alternatives, last.scores[1:])]
+    return {"alternatives": alts[:max_alternatives]}
 
 
 class VoskSession(SessionBase):
@@ -75,9 +111,10 @@ class VoskSession(SessionBase):
         self.bucket = TokenBucket(limits.max_realtime, limits.burst_seconds)
         self.owed = 0  # frames sent to the engine whose reply is still due
         self.partial = ""
-        self.results: deque[dict] = deque()  # endpoint results not yet delivered
-        self.final_words: list[Word] = []
-        self.final_texts: list[str] = []
+        self.results: deque[Segment] = deque()  # endpoint results not yet delivered
+        self.last: Segment | None = None  # the end-of-stream segment
+        self.words = True  # config "words"
+        self.max_alternatives = 0  # config "max_alternatives"
         self.done = False
         self._shutdown = False
 
@@ -85,7 +122,10 @@ class VoskSession(SessionBase):
         if self.state != self.INITIAL_STATE:
             return []
         self.state = "streaming"
-        return [Open({"sample_rate": self.sample_rate, "partials": True, "keywords": False})]
+        options = {"sample_rate": self.sample_rate, "partials": True, "keywords": False}
+        if self.max_alternatives > 0:
+            options.update(method="modified_beam", beam=max(self.max_alternatives, 4))
+        return [Open(options)]
 
     # ----------------------------------------------------------------- client -> server
 
@@ -95,8 +135,22 @@ class VoskSession(SessionBase):
             actions = self._open()
             self.state = "ending"
             return actions + [Finish()]
-        if self.state == self.INITIAL_STATE and "sample_rate" in cfg:  # a config after audio is ignored, as in Vosk
+        if self.state != self.INITIAL_STATE:  # a config after audio is ignored, as in Vosk
+            return []
+        if "phrase_list" in cfg:
+            raise ProtocolError("bad_message", "config.phrase_list: restricting the vocabulary to a phrase list "
+                                               "is not supported by this server (yet); send no phrase_list")
+        if "sample_rate" in cfg:
             self.sample_rate = check_sample_rate_field(cfg["sample_rate"], "config.sample_rate")
+        if "words" in cfg:
+            if not isinstance(cfg["words"], (bool, int)) or isinstance(cfg["words"], float):
+                raise ProtocolError("bad_message", f"config.words must be true or false, got {cfg['words']!r}")
+            self.words = bool(cfg["words"])
+        if "max_alternatives" in cfg:
+            n = cfg["max_alternatives"]
+            if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= 64:
+                raise ProtocolError("bad_message", f"config.max_alternatives must be an integer 0..64, got {n!r}")
+            self.max_alternatives = n
         return []
 
     def _binary(self, data: bytes, now: float) -> list[Action]:
@@ -129,7 +183,7 @@ class VoskSession(SessionBase):
         out: list[Action] = []
         for _ in range(min(n, self.owed)):
             self.owed -= 1
-            out.append(Send(self.results.popleft() if self.results else {"partial": self.partial}))
+            out.append(Send(self._result([self.results.popleft()]) if self.results else {"partial": self.partial}))
         if self.done and self.owed == 0:
             out += self._final()
         return out
@@ -141,11 +195,11 @@ class VoskSession(SessionBase):
             self.partial = ev.text
         elif isinstance(ev, Final):
             self.partial = ""
+            seg = Segment(tuple(ev.words), ev.text, tuple(ev.alternatives), tuple(ev.scores))
             if ev.reason == "eos":
-                self.final_words += ev.words
-                self.final_texts.append(ev.text)
+                self.last = seg
             else:
-                self.results.append(vosk_result(list(ev.words), [ev.text]))
+                self.results.append(seg)
         elif isinstance(ev, Error) and ev.fatal:
             return self.fail(ev.code, ev.message)
         elif isinstance(ev, Done):
@@ -154,14 +208,13 @@ class VoskSession(SessionBase):
                 return self._final()
         return []
 
+    def _result(self, segments: Sequence[Segment]) -> dict:
+        return vosk_result(segments, self.words, self.max_alternatives)
+
     def _final(self) -> list[Action]:
         """Every undelivered result merged with the last segment: Vosk's single FinalResult."""
-        words: list[Word] = []
-        texts: list[str] = []
-        for r in self.results:
-            words += [Word(w["word"], w["start"], w["end"], w["conf"]) for w in r["result"]]
-            texts.append(r["text"])
+        segments = list(self.results) + ([self.last] if self.last is not None else [])
         self.results.clear()
         self.state = "closed"
-        final = vosk_result(words + self.final_words, texts + self.final_texts)
+        final = self._result(segments)
         return [Send(final), Close(1001, "shutting_down") if self._shutdown else Close(1000, "done")]

@@ -265,6 +265,59 @@ def test_vosk_final_waits_for_owed_replies_and_merges_results():
     assert acts[0].message["text"] == "x y z w" and [w["word"] for w in acts[0].message["result"]] == list("xyzw")
 
 
+def test_vosk_words_and_max_alternatives():
+    w = (Word("call", 0.0, 0.3, 0.9), Word("home", 0.3, 0.6, 0.8))
+    fin = Final(1, 0, "call home", w, reason="endpoint:rule2", alternatives=("call hum", "cold home"),
+                scores=(-1.0, -2.5, -3.0))
+    s = VoskSession(vlim(), 16000)  # words false: text only
+    s.receive('{"config": {"words": false}}', 0.0)
+    assert s.receive(b"\0\0", 0.0)[0] == Open({"sample_rate": 16000, "partials": True, "keywords": False})
+    s.event(fin)
+    assert s.applied(1) == [Send({"text": "call home"})]
+    s = VoskSession(vlim(), 16000)  # alternatives: beam search, up to N texts, best first with its words
+    s.receive('{"config": {"max_alternatives": 2}}', 0.0)
+    assert s.receive(b"\0\0", 0.0)[0] == Open({"sample_rate": 16000, "partials": True, "keywords": False,
+                                                "method": "modified_beam", "beam": 4})
+    s.receive(b"\0\0", 0.0)
+    s.event(fin)
+    s.event(Partial(1, 1, "a"))
+    alts = s.applied(2)
+    assert alts[0] == Send({"alternatives": [
+        {"confidence": -1.0, "text": "call home", "result": [x.to_wire() for x in w]},
+        {"confidence": -2.5, "text": "call hum"}]})
+    assert alts[1] == Send({"partial": "a"})  # partials are unchanged
+    s.receive('{"eof": 1}', 0.0)
+    s.event(Final(1, 1, "now", (Word("now", 1.0, 1.2, 0.7),), reason="eos", alternatives=("no",),
+                  scores=(-0.5, -0.9)))
+    final = s.event(Done(1, 1.5))[0].message
+    assert final == {"alternatives": [{"confidence": -0.5, "text": "now",
+                                       "result": [{"word": "now", "start": 1.0, "end": 1.2, "conf": 0.7}]},
+                                      {"confidence": -0.9, "text": "no"}]}
+    # several undelivered segments merge: earlier best texts lead every alternative, scores add up
+    s = VoskSession(vlim(), 16000)
+    s.receive('{"config": {"max_alternatives": 3, "words": 0}}', 0.0)
+    s.receive('{"eof": 1}', 0.0)
+    s.event(fin)
+    s.event(Final(1, 1, "now", (), reason="eos", alternatives=("no",), scores=(-0.5, -0.9)))
+    assert s.event(Done(1, 1.5))[0].message == {"alternatives": [
+        {"confidence": -1.5, "text": "call home now"}, {"confidence": -1.9, "text": "call home no"}]}
+    s = VoskSession(vlim(), 16000)
+    s.receive('{"config": {"max_alternatives": 8}}', 0.0)
+    assert s.receive(b"\0\0", 0.0)[0].options["beam"] == 8
+
+
+@pytest.mark.parametrize("cfg, needle", [
+    ('{"phrase_list": ["yes", "no"]}', "config.phrase_list"),
+    ('{"max_alternatives": -1}', "config.max_alternatives must be an integer 0..64"),
+    ('{"max_alternatives": 2.5}', "config.max_alternatives"),
+    ('{"max_alternatives": true}', "config.max_alternatives"),
+    ('{"words": "yes"}', "config.words must be true or false"),
+])
+def test_vosk_config_errors_name_the_key(cfg, needle):
+    c, msg, close = error_of(VoskSession(vlim(), 16000).receive('{"config": %s}' % cfg, 0.0))
+    assert (c, close) == ("bad_message", 1008) and needle in msg
+
+
 def test_vosk_errors():
     s = VoskSession(vlim(), 16000)
     c, msg, _ = error_of(s.receive('{"config": {"sample_rate": 4000}}', 0.0))

@@ -127,6 +127,37 @@ def test_vosk_pipelined_and_default_rate(tiny_ckpt, tmp_path):
     assert texts == want
 
 
+def test_vosk_max_alternatives_end_to_end(ep_ckpt, tmp_path):
+    """max_alternatives through the daemon: beam-search n-best, distinct texts, best first with its words."""
+    x = random_audio(3.0, rate=16000, seed=5)
+    pcm = (np.clip(x, -1, 1) * 32767).astype("<i2").tobytes()
+
+    async def body():
+        async with make_app(ep_ckpt) as app:
+            async with connect(f"ws://127.0.0.1:{app.port}/vosk") as ws:
+                await ws.send('{"config": {"sample_rate": 16000, "max_alternatives": 5}}')
+                replies = []
+                for i in range(0, len(pcm), 6400):
+                    await ws.send(pcm[i:i + 6400])
+                    replies.append(json.loads(await ws.recv()))
+                await ws.send('{"eof": 1}')
+                replies.append(json.loads(await ws.recv()))
+                return replies
+
+    replies = asyncio.run(asyncio.wait_for(body(), TIMEOUT))
+    results = [r for r in replies if "alternatives" in r]
+    assert results and results[-1] is replies[-1]
+    assert all(set(r) in ({"partial"}, {"alternatives"}) for r in replies)
+    for r in results:
+        alts = r["alternatives"]
+        texts = [a["text"] for a in alts]
+        assert 1 <= len(alts) <= 5 and len(set(texts)) == len(texts)
+        assert set(alts[0]) == {"confidence", "text", "result"} and all(set(a) == {"confidence", "text"}
+                                                                          for a in alts[1:])
+        assert [a["confidence"] for a in alts[1:]] == sorted((a["confidence"] for a in alts[1:]), reverse=True)
+    assert any(len(r["alternatives"]) > 1 for r in results)
+
+
 def test_vosk_errors_close_cleanly(tiny_ckpt):
     async def body():
         async with make_app(tiny_ckpt) as app:
