@@ -64,7 +64,10 @@ class AudioSource(Protocol):
     """What :class:`MicCapture` drives.  ``start`` must not block; the callbacks may run on any thread.
 
     ``sample_rate`` is the rate of the blocks the source will deliver (known
-    after ``start``).  ``on_block(x)`` gets ``(N,)`` float32 mono samples in
+    after ``start``).  A source whose optional ``lossless`` attribute is true
+    (a file played without pacing) is never dropped from: its ``on_block``
+    waits for room in the capture's queue instead (a sound card cannot
+    wait, so its blocks are dropped and counted when the consumer lags).  ``on_block(x)`` gets ``(N,)`` float32 mono samples in
     [-1, 1] (a sound card also calls ``on_block.device_overflow()`` when the
     hardware flags an input overflow); ``on_end(err)`` is called once when
     the source stops (``None``: normal end, else the reason).
@@ -209,7 +212,8 @@ class ReplaySource:
             sample arrays in [-1, 1] at ``sample_rate``.
         sample_rate: rate of the blocks in Hz (None: the capture's requested rate).
         speed: pacing; 1.0 = real time (each block after its own duration),
-            2.0 = twice as fast, 0 = as fast as possible.
+            2.0 = twice as fast, 0 = as fast as the consumer takes them
+            (``lossless``: the capture makes the thread wait, drops nothing).
         name: used in messages.
     """
 
@@ -220,6 +224,7 @@ class ReplaySource:
         self._blocks = blocks
         self.sample_rate = sample_rate or 0
         self.speed = float(speed)
+        self.lossless = self.speed == 0  # unpaced: nothing is lost to a slow consumer, it waits
         self.name = name
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -300,7 +305,8 @@ class MicCapture:
             (device lost); None disables the check.
 
     Attributes:
-        overflows: blocks dropped because the consumer fell behind.
+        overflows: blocks dropped because the consumer fell behind (never for a
+            ``lossless`` source, which waits for room instead).
         device_overflows: blocks the sound card flagged as input overflow.
     """
 
@@ -333,6 +339,8 @@ class MicCapture:
         self._resampler = None
         self._started = False  # one-shot: a capture is started once (make a new one to retry)
         self._running = False  # accepting blocks (until the end marker)
+        self._lossless = bool(getattr(source, "lossless", False))
+        self._room = threading.Semaphore(self.max_blocks)  # free queue slots, for a lossless source
 
     @property
     def sample_rate(self) -> int:
@@ -347,6 +355,10 @@ class MicCapture:
     # -- thread side: never blocks, never touches the queue directly
 
     def _on_block(self, x: np.ndarray) -> None:
+        if self._lossless:  # wait for a free slot (the consumer frees one per block it takes)
+            while not self._room.acquire(timeout=0.1):
+                if not self._running:
+                    return
         self._post(self._put, x)
 
     def _on_device_overflow(self) -> None:
@@ -443,6 +455,8 @@ class MicCapture:
                     return
                 if isinstance(item, BaseException):
                     raise item
+                if self._lossless:
+                    self._room.release()
                 if self._resampler is not None:
                     item = self._resampler.process(item)
                     if not item.size:

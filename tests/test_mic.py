@@ -83,9 +83,31 @@ def test_iterable_source_is_paced_in_real_time():
     assert len(loop_t) == 3 and loop_t[-1] >= 0.28
 
 
+def test_unpaced_file_source_waits_for_a_slow_consumer_and_loses_nothing():
+    """--speed 0: the file thread waits for queue room; every block arrives, in order, none dropped."""
+    blocks = _blocks(4, 40)
+    src = ReplaySource(blocks, speed=0)
+    assert src.lossless and not ReplaySource(blocks, speed=1.0).lossless
+    cap = MicCapture(sample_rate=16000, block_seconds=0.1, source=src, queue_seconds=0.5)  # 5 blocks
+
+    async def run():
+        got = []
+        async for b in cap.blocks():
+            got.append(b)
+            assert cap._queue.qsize() <= cap.max_blocks
+            await asyncio.sleep(0.002)  # a consumer slower than the source
+        return got
+
+    got = asyncio.run(run())
+    assert cap.overflows == 0 and len(got) == len(blocks)
+    for a, b in zip(got, blocks):
+        np.testing.assert_array_equal(a, b)
+
+
 def test_full_queue_drops_and_counts_blocks_without_blocking_the_source():
     blocks = _blocks(3, 40)
     src = ReplaySource(blocks, speed=0)
+    src.lossless = False  # a source that cannot wait, as a sound card
     cap = MicCapture(sample_rate=16000, block_seconds=0.1, source=src, queue_seconds=0.5)  # 5 blocks
 
     async def run():
