@@ -168,7 +168,7 @@ def _cmd_model_info(args: argparse.Namespace) -> int:
 
 def _cmd_mic(args: argparse.Namespace) -> int:
     """Live transcription of the microphone (or of --wav FILE played as the microphone) in-process."""
-    from .mic import MicCapture, MicError, format_devices, list_devices, run_console
+    from .mic import NO_INPUT_DEVICE, WAV_HINT, MicCapture, MicError, format_devices, list_devices, run_console
 
     try:
         if args.list_devices:
@@ -182,7 +182,7 @@ def _cmd_mic(args: argparse.Namespace) -> int:
             source = WavSource(args.wav, speed=args.speed)
         capture = MicCapture(args.input_device, sample_rate=args.rate, source=source)
     except MicError as e:
-        print(f"streamd mic: {e}", file=sys.stderr)
+        print(f"streamd mic: {e}{WAV_HINT if str(e) == NO_INPUT_DEVICE else ''}", file=sys.stderr)
         return 2
     from .engine import Recognizer
 

@@ -451,7 +451,8 @@ class MicConfig:
 
     ``device``: None = the system default input, an integer index or a name.
     ``retry_seconds``: after a capture error (no device, device lost) wait
-    this long and open the device again as a new stream (0 = give up).
+    this long and open the device again as a new stream (0 = give up); the
+    wait doubles after each try that got no audio, up to ``retry_max_seconds``.
     """
 
     enabled: bool = False
@@ -461,11 +462,14 @@ class MicConfig:
     partials: bool = True
     keywords: bool = True
     retry_seconds: float = 2.0
+    retry_max_seconds: float = 60.0
 
     def __post_init__(self) -> None:
         _check(8000 <= self.sample_rate <= 48000, "sample_rate", f"must be 8000..48000, got {self.sample_rate}")
         _check(0.01 <= self.block_seconds <= 1.0, "block_seconds", f"must be 0.01..1.0, got {self.block_seconds}")
         _positive(self.retry_seconds, "retry_seconds", strict=False)
+        _check(self.retry_max_seconds >= self.retry_seconds, "retry_max_seconds",
+               f"must be >= retry_seconds ({self.retry_seconds}), got {self.retry_max_seconds}")
 
 
 @dataclass(frozen=True)

@@ -48,8 +48,9 @@ log = logging.getLogger("streamd.mic")
 PORTAUDIO_MISSING = "sounddevice needs the system library libportaudio2 (apt-get install libportaudio2)"
 SOUNDDEVICE_MISSING = "microphone capture needs the Python package sounddevice (pip install 'streamd[mic]')"
 NO_INPUT_DEVICE = ("no audio input device found (PortAudio lists no device with input channels); plug in a "
-                   "microphone, pick one with --device (see --list-devices), or play a WAV file as the "
-                   "microphone with --wav FILE")
+                   "microphone or choose an input device (`streamd mic --list-devices`)")
+# what `streamd mic` (not the daemon, which has no --wav) adds to a capture error
+WAV_HINT = "; or play an audio file as the microphone: streamd mic --wav FILE"
 
 
 class MicError(RuntimeError):
@@ -141,12 +142,13 @@ class DeviceSource:
         try:
             info = sd.query_devices(device, kind="input") if device is None else sd.query_devices(device)
         except ValueError as e:  # no name match, or several
-            raise MicError(f"input device {device!r}: {e}; see --list-devices") from e
+            raise MicError(f"input device {device!r}: {e}; see `streamd mic --list-devices`") from e
         except sd.PortAudioError as e:
             what = "no default input device is set" if device is None else f"no audio device {device!r}"
-            raise MicError(f"{what} ({e}); see --list-devices") from e
+            raise MicError(f"{what} ({e}); see `streamd mic --list-devices`") from e
         if info["max_input_channels"] < 1:
-            raise MicError(f"audio device {device!r} ({info['name']}) has no input channels; see --list-devices")
+            raise MicError(f"audio device {device!r} ({info['name']}) has no input channels; "
+                           "see `streamd mic --list-devices`")
         self.index = int(info["index"])
         self.name = str(info["name"])
         self.default_rate = int(info["default_samplerate"])

@@ -371,7 +371,7 @@ def test_device_loss_is_a_mic_error(monkeypatch):
 @pytest.mark.parametrize("devices, default_in, device, msg", [
     ([], -1, None, "no audio input device found"),
     ([DEVICES[1]], -1, None, "no audio input device found"),
-    (DEVICES, -1, None, r"no default input device is set \(Error querying device -1\); see --list-devices"),
+    (DEVICES, -1, None, r"no default input device is set \(Error querying device -1\); see `streamd mic --list-devices`"),
     (DEVICES, 0, 7, r"no audio device 7 \(Error querying device 7\)"),
     (DEVICES, 0, "webcam", r"input device 'webcam': No input/output device matching 'webcam'"),
     (DEVICES, 0, 1, r"audio device 1 \(HDMI out\) has no input channels"),

@@ -664,11 +664,17 @@ class App:
     # ------------------------------------------------------------------ microphone
 
     async def _run_mic(self) -> None:
-        """Capture -> one engine stream; after a capture error, retry as a new stream every retry_seconds."""
+        """Capture -> one engine stream; after a capture error, retry as a new stream.
+
+        The wait starts at ``mic.retry_seconds`` and doubles after each try that delivered no audio, up to
+        ``mic.retry_max_seconds``; a try that delivered audio starts it over.  A failure is logged and
+        broadcast when its message is new; the same failure again is logged at debug level only (a daemon
+        waiting for a microphone to be plugged in does not fill the journal)."""
         mcfg = self.config.mic
+        wait, last_error, tries = mcfg.retry_seconds, None, 0
         while True:
             key = None
-            ended = False
+            ended = delivered = False
             try:
                 capture = self.mic_factory(mcfg)
                 capture.start()  # the actual rate is known once started
@@ -678,20 +684,31 @@ class App:
                 self.submit(Command("open", key, {"sample_rate": int(capture.sample_rate),
                                                   "partials": mcfg.partials, "keywords": mcfg.keywords}))
                 async for block in capture.blocks():
+                    delivered = True
                     self.submit(Command("samples", key, np.asarray(block, dtype=np.float32).reshape(-1)))
                 ended = True
             except asyncio.CancelledError:
                 ended = True  # draining
             except Exception as e:  # noqa: BLE001 - MicError (no device, device lost) or a broken source
-                log.error("microphone: %s", e)
-                self.broadcast({"type": "error", "code": "mic_error", "message": f"microphone: {e}"})
+                message = f"microphone: {e}"
+                if delivered:
+                    wait, last_error, tries = mcfg.retry_seconds, None, 0
+                tries += 1
+                retry = f"; trying again in {wait:g} s" if mcfg.retry_seconds and not self.draining else ""
+                if message != last_error:
+                    log.error("%s%s", message, retry)
+                    self.broadcast({"type": "error", "code": "mic_error", "message": message})
+                else:
+                    log.debug("%s (%d tries)%s", message, tries, retry)
+                last_error = message
                 self.metrics.errors.labels("mic_error").inc()
             finally:
                 if key is not None:
                     self.submit(Command("finish", key))
             if ended or not mcfg.retry_seconds or self.draining:
                 return
-            await asyncio.sleep(mcfg.retry_seconds)
+            await asyncio.sleep(wait)
+            wait = min(wait * 2, max(mcfg.retry_max_seconds, mcfg.retry_seconds))
 
     # ------------------------------------------------------------------ lifecycle
 

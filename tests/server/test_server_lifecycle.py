@@ -317,6 +317,44 @@ def test_mic_events_broadcast(tiny_ckpt):
     assert msgs[last_done]["audio_seconds"] == pytest.approx(2.0)
 
 
+def test_mic_retries_back_off_and_log_a_repeated_error_once(tiny_ckpt, caplog):
+    """No input device: the daemon keeps trying, waiting twice as long each time up to retry_max_seconds,
+    and the same error is logged (and sent to subscribers) once, not at every try."""
+    from streamd.mic import NO_INPUT_DEVICE, MicError
+
+    calls = []
+
+    def factory(m):
+        calls.append(asyncio.get_running_loop().time())
+        raise MicError(NO_INPUT_DEVICE)
+
+    cfg = app_config(mic={"enabled": True, "retry_seconds": 0.02, "retry_max_seconds": 0.08})
+
+    async def body():
+        app = App(cfg, recognizer=Recognizer.from_checkpoint(tiny_ckpt, cfg.engine), mic_factory=factory)
+        async with app:
+            async with connect(f"ws://127.0.0.1:{app.port}/v1/events") as sub:
+                while len(calls) < 7:
+                    await asyncio.sleep(0.02)
+                msgs = []
+                try:
+                    while True:
+                        msgs.append(json.loads(await asyncio.wait_for(sub.recv(), 0.1)))
+                except asyncio.TimeoutError:
+                    pass
+        return msgs
+
+    with caplog.at_level("DEBUG", logger="streamd.server"):
+        msgs = asyncio.run(asyncio.wait_for(body(), TIMEOUT))
+    gaps = np.diff(calls[:7])
+    assert all(g >= 0.95 * want for g, want in zip(gaps, [0.02, 0.04, 0.08, 0.08, 0.08, 0.08])), gaps
+    errors = [r for r in caplog.records if r.levelname == "ERROR" and "microphone" in r.getMessage()]
+    assert len(errors) == 1 and "trying again in 0.02 s" in errors[0].getMessage()
+    assert "--wav" not in errors[0].getMessage()  # serve has no --wav: the hint belongs to `streamd mic`
+    assert sum(r.levelname == "DEBUG" and "microphone" in r.getMessage() for r in caplog.records) >= 5
+    assert [m["code"] for m in msgs if m["type"] == "error"] in ([], ["mic_error"])
+
+
 def test_events_without_mic(tiny_ckpt):
     async def body():
         cfg = app_config()
