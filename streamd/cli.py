@@ -223,7 +223,10 @@ DELEGATED = {
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+
     ap = argparse.ArgumentParser(prog="streamd", description="Streaming speech recognizer daemon and tools")
+    ap.add_argument("--version", action="version", version=f"streamd {__version__}")
     sub = ap.add_subparsers(dest="command", required=True)
 
     t = sub.add_parser("transcribe", help="decode audio files through the streaming engine")

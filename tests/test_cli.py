@@ -74,3 +74,15 @@ def test_delegated_commands_have_help(capsys):
             main([name, "--help"])
         assert e.value.code == 0
         assert f"usage: streamd {name}" in capsys.readouterr().out
+
+
+def test_version(capsys):
+    from importlib.metadata import version
+
+    import streamd
+
+    with pytest.raises(SystemExit) as e:
+        main(["--version"])
+    assert e.value.code == 0
+    assert capsys.readouterr().out.strip() == f"streamd {streamd.__version__}"
+    assert version("streamd") == streamd.__version__  # the package metadata reads the same constant
