@@ -240,7 +240,8 @@ def compare(utts: Sequence[Utterance], systems: dict[str, DecodeFn], warmup: boo
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="bench/peers.py", description="WER and CPU real-time factor of pocketsphinx, "
                                                                     "streamd and teacher models on the same files")
-    ap.add_argument("--set", default=str(DEFAULT_SET), help="evaluation set, JSON lines (default %(default)s)")
+    ap.add_argument("--set", help=f"evaluation set, JSON lines (default {DEFAULT_SET} beside the checkout, "
+                                  "else the package's sample recordings)")
     ap.add_argument("--limit", type=int, help="only the first N files")
     ap.add_argument("--model", help="streamd checkpoint (default: the shipped model)")
     ap.add_argument("--method", help="streamd search method (default: the engine's)")
@@ -272,6 +273,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"peers: {what}; known: {', '.join(known)}", file=sys.stderr)
         return 2
     try:
+        if not args.set:
+            from streamd.cli import default_samples
+
+            args.set = str(DEFAULT_SET if DEFAULT_SET.is_file() else default_samples())
+            if not DEFAULT_SET.is_file():
+                print(f"peers: no dev set at {DEFAULT_SET}: using the sample recordings {args.set}", file=sys.stderr)
         utts = load_set(args.set, args.limit)
     except Exception as e:  # noqa: BLE001 - ValueError / AudioError: say which file
         print(f"peers: {e}", file=sys.stderr)

@@ -196,8 +196,17 @@ def bench_engine(model: str, streams: Sequence[int], method: str, device: str, s
 
 
 def _default_audio() -> list[str]:
+    """The first 16 WAVs of the dev set beside the checkout (the figures in docs/benchmarks.md), else the
+    package's sample recordings (a plain clone)."""
+    from .cli import default_samples
+
     dev = Path(__file__).resolve().parents[2] / "shared" / "eval" / "dev" / "asr"
-    return sorted(str(p) for p in dev.glob("*.wav"))[:16]
+    files = sorted(str(p) for p in dev.glob("*.wav"))[:16]
+    if not files:
+        files = sorted(str(p) for p in default_samples().parent.glob("*.wav"))
+        print(f"streamd bench: no dev set at {dev}: replaying the package's {len(files)} sample recordings "
+              "(pass --audio FILE... for others)", file=sys.stderr)
+    return files
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -211,7 +220,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     e.add_argument("--beam", type=int, default=4)
     e.add_argument("--device", default="cpu")
     e.add_argument("--seconds", type=float, default=10.0, help="audio seconds per stream")
-    e.add_argument("--audio", nargs="*", help="WAV files to replay (default: the dev set beside the checkout)")
+    e.add_argument("--audio", nargs="*", help="WAV files to replay (default: the dev set beside the checkout, "
+                                              "else the package's sample recordings)")
     e.add_argument("--json", action="store_true")
     from .bench_server import add_arguments as _server_arguments
 

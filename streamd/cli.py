@@ -29,6 +29,12 @@ def default_model_path() -> Path:
     return ASSETS / "default.pt"
 
 
+def default_samples() -> Path:
+    """Manifest of the short sample recordings shipped with the package (``streamd/assets/samples``):
+    demonstration audio for commands run without an evaluation set, not an evaluation set."""
+    return ASSETS / "samples" / "samples.jsonl"
+
+
 def _model_arg(path: str | None) -> str:
     if path:
         return path

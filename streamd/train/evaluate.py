@@ -496,8 +496,9 @@ def format_report(report: dict) -> str:
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="streamd eval", description="Evaluate a model through the streaming engine: "
                                  "WER, real-time factor, confidence quality (AUC, NCE), wake words (FRR, FA/h).")
-    ap.add_argument("--set", dest="sets", action="append", required=True, metavar="PATH.jsonl",
-                    help="evaluation set (JSON lines: audio, text[, voice, keyword]); repeatable")
+    ap.add_argument("--set", dest="sets", action="append", metavar="PATH.jsonl",
+                    help="evaluation set (JSON lines: audio, text[, voice, keyword]); repeatable "
+                         "(default: the package's sample recordings, a smoke test, not an evaluation)")
     ap.add_argument("--model", help="checkpoint (default: the shipped model)")
     add_engine_args(ap)
     ap.add_argument("--device", help="auto, cpu, cuda or cuda:N")
@@ -532,6 +533,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             model = str(default_model_path())
             if not Path(model).is_file():
                 raise ValueError(f"no model given and no default model at {model}; pass --model PATH")
+        if not args.sets:
+            from streamd.cli import default_samples
+
+            args.sets = [str(default_samples())]
+            print(f"streamd eval: no --set given: using the sample recordings {args.sets[0]} "
+                  "(six TTS sentences: a smoke test, not an evaluation)", file=sys.stderr)
         options = EvalOptions(resample_to=args.resample_to, batch_streams=args.batch_streams,
                               rtf_single=args.rtf_single, limit=args.limit)
         report = run(model, args.sets, engine_config_from_args(args), options)

@@ -258,3 +258,17 @@ def test_cli_errors(tiny_ckpt, tmp_path, capsys):
     assert "batch_streams must be an integer >= 1" in capsys.readouterr().err
     assert cli_main(["eval", "--set", str(tmp_path / "s.jsonl"), "--model", tiny_ckpt, "--resample-to", "4000"]) == 2
     assert "sample_rate" in capsys.readouterr().err
+
+
+def test_eval_without_a_set_uses_the_shipped_samples(tiny_ckpt, capsys):
+    from streamd.cli import default_samples
+    from streamd.train.text import is_normalized
+
+    entries, has_kws = read_eval_set(default_samples())
+    assert len(entries) == 6 and has_kws  # one wake-word sample
+    assert all(is_normalized(e.text) for e in entries)
+    assert cli_main(["eval", "--model", tiny_ckpt, "--limit", "2", "--json"]) == 0
+    cap = capsys.readouterr()
+    report = json.loads(cap.out)
+    assert [s["set"] for s in report["sets"]] == [str(default_samples())]
+    assert "no --set given" in cap.err and "not an evaluation" in cap.err
