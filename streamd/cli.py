@@ -217,6 +217,8 @@ def _add_mic_parser(sub) -> None:
 # Commands whose modules own their argument parsing: ``streamd NAME ARGS...`` -> module.main(ARGS).
 DELEGATED = {
     "train": ("streamd.train.trainer", "train the transducer (configs/train.yaml)"),
+    "pretrain": ("streamd.train.pretrain", "self-supervised data2vec-style encoder pretraining on untranscribed "
+                                           "audio (configs/pretrain.yaml)"),
     "average": ("streamd.train.average", "average the last checkpoints of a training run"),
     "synth": ("streamd.train.synth", "synthesize the training corpus (TTS voices + augmentation)"),
     "augment": ("streamd.train.augment_cli", "augmented copies of a manifest's audio (speaker, room, noise, channel)"),

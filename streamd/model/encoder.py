@@ -258,7 +258,7 @@ class StreamingEncoder(nn.Module):
                 torch.zeros(b, s.channels, 1, s.f1, device=device))
 
     def forward(self, x: Tensor, lengths: Tensor, chunk_size: int | None = None,
-                left_chunks: int | None = None) -> tuple[Tensor, Tensor]:
+                left_chunks: int | None = None, return_layers: bool = False):
         """Whole utterances under the chunk-causal mask.
 
         x: (B, T, F) fbank (T padded internally to a multiple of 4);
@@ -266,7 +266,10 @@ class StreamingEncoder(nn.Module):
         chunk_size: encoder frames per chunk (default from config; <= 0 means
         full context); left_chunks: attention left context in chunks (default
         from config; < 0 unlimited).
-        Returns enc (B, T', D) and enc_lengths (B,) = ceil(lengths / 4).
+        Returns enc (B, T', D) and enc_lengths (B,) = ceil(lengths / 4); with
+        ``return_layers`` also the list of every Conformer layer's output, N
+        tensors (B, T', D), first layer first (the last one is ``enc``), e.g.
+        for data2vec-style pretraining targets.
         """
         cfg = self.cfg
         chunk_size = cfg.chunk_size if chunk_size is None else chunk_size
@@ -288,9 +291,14 @@ class StreamingEncoder(nn.Module):
         pos = torch.arange(t2, device=x.device).expand(b, t2)
         rot = rope_angles(pos, cfg.d_model // cfg.num_heads, y.dtype)
         k_pad = self.cfg.conv_kernel - 1
+        outs: list[Tensor] = []
         for layer in self.layers:
             conv_left = y.new_zeros(b, cfg.d_model, k_pad)
             y, _, _, _ = layer(y, rot, mask, valid, None, None, conv_left)
+            if return_layers:
+                outs.append(y)
+        if return_layers:
+            return y, enc_len, outs
         return y, enc_len
 
     def init_cache(self, batch: int, device: torch.device | str = "cpu", left_context: int | None = None) -> EncoderCache:

@@ -62,6 +62,7 @@ from .data import (AsrDataset, Batch, LengthBucketSampler, apply_spec_augment, c
 from .losses import ctc_loss, max_pooling_kws_loss, rnnt_loss
 
 __all__ = ["DataConfig", "OptimConfig", "LossConfig", "SpecAugmentConfig", "TrainConfig", "load_train_config",
+           "is_pretrain_checkpoint",
            "LossParts", "compute_losses", "learning_rate", "evaluate", "validate", "StepRecord", "TrainResult", "train", "main"]
 
 log = logging.getLogger("streamd.train")
@@ -474,12 +475,44 @@ def _differing_keys(a: dict, b: dict) -> list[str]:
     return sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))
 
 
+# encoder keys that do not shape its weights: a pretrained encoder may be fine-tuned with other values
+_PRETRAIN_FREE_ENCODER_KEYS = ("chunk_size", "left_chunks", "dropout")
+
+
+def is_pretrain_checkpoint(meta: dict) -> bool:
+    """True for a ``streamd pretrain`` checkpoint (its meta holds a ``pretrain`` mapping): only its encoder
+    (with its feature mean/std) is meant to be reused; its prediction network and joiner are placeholders."""
+    return isinstance(meta.get("pretrain"), dict)
+
+
+def _check_pretrained_encoder(src: LoadedModel, cfg: TrainConfig) -> None:
+    """Refuse (naming the keys) a pretrained encoder whose architecture or fbank differs from ``cfg.model``."""
+    have, want = to_dict(src.model.cfg), to_dict(cfg.model)
+    diff = [f"model.fbank.{k}" for k in _differing_keys(have["fbank"], want["fbank"])]
+    diff += [f"model.encoder.{k}" for k in _differing_keys(have["encoder"], want["encoder"])
+             if k not in _PRETRAIN_FREE_ENCODER_KEYS]
+    if diff:
+        got = "; ".join(f"{k}: {_dotted(have, k)!r} there, {_dotted(want, k)!r} here" for k in diff)
+        raise ConfigError(f"init_from: the pretrained encoder in {cfg.init_from} differs from this model ({got}); "
+                          "only encoder chunk_size, left_chunks and dropout may change")
+
+
+def _dotted(d: dict, key: str) -> Any:
+    for part in key.split(".")[1:]:
+        d = d[part]
+    return d
+
+
 def _load_init(cfg: TrainConfig, tokens: TokenTable) -> LoadedModel:
-    """The ``init_from`` checkpoint, refused (naming the key) unless its model and tokens match ``cfg``."""
+    """The ``init_from`` checkpoint, refused (naming the key) unless its model and tokens match ``cfg``
+    (for a pretrain checkpoint: its encoder and fbank only, see :func:`is_pretrain_checkpoint`)."""
     try:
         src = load_checkpoint(cfg.init_from)
     except CheckpointError as e:
         raise ConfigError(f"init_from: {e}") from None
+    if is_pretrain_checkpoint(src.meta):
+        _check_pretrained_encoder(src, cfg)
+        return src
     have, want = to_dict(src.model.cfg), to_dict(cfg.model)
     diff = _differing_keys(have, want)
     grow = (diff == ["decoder"] and _differing_keys(have["decoder"], want["decoder"]) == ["context_size"]
@@ -563,10 +596,13 @@ def train(cfg: TrainConfig, stop: Callable[[int], bool] | None = None) -> TrainR
         _truncate_log(exp / "log.jsonl", step)
         log.info("resumed from %s at step %d (epoch %d, batch %d)", checkpoint_path(exp, latest), step, epoch, index)
     elif init is not None:
-        model.load_state_dict(init.model.state_dict(), strict=True)
-        log.info("initialized from %s (its step %s); %s parameters; %d training utterances (%d dropped)",
-                 cfg.init_from, init.meta.get("step", "?"), f"{model.num_params():,}", len(train_set),
-                 train_set.dropped)
+        if is_pretrain_checkpoint(init.meta):  # encoder (and its feature stats) only; the rest starts fresh
+            model.encoder.load_state_dict(init.model.encoder.state_dict(), strict=True)
+        else:
+            model.load_state_dict(init.model.state_dict(), strict=True)
+        log.info("initialized %sfrom %s (its step %s); %s parameters; %d training utterances (%d dropped)",
+                 "the encoder (pretrained) " if is_pretrain_checkpoint(init.meta) else "", cfg.init_from,
+                 init.meta.get("step", "?"), f"{model.num_params():,}", len(train_set), train_set.dropped)
     else:
         rng = np.random.default_rng(cfg.seed)
         n = min(len(train_set), dcfg.stats_utterances)
