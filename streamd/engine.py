@@ -582,9 +582,10 @@ class Recognizer:
             hyp = best[st.id]
             done = st.finished and st.fbank.frames_ready() == 0
             if st.opts.partials and not done:
+                decoded = st.frames_done * self.frame_shift_s
                 events.append(Partial(st.id, st.segment, self.tokens.decode(hyp.tokens), self._words(hyp),
                                       hyp.tokens, hyp.frames, hyp.confs, st.segment_start * self.frame_shift_s,
-                                      st.frames_done * self.frame_shift_s))
+                                      decoded, max(0.0, st.samples_in / st.opts.sample_rate - decoded)))
             if done:
                 close.append((st.id, "eos"))
             elif st.reset_at is not None and st.fbank.frames_taken >= st.reset_at:

@@ -35,7 +35,10 @@ class Partial:
 
     ``start``: where the segment began; ``end``: how much of the stream has
     been decoded (seconds from the stream's first sample) — a client knows
-    which audio this partial covers.
+    which audio this partial covers.  ``backlog``: seconds of audio the
+    engine had accepted but not decoded yet when it made this partial (the
+    next chunk's worth plus the feature window when it keeps up; growing
+    when the server falls behind).
     """
 
     stream: int
@@ -47,10 +50,12 @@ class Partial:
     token_confs: tuple[float, ...] = ()
     start: float = 0.0
     end: float = 0.0
+    backlog: float = 0.0
 
     def to_wire(self) -> dict:
         return {"type": "partial", "segment": self.segment, "text": self.text,
-                "words": [w.to_wire() for w in self.words], "start": _r(self.start, 2), "end": _r(self.end, 2)}
+                "words": [w.to_wire() for w in self.words], "start": _r(self.start, 2), "end": _r(self.end, 2),
+                "backlog": _r(self.backlog, 2)}
 
 
 @dataclass(frozen=True)

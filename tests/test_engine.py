@@ -418,3 +418,25 @@ def test_final_alternatives_are_distinct_other_texts_in_score_order(tiny_ckpt, m
             seen += len(f.alternatives)
             assert f.to_wire().get("alternatives", []) == list(f.alternatives)
     assert seen > 0  # the random model's beams do hold other texts
+
+
+def test_partials_report_the_backlog_of_undecoded_audio(tiny_ckpt):
+    rec = Recognizer.from_checkpoint(tiny_ckpt, EngineConfig(endpoint=EndpointConfig(enabled=False)))
+    x = random_audio(3.0, seed=4)
+    # fed in 0.1 s pieces with a step after each (keeping up): one chunk plus the feature window at most
+    sid = rec.create_stream()
+    kept = []
+    for i in range(0, x.size, 1600):
+        kept += [e for e in rec.accept_audio(sid, x[i:i + 1600]) + rec.step() if isinstance(e, Partial)]
+    chunk = rec.model.cfg.encoder.chunk_size * rec.frame_shift_s
+    assert kept and all(0 <= p.backlog <= chunk + 0.1 + 1e-6 for p in kept)
+    assert all(p.backlog == pytest.approx(0.1 * k - p.end, abs=1e-6) for p in kept
+               for k in [round((p.end + p.backlog) / 0.1)])
+    rec.finish(sid)
+    rec.drain()
+    # all three seconds at once, then steps: the first partial is far behind, the backlog then shrinks
+    sid = rec.create_stream()
+    late = [e for e in rec.accept_audio(sid, x) + rec.step() + rec.step() if isinstance(e, Partial)]
+    assert late[0].backlog == pytest.approx(3.0 - late[0].end, abs=1e-6) and late[0].backlog > 2.0
+    assert late[-1].backlog < late[0].backlog
+    assert late[0].to_wire()["backlog"] == round(late[0].backlog, 2)

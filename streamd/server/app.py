@@ -51,7 +51,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
 from ..config import AppConfig, AuthConfig, ConfigError, TlsConfig, load_yaml
-from ..events import Done, Error, Event, WakeWord
+from ..events import Done, Error, Event, Partial, WakeWord
 from .metrics import CONTENT_TYPE, Metrics
 from .notify import Notifier, watchdog_interval
 from .protocol import (CLOSE_CODES, SAMPLE_WIDTH, Action, Audio, Close, Finish, Open, Reset, Send, V1Session,
@@ -297,6 +297,13 @@ class Outbox:
             await self._event.wait()
 
 
+def _stream_class(target: Any) -> str:
+    """``stream_class`` label of a route target: v1, vosk or mic."""
+    if isinstance(target, MicStream):
+        return "mic"
+    return "vosk" if isinstance(target.proto, VoskSession) else "v1"
+
+
 class Conn:
     """One websocket client: protocol session, outbox, sender task, engine key."""
 
@@ -485,6 +492,8 @@ class App:
         for key, ev in res.events:
             if isinstance(ev, WakeWord):
                 self.metrics.wake_events.labels(ev.keyword).inc()
+            elif isinstance(ev, Partial) and key in targets:
+                self.metrics.backlog.labels(_stream_class(targets[key])).observe(ev.backlog)
             if key in targets:
                 targets[key].on_event(ev)
         for key, n in res.acks.items():

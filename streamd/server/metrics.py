@@ -35,6 +35,11 @@ class Metrics:
                                       registry=r)
         self.wake_events = Counter("streamd_wake_events", "Wake-word detections", ["keyword"], registry=r)
         self.errors = Counter("streamd_errors", "Error events sent to clients, by code", ["code"], registry=r)
+        self.backlog = Histogram("streamd_backlog_seconds",
+                                 "Audio accepted but not yet decoded when a partial was made, by stream class "
+                                 "(v1, vosk, mic): grows when the server falls behind",
+                                 ["stream_class"], buckets=(0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0),
+                                 registry=r)
         self.dropped_partials = Counter("streamd_dropped_partials",
                                         "Partials replaced by a newer one before a slow client read them",
                                         registry=r)

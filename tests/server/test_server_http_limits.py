@@ -130,6 +130,12 @@ def test_probes_metrics_static(tiny_ckpt, tmp_path):
             assert m["streamd_real_time_factor"] > 0
             assert m['streamd_errors_total{code="bad_json"}'] == 1
             assert m['streamd_connections_total{route="v1"}'] == 2
+            partials = [x for x in msgs if x["type"] == "partial"]
+            assert partials and all(x["backlog"] >= 0 for x in partials)
+            # every partial made is observed (the client may see fewer: a newer one replaces an unread one)
+            assert m['streamd_backlog_seconds_count{stream_class="v1"}'] >= len(partials)
+            assert m['streamd_backlog_seconds_sum{stream_class="v1"}'] >= 0
+            assert 'streamd_backlog_seconds_count{stream_class="vosk"}' not in m
             assert sum(v for k, v in m.items() if k.startswith("streamd_wake_events_total")) == wakes > 0
 
     run(body())
