@@ -485,6 +485,11 @@ def _expected(ckpt, wav):
     return transcribe_files(Recognizer.from_checkpoint(ckpt), [wav])[wav]
 
 
+def _without_backlog(wire: dict) -> dict:
+    """A wire event less the partial's ``backlog``, which depends on how the audio was delivered."""
+    return {k: v for k, v in wire.items() if k != "backlog"}
+
+
 def _strip_partials(text: str) -> list[str]:
     """Lines of the plain output without the in-place partial rewrites."""
     return [line.rsplit("\r", 1)[-1] for line in text.split("\n") if line.rsplit("\r", 1)[-1]]
@@ -523,5 +528,10 @@ def test_transcribe_capture_matches_transcribe_files_for_any_block_size(tmp_path
     cap = MicCapture(source=mic.WavSource(wav, speed=0, block_seconds=block), queue_seconds=100)
     got = []
     asyncio.run(mic.transcribe_capture(rec, cap, got.append))
-    assert [e.to_wire() for e in got if type(e).__name__ != "Done"] == want
+    # backlog says how the audio was delivered (blocks of `block` s here, the whole file there), so it is the one
+    # field allowed to differ; it stays within a block plus a chunk plus the feature window when the loop keeps up
+    wire = [e.to_wire() for e in got if type(e).__name__ != "Done"]
+    chunk = rec.model.cfg.encoder.chunk_size * rec.frame_shift_s
+    assert all(0.0 <= w["backlog"] <= block + chunk + 0.1 for w in wire if w["type"] == "partial")
+    assert [_without_backlog(w) for w in wire] == [_without_backlog(w) for w in want]
     assert type(got[-1]).__name__ == "Done" and rec.num_streams == 0
