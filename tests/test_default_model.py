@@ -4,6 +4,7 @@ recognizes speech and the wake word it never heard (fresh espeak-ng sentences, n
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import re
@@ -16,7 +17,7 @@ import pytest
 from websockets.asyncio.client import connect
 
 from streamd.cli import default_model_path, transcribe_files
-from streamd.config import EngineConfig
+from streamd.config import SEARCH_METHODS, EngineConfig
 from streamd.engine import Recognizer
 from streamd.events import Final, WakeWord
 from streamd.model.checkpoint import load_checkpoint
@@ -141,3 +142,18 @@ def test_model_card_names_the_configured_default_search():
         text = " ".join(doc.read_text(encoding="utf-8").split())
         for m in re.finditer(r"the default search( is|:|,)? ?\(?`?(\w+)", text):
             assert m.group(2) == default, f"{doc.name}: {text[m.start():m.start() + 80]!r}"
+
+
+# every search, and modified_beam with the model's own LM too
+SILENT_SEARCHES = [(m, "none") for m in SEARCH_METHODS] + [("modified_beam", "auto")]
+
+
+@pytest.mark.parametrize("method, lm", SILENT_SEARCHES)
+def test_shipped_model_writes_no_words_into_a_minute_of_digital_silence(tmp_path, method, lm):
+    """Regression: LM fusion's per-token bonus once outweighed the LM's own cost, so modified_beam + LM wrote "on"
+    after every endpoint on digital silence (24 words a minute) where the model alone wrote nothing."""
+    base = EngineConfig(device="cpu")
+    cfg = dataclasses.replace(base, decoding=dataclasses.replace(base.decoding, method=method, lm=lm))
+    path = write_wav(tmp_path / "silence.wav", np.zeros(60 * 16000, np.float32), 16000)
+    events = transcribe_files(Recognizer.from_checkpoint(MODEL, cfg), [path])[path]
+    assert [e.text for e in events if isinstance(e, Final) and e.text] == []

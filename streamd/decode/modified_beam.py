@@ -41,9 +41,13 @@ runs the S rounds of a frame).
 
 Language-model shallow fusion (``lm``, an :class:`~streamd.decode.lm.NgramLM`
 over the same tokens, ``lm_weight`` lambda and ``lm_bonus`` beta): every
-token extension is scored ``log p_rnnt + lambda * log p_lm(token | hypothesis)
-+ beta``; blank adds nothing.  The per-token bonus beta offsets the LM's
-preference for short hypotheses (without it, deletions grow with lambda).  Each hypothesis carries its LM automaton state (two gathers per
+token extension is scored ``log p_rnnt + min(0, lambda * log p_lm(token |
+hypothesis) + beta)``; blank adds nothing.  The per-token bonus beta offsets
+the LM's preference for short hypotheses (without it, deletions grow with
+lambda); capped at 0, so fusion can lower a token's score but never raise it
+above the acoustic model's own: a bonus larger than the LM's cost made the
+LM write words into silence (e.g. "on" after every endpoint on digital
+silence, where the model alone writes nothing).  Each hypothesis carries its LM automaton state (two gathers per
 round, no host synchronization).  Hypotheses with the same tokens have the
 same LM state, so merging is unchanged.  ``best(final=True)`` also adds
 ``lambda * log p_lm(</s> | hypothesis)``, so a segment that ends mid-word
@@ -168,7 +172,7 @@ class ModifiedBeamSearch:
         self.lm_bonus = float(lm_bonus)
         self._lm_table = None  # (S, V) lambda * log p_lm + beta per token, 0 for blank
         if self.lm is not None:
-            table = self.lm_weight * self.lm.logp + self.lm_bonus
+            table = (self.lm_weight * self.lm.logp + self.lm_bonus).clamp(max=0.0)  # fusion never rewards
             table[:, model.blank_id] = 0.0
             self._lm_table = table
         self.max_symbols = max_symbols_per_frame

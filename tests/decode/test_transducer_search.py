@@ -58,7 +58,7 @@ def ref_modified_beam(model, enc_p, beam, max_sym=1, lm=None, lm_weight=0.0, fin
     blank (consumes it) or a token (stays, unless it is round S), those that have compete
     unchanged, and the top `beam` of all of them survive; merges need the same sequence and
     the same consumed-or-not.  With an LM (helpers.RefWittenBell), shallow fusion: a token's
-    extension also scores lm_weight * log p_lm(token | tokens so far) + lm_bonus; final=True ranks the
+    extension also scores min(0, lm_weight * log p_lm(token | tokens so far) + lm_bonus); final=True ranks the
     hypotheses with lm_weight * log p_lm(</s> | tokens) added."""
     st, dp = dec_init(model)
     hyps = {(): dict(score=0.0, st=st, dp=dp, frames=(), confs=())}
@@ -75,7 +75,7 @@ def ref_modified_beam(model, enc_p, beam, max_sym=1, lm=None, lm_weight=0.0, fin
                 logp = model.joiner.log_probs(enc_p[t], h["dp"])
                 conf = float(max_prob(logp))
                 for v in range(logp.shape[0]):
-                    fused = lm_weight * lm.logp(ys, v) + lm_bonus if lm is not None and v != model.blank_id else 0.0
+                    fused = min(0.0, lm_weight * lm.logp(ys, v) + lm_bonus) if lm is not None and v != model.blank_id else 0.0
                     cands.append((h["score"] + float(logp[v]) + fused, ys, False, v, conf))
             cands.sort(key=lambda c: -c[0])
             new = {}
