@@ -8,6 +8,14 @@ floating-point tensor (accumulated in float64, cast back to the stored
 dtype); integer tensors must be equal in all files and are copied.  All
 files must hold the same model configuration and the same tensor names and
 shapes; errors name the offending file and tensor.
+
+With ``weights`` (one positive number per file, normalized to sum 1) the
+mean is weighted: ``sum_i w_i theta_i``.  Two checkpoints of one lineage
+weighted ``1 - a`` and ``a`` interpolate between them, as in WiSE-FT
+(Wortsman et al. 2022, "Robust fine-tuning of zero-shot models"): a model
+fine-tuned on new data (real speech) averaged with the model it started
+from (synthetic speech) can keep most of both.  Only meaningful for
+checkpoints that share an ancestor (the trainer's ``init_from`` chain).
 """
 
 from __future__ import annotations
@@ -52,11 +60,25 @@ def _load_raw(path: Path) -> dict:
     return torch.load(path, map_location="cpu", weights_only=True)
 
 
-def average_checkpoints(paths: Sequence[str | Path]) -> dict[str, Tensor]:
-    """Mean state dict of the checkpoints at ``paths`` (see module docstring)."""
+def _normalized_weights(weights: Sequence[float] | None, n: int) -> list[float]:
+    """``n`` equal weights, or ``weights`` checked (one per file, finite, > 0) and scaled to sum 1."""
+    if weights is None:
+        return [1.0 / n] * n
+    w = [float(x) for x in weights]
+    if len(w) != n:
+        raise ValueError(f"weights: {len(w)} given for {n} checkpoints; give one per checkpoint")
+    if not all(x > 0 and x < float("inf") for x in w):
+        raise ValueError(f"weights: each must be a finite number > 0, got {list(weights)}")
+    total = sum(w)
+    return [x / total for x in w]
+
+
+def average_checkpoints(paths: Sequence[str | Path], weights: Sequence[float] | None = None) -> dict[str, Tensor]:
+    """(Weighted) mean state dict of the checkpoints at ``paths`` (see module docstring)."""
     paths = [Path(p) for p in paths]
     if not paths:
         raise ValueError("average_checkpoints needs at least one checkpoint path")
+    w = _normalized_weights(weights, len(paths))
     first = _load_raw(paths[0])
     ref_cfg = first["model_config"]
     acc: dict[str, Tensor] = {}
@@ -65,10 +87,10 @@ def average_checkpoints(paths: Sequence[str | Path]) -> dict[str, Tensor]:
     for k, v in first["state_dict"].items():
         dtypes[k] = v.dtype
         if v.is_floating_point():
-            acc[k] = v.double()
+            acc[k] = v.double() * w[0]
         else:
             ints[k] = v
-    for p in paths[1:]:
+    for p, wi in zip(paths[1:], w[1:]):
         obj = _load_raw(p)
         if obj["model_config"] != ref_cfg:
             raise CheckpointError(f"{p}: model_config differs from {paths[0]}; only checkpoints of the same "
@@ -82,41 +104,46 @@ def average_checkpoints(paths: Sequence[str | Path]) -> dict[str, Tensor]:
                 if v.shape != acc[k].shape:
                     raise CheckpointError(f"{p}: tensor {k} has shape {tuple(v.shape)}, "
                                           f"{paths[0]} has {tuple(acc[k].shape)}")
-                acc[k] += v.double()
+                acc[k] += v.double() * wi
             elif not torch.equal(v, ints[k]):
                 raise CheckpointError(f"{p}: integer tensor {k} differs from {paths[0]}; cannot average it")
-    n = len(paths)
-    out = {k: (acc[k] / n).to(dtypes[k]) if k in acc else ints[k] for k in dtypes}
-    return out
+    return {k: acc[k].to(dtypes[k]) if k in acc else ints[k] for k in dtypes}
 
 
-def write_averaged_checkpoint(paths: Sequence[str | Path], out_path: str | Path, half: bool = False) -> Path:
-    """Average ``paths`` and save a loadable checkpoint at ``out_path``.
+def write_averaged_checkpoint(paths: Sequence[str | Path], out_path: str | Path, half: bool = False,
+                              weights: Sequence[float] | None = None) -> Path:
+    """Average ``paths`` (weighted by ``weights``, if given) and save a loadable checkpoint at ``out_path``.
 
     Tokens and meta come from the last checkpoint; meta gains
-    ``averaged_from`` (the input paths) and keeps its ``step``.
+    ``averaged_from`` (the input paths), ``averaged_weights`` (the normalized
+    weights, when given) and keeps its ``step``.
     """
     paths = [Path(p) for p in paths]
-    sd = average_checkpoints(paths)
+    sd = average_checkpoints(paths, weights)
     last = torch.load(paths[-1], map_location="cpu", weights_only=True)
     cfg = from_dict(ModelConfig, last["model_config"], "model_config")
     model = Transducer(cfg)
     model.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in sd.items()}, strict=True)
     meta = dict(last.get("meta") or {})
     meta["averaged_from"] = [str(p) for p in paths]
+    if weights is not None:
+        meta["averaged_weights"] = _normalized_weights(weights, len(paths))
     out_path = Path(out_path)
     save_checkpoint(out_path, model, TokenTable(tuple(last["tokens"]), blank_id=cfg.blank_id), meta, half=half)
     return out_path
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``streamd average (CHECKPOINT ... | --exp-dir DIR --last N) --out PATH [--half]``."""
+    """``streamd average (CHECKPOINT ... [--weights W ...] | --exp-dir DIR --last N) --out PATH [--half]``."""
     p = argparse.ArgumentParser(prog="streamd average", description="Average the weights of checkpoints.")
     p.add_argument("checkpoints", nargs="*", help="checkpoint files to average")
     p.add_argument("--exp-dir", help="take the newest --last checkpoint-<step>.pt files of this folder")
     p.add_argument("--last", type=int, default=5, help="how many of the newest checkpoints (with --exp-dir)")
     p.add_argument("--out", required=True, help="output checkpoint path")
     p.add_argument("--half", action="store_true", help="store float16 weights")
+    p.add_argument("--weights", type=float, nargs="+", metavar="W",
+                   help="one weight per checkpoint file (normalized to sum 1): a weighted mean, e.g. "
+                        "'old.pt new.pt --weights 0.3 0.7' interpolates a fine-tuned model with its start (WiSE-FT)")
     args = p.parse_args(argv)
     if bool(args.checkpoints) == bool(args.exp_dir):
         print("streamd average: give either checkpoint files or --exp-dir (not both)", file=sys.stderr)
@@ -132,8 +159,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         paths = [path for _, path in found[-args.last:]]
     else:
         paths = [Path(c) for c in args.checkpoints]
+    if args.weights is not None and args.exp_dir:
+        print("streamd average: --weights goes with checkpoint files, not --exp-dir", file=sys.stderr)
+        return 2
     try:
-        out = write_averaged_checkpoint(paths, args.out, half=args.half)
+        out = write_averaged_checkpoint(paths, args.out, half=args.half, weights=args.weights)
     except (CheckpointError, ValueError) as e:
         print(f"streamd average: {e}", file=sys.stderr)
         return 2

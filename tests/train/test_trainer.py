@@ -3,6 +3,7 @@
 import copy
 import json
 import math
+import re
 import wave
 from pathlib import Path
 
@@ -340,6 +341,36 @@ def test_average_two_checkpoints(tmp_path):
     for k, v in loaded.model.state_dict().items():
         torch.testing.assert_close(v, avg[k])
     assert average_checkpoints(paths[:1])["joiner.out.weight"].equal(sa["joiner.out.weight"])
+
+
+def test_weighted_average_interpolates_checkpoints(tmp_path):
+    """WiSE-FT interpolation: weights (1, 3) give 0.25 a + 0.75 b, written out per tensor; equal weights are the
+    plain mean; bad weights are refused naming the option; the CLI records the normalized weights in meta."""
+    tokens = TokenTable(default_char_tokens())
+    a, b = _tiny_model(0), _tiny_model(1)
+    pa, pb = tmp_path / "a.pt", tmp_path / "b.pt"
+    save_checkpoint(pa, a, tokens, {"step": 1})
+    save_checkpoint(pb, b, tokens, {"step": 2})
+    sa, sb = a.state_dict(), b.state_dict()
+    got = average_checkpoints([pa, pb], weights=[1.0, 3.0])
+    for k in sa:
+        if sa[k].is_floating_point():
+            torch.testing.assert_close(got[k], (0.25 * sa[k].double() + 0.75 * sb[k].double()).to(sa[k].dtype),
+                                       rtol=0, atol=0)
+        else:
+            assert got[k].equal(sa[k])
+    plain = average_checkpoints([pa, pb])
+    assert all(torch.equal(average_checkpoints([pa, pb], weights=[2, 2])[k], plain[k]) for k in plain)
+    for bad, msg in [([1.0], "1 given for 2"), ([1.0, 0.0], "> 0"), ([1.0, float("nan")], "> 0"),
+                     ([1.0, float("inf")], "> 0")]:
+        with pytest.raises(ValueError, match=rf"weights: .*{re.escape(msg)}"):
+            average_checkpoints([pa, pb], weights=bad)
+    assert average_main([str(pa), str(pb), "--weights", "0.3", "0.7", "--out", str(tmp_path / "w.pt")]) == 0
+    loaded = load_checkpoint(tmp_path / "w.pt")
+    assert loaded.meta["averaged_weights"] == pytest.approx([0.3, 0.7])
+    torch.testing.assert_close(loaded.model.state_dict()["joiner.out.weight"],
+                               0.3 * sa["joiner.out.weight"] + 0.7 * sb["joiner.out.weight"], rtol=0, atol=1e-6)
+    assert average_main(["--exp-dir", str(tmp_path), "--weights", "1", "--out", str(tmp_path / "x.pt")]) == 2
 
 
 def test_average_refuses_different_models(tmp_path):
