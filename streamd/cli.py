@@ -15,11 +15,12 @@ import dataclasses
 import json
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 from .config import SEARCH_METHODS, ConfigError, EngineConfig, load_yaml
 
-__all__ = ["main", "default_model_path", "transcribe_files", "add_engine_args", "engine_config_from_args"]
+__all__ = ["main", "default_model_path", "transcribe_files", "add_engine_args", "engine_config_from_args",
+           "run_guarded"]
 
 ASSETS = Path(__file__).resolve().parent / "assets"
 
@@ -64,6 +65,19 @@ def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
     over = {k: getattr(args, k) for k in flags if getattr(args, k) is not None}
     dec = dataclasses.replace(cfg.decoding, **over)
     return dataclasses.replace(cfg, device=args.device or cfg.device, decoding=dec)
+
+
+def run_guarded(prog: str, fn: Callable[[], int | None]) -> int:
+    """``fn()``'s exit status; a ConfigError, ValueError, RuntimeError or OSError (bad input, a config or
+    file problem) is printed as ``PROG: [config error: ]MESSAGE`` on stderr and gives status 2."""
+    try:
+        return int(fn() or 0)
+    except ConfigError as e:
+        print(f"{prog}: config error: {e}", file=sys.stderr)
+        return 2
+    except (ValueError, RuntimeError, OSError) as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        return 2
 
 
 def transcribe_files(rec, paths: Sequence[str], piece_seconds: float = 0.1, on_event=None) -> dict[str, list]:
@@ -142,6 +156,7 @@ def _cmd_transcribe(args: argparse.Namespace) -> int:
 
 
 def _cmd_model_info(args: argparse.Namespace) -> int:
+    from .decode.calibration import META_KEY, Calibration
     from .model.checkpoint import load_checkpoint
 
     lm = load_checkpoint(_model_arg(args.path))
@@ -165,7 +180,7 @@ def _cmd_model_info(args: argparse.Namespace) -> int:
         print(f"decoder:     {d.kind}, dim {d.dim}" + (f", context {d.context_size}" if d.kind == "stateless" else ""))
         print(f"ctc head:    {'yes' if lm.model.ctc is not None else 'no'}")
         for k, v in lm.meta.items():
-            print(f"meta.{k}: {v}")
+            print(f"meta.{k}: {Calibration.from_dict(v).describe() if k == META_KEY else v}")
     return 0
 
 
@@ -223,6 +238,8 @@ DELEGATED = {
     "synth": ("streamd.train.synth", "synthesize the training corpus (TTS voices + augmentation)"),
     "augment": ("streamd.train.augment_cli", "augmented copies of a manifest's audio (speaker, room, noise, channel)"),
     "eval": ("streamd.train.evaluate", "evaluate a model through the streaming engine: WER, RTF, confidence, KWS"),
+    "calibrate": ("streamd.train.calibrate", "fit the word-confidence calibration (P(word correct)) on validation "
+                                             "sets and store it in a copy of the model"),
     "lm": ("streamd.train.lm", "train the token n-gram for modified_beam shallow fusion"),
     "bench": ("streamd.bench", "benchmarks: bench engine (streams in real time, latency, batching gain)"),
     "label": ("streamd.train.label", "label untranscribed audio with real-speech teacher models"),
@@ -268,14 +285,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return int(importlib.import_module(DELEGATED[argv[0]][0]).main(argv[1:]) or 0)
     args = build_parser().parse_args(argv)
-    try:
-        return int(args.func(args) or 0)
-    except ConfigError as e:
-        print(f"streamd: config error: {e}", file=sys.stderr)
-        return 2
-    except (ValueError, RuntimeError, OSError) as e:
-        print(f"streamd: {e}", file=sys.stderr)
-        return 2
+    return run_guarded("streamd", lambda: args.func(args))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -202,7 +202,10 @@ class ConfidenceConfig:
     (alpha = 1 is the Gibbs/Shannon form).  Token confidence is the measure at
     the emitting frame; with ``exclude_blank`` false the blank frames since the
     previous token are aggregated into it too.  Word confidence aggregates its
-    tokens with ``aggregation`` (min / mean / max / prod).
+    tokens with ``aggregation`` (min / mean / max / prod).  ``calibrated``:
+    when the checkpoint carries a calibration fitted for this very measure
+    (``streamd calibrate``), word ``conf`` is its calibrated probability of
+    being right and the raw measure is ``conf_raw``; false: ``conf`` is raw.
     """
 
     measure: str = "entropy"
@@ -211,6 +214,7 @@ class ConfidenceConfig:
     alpha: float = 0.33
     aggregation: str = "min"
     exclude_blank: bool = True
+    calibrated: bool = True
 
     def __post_init__(self) -> None:
         _one_of(self.measure, ("max_prob", "entropy"), "measure")
@@ -218,6 +222,8 @@ class ConfidenceConfig:
         _one_of(self.entropy_norm, ("lin", "exp"), "entropy_norm")
         _positive(self.alpha, "alpha")
         _one_of(self.aggregation, ("min", "mean", "max", "prod"), "aggregation")
+        for name in ("exclude_blank", "calibrated"):
+            _check(isinstance(getattr(self, name), bool), name, f"must be true or false, got {getattr(self, name)!r}")
 
     @property
     def name(self) -> str:

@@ -26,6 +26,7 @@ sample has been decoded.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 from dataclasses import dataclass, field
@@ -39,8 +40,9 @@ from torch import Tensor
 from .audio.fbank import Fbank, FbankStream
 from .audio.pcm import AudioError, check_sample_rate, decode_pcm
 from .audio.resample import StreamingResampler
-from .config import SEARCH_METHODS, EngineConfig
+from .config import SEARCH_METHODS, ConfidenceConfig, EngineConfig
 from .decode.beam import BeamSearch
+from .decode.calibration import Calibration, resolve_calibration
 from .decode.common import Search
 from .decode.confidence import make_measure
 from .decode.ctc import CtcGreedySearch, CtcPrefixBeamSearch
@@ -51,7 +53,7 @@ from .decode.kws import KwsDetector
 from .decode.lm import NgramLM, load_lm
 from .decode.modified_beam import ModifiedBeamSearch
 from .decode.tokens import TokenTable, tokens_to_words
-from .events import Done, Error, Event, Final, Partial, WakeWord
+from .events import Done, Error, Event, Final, Partial, WakeWord, Word
 from .model.checkpoint import LoadedModel, load_checkpoint
 from .device import resolve_device
 from .model.encoder import EncoderCache
@@ -189,7 +191,8 @@ class Recognizer:
         """loaded: model from :func:`~streamd.model.checkpoint.load_checkpoint`.
 
         measure: replaces the confidence measure built from ``config.confidence``
-        (a function of log-probs (..., V) -> (...); evaluation tools use it).
+        (a function of log-probs (..., V) -> (...); evaluation tools use it); words
+        then carry its raw values (the checkpoint's calibration is for the configured measure).
         on_batch: called after every committed batch step with a :class:`BatchView`
         (synchronously, in the caller's thread; it must not call the Recognizer).
         """
@@ -208,6 +211,7 @@ class Recognizer:
         self.fbank = Fbank(mcfg.fbank).to(self.device)
         ccfg = self.config.confidence
         self.measure = measure if measure is not None else make_measure(ccfg)
+        self.calibration = self._calibration(ccfg) if measure is None else None
         dcfg = self.config.decoding
         self.lm, self.lm_path = resolve_lm(dcfg.lm, loaded)
         agg, exb = ccfg.aggregation, ccfg.exclude_blank
@@ -240,6 +244,21 @@ class Recognizer:
         config = config or EngineConfig()
         return cls(load_checkpoint(path, "cpu"), config)
 
+    def _calibration(self, ccfg: ConfidenceConfig) -> Calibration | None:
+        """The checkpoint's word-confidence calibration when it was fitted for the configured measure.
+
+        A calibration for another measure is not applied (raw ``conf``); that is logged once, here.
+        """
+        stored, problem = resolve_calibration(self.loaded.meta, ccfg)
+        if stored is None:
+            return None
+        if problem is not None:
+            level = logging.INFO if not ccfg.calibrated else logging.WARNING
+            log.log(level, "%s: word-confidence calibration not applied (word conf is the raw measure): %s",
+                    self.loaded.path or "model", problem)
+            return None
+        return stored
+
     @property
     def model_info(self) -> dict:
         """Plain facts about the loaded model (for ``ready`` messages and ``model-info``)."""
@@ -248,7 +267,7 @@ class Recognizer:
                 "vocab_size": cfg.vocab_size, "token_kind": self.tokens.kind, "keywords": list(cfg.keywords),
                 "chunk_seconds": self.chunk_frames * self.frame_shift_s, "frame_shift_seconds": self.frame_shift_s,
                 "methods": sorted(self.searches), "device": str(self.device),
-                "parameters": self.model.num_params(),
+                "parameters": self.model.num_params(), "calibrated": self.calibration is not None,
                 "lm": {"path": self.lm_path, "order": self.lm.order, "states": self.lm.num_states,
                        "weight": self.config.decoding.lm_weight, "bonus": self.config.decoding.lm_bonus} if self.lm is not None else None}
 
@@ -566,9 +585,14 @@ class Recognizer:
                 trailing[batch.ids[row]] = tb[j]
         return best, trailing
 
-    def _words(self, hyp: HypOut):
-        return tuple(tokens_to_words(self.tokens, hyp.tokens, hyp.frames, hyp.confs, self.frame_shift_s,
-                                     self.config.confidence.aggregation))
+    def _words(self, hyp: HypOut) -> tuple[Word, ...]:
+        """The hypothesis' words; with a calibration, ``conf`` calibrated and ``conf_raw`` the measure."""
+        words = tokens_to_words(self.tokens, hyp.tokens, hyp.frames, hyp.confs, self.frame_shift_s,
+                                self.config.confidence.aggregation)
+        if self.calibration is None or not words:
+            return tuple(words)
+        probs = self.calibration.apply([w.conf for w in words]).tolist()
+        return tuple(dataclasses.replace(w, conf=p, conf_raw=w.conf) for w, p in zip(words, probs))
 
     def _results(self, batch: _Batch) -> list[Event]:
         events: list[Event] = []

@@ -18,15 +18,27 @@ def _r(x: float, nd: int = 3) -> float:
 
 @dataclass(frozen=True)
 class Word:
-    """One recognized word with its time span and confidence in [0, 1]."""
+    """One recognized word with its time span and confidence in [0, 1].
+
+    ``conf``: the probability that the word is right when the model carries a
+    calibration for the engine's measure (:mod:`streamd.decode.calibration`),
+    else the raw measure; ``conf_raw``: the raw measure (NeMo's, aggregated
+    over the word's tokens), which defaults to ``conf``.
+    """
 
     word: str
     start: float
     end: float
     conf: float
+    conf_raw: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.conf_raw is None:
+            object.__setattr__(self, "conf_raw", self.conf)
 
     def to_wire(self) -> dict:
-        return {"word": self.word, "start": _r(self.start, 2), "end": _r(self.end, 2), "conf": _r(self.conf, 3)}
+        return {"word": self.word, "start": _r(self.start, 2), "end": _r(self.end, 2), "conf": _r(self.conf, 3),
+                "conf_raw": _r(self.conf_raw, 3)}
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ def test_transcribe_json_events(tiny_ckpt, wavs, capsys):
         fin = [d for d in mine if d["type"] == "final"][-1]
         assert set(fin) >= {"segment", "text", "words", "start", "end"}
         for word in fin["words"]:
-            assert set(word) == {"word", "start", "end", "conf"}
+            assert set(word) == {"word", "start", "end", "conf", "conf_raw"}
 
 
 def test_transcribe_text_matches_engine(tiny_ckpt, wavs, capsys):
@@ -68,8 +68,19 @@ def test_model_info(tiny_ckpt, capsys):
     assert info["tokens"] == 29 and info["model_config"]["encoder"]["chunk_size"] == 4
 
 
+def test_model_info_summarizes_a_calibration(tiny_ckpt, tmp_path, capsys):
+    from streamd.decode.calibration import Calibration
+    from streamd.model.checkpoint import copy_with_meta
+
+    cal = Calibration((0.1, 0.5), (0.2, 0.9), "max_prob", 1.0, "mean", words=40)
+    copy_with_meta(tiny_ckpt, tmp_path / "c.pt", {"calibration": cal.to_dict()})
+    assert main(["model-info", str(tmp_path / "c.pt")]) == 0
+    assert "meta.calibration: isotonic, 2 knots, for max_prob alpha 1.0 mean, exclude_blank true (fitted on 40 words)" \
+        in capsys.readouterr().out
+
+
 def test_delegated_commands_have_help(capsys):
-    for name in ("train", "average"):
+    for name in ("train", "average", "calibrate"):
         with pytest.raises(SystemExit) as e:
             main([name, "--help"])
         assert e.value.code == 0

@@ -18,6 +18,7 @@ def test_defaults_round_trip():
     ({"decoding": {"methd": "greedy"}}, "decoding.methd: unknown key"),
     ({"confidence": {"alpha": -1}}, "confidence.alpha: must be > 0"),
     ({"confidence": {"aggregation": "median"}}, "confidence.aggregation: must be one of"),
+    ({"confidence": {"calibrated": "yes"}}, "confidence.calibrated: expected true/false"),
     ({"endpoint": {"rule2_trailing_silence": "long"}}, "endpoint.rule2_trailing_silence: expected a number"),
     ({"kws": {"thresholds": {"hey stream": 1.5}}}, "kws.thresholds.hey stream: must be in (0, 1)"),
     ({"device": "tpu"}, "device: must be auto, cpu, cuda or cuda:N"),
@@ -49,6 +50,9 @@ def test_frozen_and_immutable_mapping():
         ConfidenceConfig().alpha = 2  # type: ignore[misc]
     assert ConfidenceConfig().name == "entropy_tsallis_exp"
     assert ConfidenceConfig(measure="max_prob").name == "max_prob"
+    assert ConfidenceConfig().calibrated is True
+    with pytest.raises(ConfigError, match="calibrated: must be true or false, got 1"):
+        ConfidenceConfig(calibrated=1)
 
 
 def test_load_yaml_section(tmp_path):

@@ -28,7 +28,8 @@ from ..config import ConfigError, ModelConfig, from_dict, to_dict
 from ..decode.tokens import TokenTable
 from .transducer import Transducer
 
-__all__ = ["CheckpointError", "LoadedModel", "save_checkpoint", "load_checkpoint", "FORMAT", "VERSION"]
+__all__ = ["CheckpointError", "LoadedModel", "save_checkpoint", "load_checkpoint", "copy_with_meta", "FORMAT",
+           "VERSION"]
 
 FORMAT = "streamd-checkpoint"
 VERSION = 1
@@ -58,11 +59,26 @@ def save_checkpoint(path: str | Path, model: Transducer, tokens: TokenTable, met
           for k, v in model.state_dict().items()}
     obj = {"format": FORMAT, "version": VERSION, "model_config": to_dict(model.cfg),
            "tokens": list(tokens.tokens), "state_dict": sd, "meta": dict(meta or {})}
+    _atomic_save(obj, path)
+
+
+def _atomic_save(obj: dict, path: str | Path) -> None:
+    """``torch.save`` to a temporary file beside ``path``, then rename it over ``path``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
     torch.save(obj, tmp)
     tmp.replace(path)
+
+
+def copy_with_meta(src: str | Path, dst: str | Path, meta: dict) -> None:
+    """Write the checkpoint at ``src`` to ``dst`` (which may be ``src``) with its meta replaced by ``meta``.
+
+    Config, tokens and weights are copied as stored (float16 weights stay float16).
+    """
+    obj = read_versioned(src, FORMAT, VERSION, "checkpoint", CheckpointError)
+    obj["meta"] = dict(meta)
+    _atomic_save(obj, dst)
 
 
 def read_versioned(path: str | Path, fmt: str, version: int, what: str,

@@ -45,6 +45,7 @@ from .protocol import (Action, Audio, Close, Finish, Open, ProtocolError, Send, 
 __all__ = ["VoskSession", "Segment", "classify_text", "vosk_result"]
 
 _EOF_RE = re.compile(r"""^\s*\{\s*['"]?eof['"]?\s*:""")
+VOSK_WORD_KEYS = ("conf", "start", "end", "word")  # Vosk's word entry: the v1 word's other fields stay out
 
 
 def classify_text(text: str) -> tuple[str, dict | None]:
@@ -85,7 +86,7 @@ def vosk_result(segments: Sequence[Segment], words: bool = True, max_alternative
     ``max_alternatives`` > 0: ``{"alternatives": [...]}``, the merged best text first, then the earlier
     segments' best texts followed by each n-best text of the last segment, scores summed likewise."""
     text = " ".join(sg.text for sg in segments if sg.text)
-    wire = [w.to_wire() for sg in segments for w in sg.words]
+    wire = [{k: d[k] for k in VOSK_WORD_KEYS} for d in (w.to_wire() for sg in segments for w in sg.words)]
     if max_alternatives <= 0:
         return {"result": wire, "text": text} if words else {"text": text}
     head = [sg.text for sg in segments[:-1] if sg.text]

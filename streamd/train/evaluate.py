@@ -20,7 +20,14 @@ step between rounds, endpointing on; the hypothesis is every non-empty
    replayed (:func:`~streamd.train.recording.replay_kws`) for a whole
    threshold sweep at once.  Self-checks in the report: the recording's text
    equals the plain text, and the plain engine's word confidences equal the
-   recomputed ones for the configured measure.
+   recomputed ones for the configured measure (``conf_raw``, and ``conf`` =
+   the calibration of it where the model's calibration applies).
+
+Calibration: the expected calibration error (ECE, 10 bins) and the
+reliability bins of the configured measure, and, when the model carries a
+calibration the engine applies (:mod:`streamd.decode.calibration`), AUC, NCE,
+ECE and bins of the calibrated confidences.  :meth:`Evaluator.word_confidences`
+gives ``streamd calibrate`` the same scored words, from the recording decode.
 
 Scoring conventions: see :mod:`streamd.train.metrics` (normalized words,
 hypothesis words correct when matched, AUC-ROC and NCE).  KWS: a positive
@@ -45,17 +52,20 @@ import torch
 
 from streamd.audio.pcm import check_sample_rate, load_audio
 from streamd.audio.resample import resample
-from streamd.cli import add_engine_args, engine_config_from_args
-from streamd.config import ConfigError, EngineConfig
+from streamd.cli import add_engine_args, engine_config_from_args, run_guarded
+from streamd.config import EngineConfig
+from streamd.decode.calibration import resolve_calibration
 from streamd.decode.confidence import AGGREGATIONS, MEASURE_NAMES, aggregate
 from streamd.engine import Recognizer
 from streamd.events import Error, Event, Final, WakeWord, Word
 from streamd.model.checkpoint import LoadedModel, load_checkpoint
-from streamd.train.metrics import WordErrorCounts, align_words, auc_roc, nce, normalize_words
+from streamd.train.metrics import (ReliabilityBins, WordErrorCounts, align_words, auc_roc, confidence_scores, nce,
+                                   normalize_words, reliability)
 from streamd.train.recording import KwsTrackRecorder, MeasureBank, recording_recognizer, replay_kws, tagged_words
+from streamd.train.reliability import plot_reliability, require_matplotlib
 
-__all__ = ["EvalEntry", "read_eval_set", "EvalOptions", "Evaluator", "format_report", "build_parser", "run", "main",
-           "BANK_ALPHAS", "DEFAULT_THRESHOLDS"]
+__all__ = ["EvalEntry", "read_eval_set", "EvalOptions", "WordConfidences", "Evaluator", "format_report",
+           "reliability_curves", "build_parser", "run", "main", "BANK_ALPHAS", "DEFAULT_THRESHOLDS"]
 
 BANK_ALPHAS: tuple[float, ...] = (0.25, 0.33, 0.5, 1.0)
 DEFAULT_THRESHOLDS: tuple[float, ...] = tuple(round(i / 100, 2) for i in range(5, 100))
@@ -216,6 +226,41 @@ def _finals(events: Sequence[Event]) -> list[Final]:
     return [e for e in events if isinstance(e, Final) and e.text]
 
 
+@dataclass(frozen=True)
+class _Scored:
+    """The scored hypothesis words of a set's recording decode (N words, M bank measures).
+
+    labels: (N,) correct or not; values: N arrays (tokens, M) of the word's tokens' bank values;
+    utterance: (N,) index of each word's entry; mismatched: entries whose recording text differs.
+    """
+
+    labels: list[bool]
+    values: list[np.ndarray]
+    utterance: list[int]
+    mismatched: int
+
+
+def _word_confs(values: Sequence[np.ndarray], m: int, how: str) -> list[float]:
+    """Word confidences of bank measure ``m`` aggregated with ``how``: one per (tokens, M) array."""
+    return [aggregate(v[:, m].tolist(), how) for v in values]
+
+
+@dataclass(frozen=True)
+class WordConfidences:
+    """The configured measure's raw confidence of every scored hypothesis word of one set.
+
+    raw: (N,) float64 word confidences (as the uncalibrated engine gives them); correct: (N,) bool
+    (the word is matched in the alignment with the reference); keys: (N,) the word's utterance
+    (``audio`` as written in the set, a tab, its reference text).
+    """
+
+    set: str
+    utterances: int
+    raw: np.ndarray
+    correct: np.ndarray
+    keys: tuple[str, ...]
+
+
 class Evaluator:
     """Loads a model once; :meth:`evaluate` scores one evaluation set (a dict of figures)."""
 
@@ -228,6 +273,7 @@ class Evaluator:
         self.bank = MeasureBank(specs)
         self.kws_tracks = KwsTrackRecorder(enabled=False)
         self.plain = Recognizer(loaded, config)
+        self.stored_calibration, self.calibration_problem = resolve_calibration(loaded.meta, cc)
         self.recording = recording_recognizer(loaded, config, self.bank, self.kws_tracks)
         self.keywords = self.plain.keywords
         self._warm = False
@@ -356,13 +402,14 @@ class Evaluator:
         res["per_source"] = {v: rates(acc) for v, acc in sorted(sources.items())}
         return res
 
-    def _confidence(self, entries: Sequence[EvalEntry], out: Sequence[_Decoded]) -> dict:
-        cc = self.config.confidence
-        specs = self.bank.specs
+    @staticmethod
+    def _scored(entries: Sequence[EvalEntry], out: Sequence[_Decoded]) -> _Scored:
+        """Label the recording's hypothesis words against the references (one scored word per normalized word)."""
         labels: list[bool] = []
         token_vals: list[np.ndarray] = []  # per scored hypothesis word: (tokens, M)
+        utterance: list[int] = []
         mismatched = 0
-        for e, d in zip(entries, out):
+        for i, (e, d) in enumerate(zip(entries, out)):
             mismatched += d.rec_text != d.text
             hyp, vals = [], []
             for word, v in d.rec_words:
@@ -371,31 +418,74 @@ class Evaluator:
                     vals.append(v)
             labels += align_words(normalize_words(e.text), hyp).hyp_correct
             token_vals += vals
+            utterance += [i] * len(hyp)
+        return _Scored(labels, token_vals, utterance, mismatched)
+
+    def word_confidences(self, path: str | Path) -> WordConfidences:
+        """Decode the set at ``path`` (the recording decode only) and score its hypothesis words.
+
+        The labels are :meth:`evaluate`'s (``align_words(...).hyp_correct``); the raw values are those of
+        the configured measure, which the report's ``default`` table row scores.
+        """
+        entries, _ = read_eval_set(path, self.options.limit)
+        out = [_Decoded() for _ in entries]
+        self._record(self._load(entries), out, keywords=False)
+        sc = self._scored(entries, out)
+        cc = self.config.confidence
+        raw = _word_confs(sc.values, self.bank.specs.index((cc.name, float(cc.alpha))), cc.aggregation)
+        return WordConfidences(str(path), len(entries), np.asarray(raw, dtype=np.float64),
+                               np.asarray(sc.labels, dtype=bool),
+                               tuple(f"{entries[i].rel_audio}\t{entries[i].text}" for i in sc.utterance))
+
+    def _confidence(self, entries: Sequence[EvalEntry], out: Sequence[_Decoded]) -> dict:
+        cc = self.config.confidence
+        sc = self._scored(entries, out)
+        labels = sc.labels
         table = []
         default = (cc.name, cc.alpha, cc.aggregation)
         word_confs: dict[tuple[str, float, str], list[float]] = {}
-        for m, (name, alpha) in enumerate(specs):
+        for m, (name, alpha) in enumerate(self.bank.specs):
             if alpha not in self.options.alphas and (name, alpha) != (cc.name, cc.alpha):
                 continue
             for how in AGGREGATIONS:
-                confs = [aggregate(v[:, m].tolist(), how) for v in token_vals]
+                confs = _word_confs(sc.values, m, how)
                 word_confs[(name, alpha, how)] = confs
                 table.append({"measure": name, "alpha": alpha, "aggregation": how, "auc": auc_roc(labels, confs),
                               "nce": nce(labels, confs), "default": (name, alpha, how) == default})
+        raw = word_confs[default]
+        cal = self.plain.calibration  # the one the engine applies (None: none, or not for this measure)
+        probs = cal.apply(raw).tolist() if cal is not None else None
+        conf = raw if probs is None else probs  # what the engine's word conf should be
         # self-check: the plain engine's word confidences equal the ones recomputed from the recording
         diff = None
         if cc.exclude_blank:
-            ours = word_confs[default]
             k = 0
             for d in out:
                 n_scored = sum(len(normalize_words(w)) for w, _ in d.rec_words)
                 if d.rec_text == d.text:
-                    engine = [w.conf for w in d.words for _ in normalize_words(w.word)]
-                    for a, b in zip(engine, ours[k:k + n_scored]):
-                        diff = max(diff or 0.0, abs(a - b))
+                    engine = [w for w in d.words for _ in normalize_words(w.word)]
+                    for j, w in enumerate(engine[:n_scored]):
+                        diff = max(diff or 0.0, abs(w.conf_raw - raw[k + j]), abs(w.conf - conf[k + j]))
                 k += n_scored
         return {"words": len(labels), "correct": int(sum(labels)), "exclude_blank": True,
-                "recording_text_mismatches": mismatched, "engine_conf_max_abs_diff": diff, "table": table}
+                "recording_text_mismatches": sc.mismatched, "engine_conf_max_abs_diff": diff, "table": table,
+                **self._calibration_figures(labels, raw, probs)}
+
+    def _calibration_figures(self, labels: Sequence[bool], raw: Sequence[float],
+                             probs: Sequence[float] | None) -> dict:
+        """ECE and reliability bins of the configured measure, before and (``probs``) after calibration."""
+        stored = self.stored_calibration
+        info = None
+        if stored is not None:
+            info = {"kind": stored.kind, "measure": stored.measure, "alpha": stored.alpha,
+                    "aggregation": stored.aggregation, "exclude_blank": stored.exclude_blank, "words": stored.words,
+                    "knots": len(stored.x), "applied": probs is not None, "not_applied": self.calibration_problem,
+                    **(confidence_scores(labels, probs) if probs is not None else {"auc": None, "nce": None,
+                                                                                    "ece": None})}
+        raw_bins = reliability(labels, raw)
+        return {"ece": raw_bins.ece, "calibration": info,
+                "reliability": {"raw": raw_bins.to_dict(),
+                                "calibrated": reliability(labels, probs).to_dict() if probs is not None else None}}
 
     def _kws(self, entries: Sequence[EvalEntry], out: Sequence[_Decoded], seconds: Sequence[float]) -> dict:
         kcfg = self.config.kws
@@ -440,6 +530,29 @@ def _num(x: float | None, fmt: str = ".3f") -> str:
     return "n/a" if x is None else format(x, fmt)
 
 
+def _calibration_line(c: dict) -> str:
+    """The report's calibration line: ECE of the engine setting's raw measure, then of the calibrated conf."""
+    line = f"  ECE ({len(c['reliability']['raw']['counts'])} bins) of * (raw): {_num(c['ece'])};"
+    cal = c["calibration"]
+    if cal is None:
+        return line + " the model has no calibration (streamd calibrate)"
+    if not cal["applied"]:
+        return line + f" the model's {cal['kind']} calibration is not applied: {cal['not_applied']}"
+    return line + (f" calibrated ({cal['kind']}, {cal['knots']} knots): ECE {_num(cal['ece'])}  "
+                   f"AUC {_num(cal['auc'])}  NCE {_num(cal['nce'])}")
+
+
+def reliability_curves(report: dict) -> list[tuple[str, ReliabilityBins]]:
+    """(label, bins) of every set's raw and (where applied) calibrated confidences, for the diagram."""
+    curves = []
+    for r in report["sets"]:
+        name = "/".join(Path(r["set"]).parts[-2:])
+        for which, bins in r["confidence"]["reliability"].items():
+            if bins is not None:
+                curves.append((f"{name} {which}", ReliabilityBins.from_dict(bins)))
+    return curves
+
+
 def format_report(report: dict) -> str:
     """Readable text of :meth:`Evaluator.evaluate` results (the ``report`` of :func:`run`)."""
     lines = [f"model {report['model']}  method {report['method']} (beam {report['beam']})  device {report['device']}"]
@@ -467,6 +580,7 @@ def format_report(report: dict) -> str:
         for t in c["table"]:
             lines.append(f"{'*' if t['default'] else ' '} {t['measure']:22s} {t['alpha']:5.2f} {t['aggregation']:>5s} "
                          f"{_num(t['auc']):>7s} {_num(t['nce']):>8s}")
+        lines.append(_calibration_line(c))
         k = r["kws"]
         if k is None:
             continue
@@ -508,6 +622,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--rtf-single", action="store_true", help="also time the files one at a time (one stream)")
     ap.add_argument("--limit", type=int, metavar="N", help="only the first N entries of each set")
     ap.add_argument("--json", action="store_true", help="one JSON object with every figure")
+    ap.add_argument("--reliability-plot", metavar="PNG", help="write a reliability diagram of word confidence "
+                    "(raw and calibrated, every set) to PNG (needs matplotlib)")
     return ap
 
 
@@ -522,32 +638,29 @@ def run(model: str, sets: Sequence[str], config: EngineConfig, options: EvalOpti
             "sets": [ev.evaluate(s) for s in sets]}
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        if args.model:
-            model = args.model
-        else:
-            from streamd.cli import default_model_path
+def _run(args: argparse.Namespace) -> int:
+    if args.model:
+        model = args.model
+    else:
+        from streamd.cli import default_model_path
 
-            model = str(default_model_path())
-            if not Path(model).is_file():
-                raise ValueError(f"no model given and no default model at {model}; pass --model PATH")
-        if not args.sets:
-            from streamd.cli import default_samples
+        model = str(default_model_path())
+        if not Path(model).is_file():
+            raise ValueError(f"no model given and no default model at {model}; pass --model PATH")
+    if not args.sets:
+        from streamd.cli import default_samples
 
-            args.sets = [str(default_samples())]
-            print(f"streamd eval: no --set given: using the sample recordings {args.sets[0]} "
-                  "(six TTS sentences: a smoke test, not an evaluation)", file=sys.stderr)
-        options = EvalOptions(resample_to=args.resample_to, batch_streams=args.batch_streams,
-                              rtf_single=args.rtf_single, limit=args.limit)
-        report = run(model, args.sets, engine_config_from_args(args), options)
-    except ConfigError as e:
-        print(f"streamd eval: config error: {e}", file=sys.stderr)
-        return 2
-    except (ValueError, RuntimeError, OSError) as e:
-        print(f"streamd eval: {e}", file=sys.stderr)
-        return 2
+        args.sets = [str(default_samples())]
+        print(f"streamd eval: no --set given: using the sample recordings {args.sets[0]} "
+              "(six TTS sentences: a smoke test, not an evaluation)", file=sys.stderr)
+    options = EvalOptions(resample_to=args.resample_to, batch_streams=args.batch_streams,
+                          rtf_single=args.rtf_single, limit=args.limit)
+    if args.reliability_plot:
+        require_matplotlib()
+    report = run(model, args.sets, engine_config_from_args(args), options)
+    if args.reliability_plot:
+        plot_reliability(args.reliability_plot, reliability_curves(report),
+                         f"word confidence: {Path(model).name}, {report['method']}")
     if args.json:
         print(json.dumps(report))
     else:
@@ -556,6 +669,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     for e in errors:
         print(f"streamd eval: {e}", file=sys.stderr)
     return 1 if errors else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return run_guarded("streamd eval", lambda: _run(args))
 
 
 if __name__ == "__main__":  # pragma: no cover

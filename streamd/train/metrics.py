@@ -1,4 +1,4 @@
-"""Scoring metrics of ``streamd eval``: word normalization, WER alignment, AUC-ROC and NCE.
+"""Scoring metrics of ``streamd eval``: word normalization, WER alignment, AUC-ROC, NCE and ECE.
 
 Conventions (``/work/shared/eval/dev/README.md``): words are lower-cased,
 hyphens split words, other punctuation is deleted (apostrophes inside words
@@ -8,7 +8,9 @@ A hypothesis word is *correct* when the alignment matches it, wrong when it
 is substituted or inserted.  :func:`auc_roc` (Mann-Whitney, ties count half)
 and :func:`nce` (NIST / NeMo: ``(H(p_c) - H_conf) / H(p_c)`` in bits,
 confidences clipped to ``[1e-15, 1 - 1e-15]``) measure how well word
-confidences separate correct from wrong words.  Pure Python / numpy, no torch.
+confidences separate correct from wrong words; :func:`reliability` and
+:func:`ece` (expected calibration error over equal-width bins) how close they
+are to the probability of being correct.  Pure Python / numpy, no torch.
 """
 
 from __future__ import annotations
@@ -20,9 +22,10 @@ from typing import Sequence
 import numpy as np
 
 __all__ = ["normalize_words", "Alignment", "align_words", "WordErrorCounts", "word_errors", "auc_roc", "nce",
-           "NCE_EPS"]
+           "NCE_EPS", "ECE_BINS", "ReliabilityBins", "reliability", "ece", "confidence_scores"]
 
 NCE_EPS = 1e-15
+ECE_BINS = 10
 
 
 # --------------------------------------------------------------------------- words and WER
@@ -206,3 +209,71 @@ def nce(labels: Sequence[bool], confs: Sequence[float]) -> float | None:
     c = np.clip(c, NCE_EPS, 1 - NCE_EPS)
     h_conf = -float(np.mean(np.where(y, np.log2(c), np.log2(1 - c))))
     return (h_p - h_conf) / h_p
+
+
+@dataclass(frozen=True)
+class ReliabilityBins:
+    """Words binned by confidence into ``len(counts)`` equal-width bins of [0, 1] (a reliability diagram).
+
+    Bin ``i`` holds confidences in ``[i / B, (i + 1) / B)``, the last bin also 1.0.
+    counts: (B,) words per bin; confidence: (B,) their mean confidence; accuracy: (B,)
+    their share of correct words (None for an empty bin).
+    """
+
+    counts: tuple[int, ...]
+    confidence: tuple[float | None, ...]
+    accuracy: tuple[float | None, ...]
+
+    def __post_init__(self) -> None:
+        if not len(self.counts) == len(self.confidence) == len(self.accuracy) >= 1:
+            raise ValueError(f"ReliabilityBins: counts, confidence and accuracy need one equal length >= 1, got "
+                             f"{len(self.counts)}, {len(self.confidence)}, {len(self.accuracy)}")
+
+    @property
+    def words(self) -> int:
+        return sum(self.counts)
+
+    @property
+    def ece(self) -> float | None:
+        """Expected calibration error: ``sum_b n_b / N * |accuracy_b - confidence_b|`` (None for no words)."""
+        n = self.words
+        if n == 0:
+            return None
+        return math.fsum(k / n * abs(a - c) for k, a, c in zip(self.counts, self.accuracy, self.confidence) if k)
+
+    def to_dict(self) -> dict:
+        """JSON form (``streamd eval --json``): the three lists."""
+        return {"counts": list(self.counts), "confidence": list(self.confidence), "accuracy": list(self.accuracy)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ReliabilityBins":
+        return cls(tuple(d["counts"]), tuple(d["confidence"]), tuple(d["accuracy"]))
+
+
+def reliability(labels: Sequence[bool], confs: Sequence[float], bins: int = ECE_BINS) -> ReliabilityBins:
+    """Bin confidences ``confs`` in [0, 1] with correctness ``labels`` into ``bins`` equal-width bins."""
+    y, c = _labels_scores(labels, confs, "reliability")
+    if ((c < 0) | (c > 1)).any():
+        raise ValueError(f"reliability: confidences must be in [0, 1], got min {c.min()} max {c.max()}")
+    if isinstance(bins, bool) or not isinstance(bins, int) or bins < 1:
+        raise ValueError(f"reliability: bins must be an integer >= 1, got {bins!r}")
+    idx = np.minimum((c * bins).astype(np.int64), bins - 1)  # (N,) bin of each word
+    counts = np.bincount(idx, minlength=bins)
+    conf_sum = np.bincount(idx, weights=c, minlength=bins)
+    hit_sum = np.bincount(idx, weights=y.astype(np.float64), minlength=bins)
+    return ReliabilityBins(tuple(int(k) for k in counts),
+                           tuple(float(s / k) if k else None for s, k in zip(conf_sum, counts)),
+                           tuple(float(s / k) if k else None for s, k in zip(hit_sum, counts)))
+
+
+def ece(labels: Sequence[bool], confs: Sequence[float], bins: int = ECE_BINS) -> float | None:
+    """Expected calibration error of ``confs`` over ``bins`` equal-width bins, weighted by bin counts.
+
+    0 when every bin's share of correct words equals its mean confidence; None for no words.
+    """
+    return reliability(labels, confs, bins).ece
+
+
+def confidence_scores(labels: Sequence[bool], confs: Sequence[float]) -> dict[str, float | None]:
+    """``{"auc", "nce", "ece"}`` of word confidences ``confs`` for correctness ``labels`` (None where undefined)."""
+    return {"auc": auc_roc(labels, confs), "nce": nce(labels, confs), "ece": ece(labels, confs)}

@@ -137,7 +137,7 @@ def tagged_words(final: Final, table: TokenTable, frame_shift_s: float, bank: Me
     first, last = (tokens_to_words(table, final.tokens, final.token_frames, pos, frame_shift_s, how)
                    for how in ("min", "max"))
     out = tuple(TaggedWord(w.word, w.start, w.end, math.nan,
-                           tuple(bank.tag_of(final.token_confs[k]) for k in range(int(w.conf), int(z.conf) + 1)
+                           tags=tuple(bank.tag_of(final.token_confs[k]) for k in range(int(w.conf), int(z.conf) + 1)
                                  if final.tokens[k] != table.blank_id))
                 for w, z in zip(first, last))
     if [(w.word, w.start, w.end) for w in out] != [(w.word, w.start, w.end) for w in final.words]:

@@ -5,7 +5,7 @@ import torch
 
 from helpers import CHARS, tiny_model
 from streamd.decode.tokens import TokenTable
-from streamd.model.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from streamd.model.checkpoint import CheckpointError, copy_with_meta, load_checkpoint, save_checkpoint
 
 
 def test_round_trip(tmp_path):
@@ -26,6 +26,25 @@ def test_half_storage(tmp_path):
     w = lm.model.encoder.layers[0].attn.qkv.weight
     assert w.dtype == torch.float32
     torch.testing.assert_close(w, m.encoder.layers[0].attn.qkv.weight, atol=1e-3, rtol=1e-3)
+
+
+def test_copy_with_meta_keeps_the_stored_weights_and_carries_a_calibration(tmp_path):
+    """A calibration (plain dict in meta) survives weights_only loading; float16 weights stay float16."""
+    from streamd.decode.calibration import Calibration
+
+    save_checkpoint(tmp_path / "h.pt", tiny_model(seed=2), TokenTable(CHARS), meta={"name": "x"}, half=True)
+    cal = Calibration((0.0, 0.4, 1.0), (0.1, 0.6, 0.95), "entropy_tsallis_exp", 0.33, "min", words=9)
+    copy_with_meta(tmp_path / "h.pt", tmp_path / "c.pt", {"name": "x", "calibration": cal.to_dict()})
+    src, dst = (torch.load(tmp_path / n, weights_only=True) for n in ("h.pt", "c.pt"))
+    assert dst["meta"] == {"name": "x", "calibration": cal.to_dict()}
+    assert {k: v for k, v in dst.items() if k != "meta"}.keys() == {k for k in src if k != "meta"}
+    for k, v in src["state_dict"].items():
+        assert v.dtype == dst["state_dict"][k].dtype and torch.equal(v, dst["state_dict"][k]), k
+    assert Calibration.from_dict(load_checkpoint(tmp_path / "c.pt").meta["calibration"]) == cal
+    copy_with_meta(tmp_path / "c.pt", tmp_path / "c.pt", {})  # in place
+    assert load_checkpoint(tmp_path / "c.pt").meta == {} and not (tmp_path / "c.pt.tmp").exists()
+    with pytest.raises(CheckpointError, match="no such checkpoint"):
+        copy_with_meta(tmp_path / "none.pt", tmp_path / "d.pt", {})
 
 
 def _raw(tmp_path):

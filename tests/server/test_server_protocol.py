@@ -283,11 +283,13 @@ def test_vosk_words_and_max_alternatives():
     s.event(Partial(1, 1, "a"))
     alts = s.applied(2)
     assert alts[0] == Send({"alternatives": [
-        {"confidence": -1.0, "text": "call home", "result": [x.to_wire() for x in w]},
+        {"confidence": -1.0, "text": "call home",  # Vosk's word entries: the v1 word without conf_raw
+         "result": [{"word": "call", "start": 0.0, "end": 0.3, "conf": 0.9},
+                    {"word": "home", "start": 0.3, "end": 0.6, "conf": 0.8}]},
         {"confidence": -2.5, "text": "call hum"}]})
     assert alts[1] == Send({"partial": "a"})  # partials are unchanged
     s.receive('{"eof": 1}', 0.0)
-    s.event(Final(1, 1, "now", (Word("now", 1.0, 1.2, 0.7),), reason="eos", alternatives=("no",),
+    s.event(Final(1, 1, "now", (Word("now", 1.0, 1.2, 0.7, conf_raw=0.2),), reason="eos", alternatives=("no",),
                   scores=(-0.5, -0.9)))
     final = s.event(Done(1, 1.5))[0].message
     assert final == {"alternatives": [{"confidence": -0.5, "text": "now",

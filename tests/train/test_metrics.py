@@ -1,11 +1,14 @@
-"""streamd.train.metrics: word normalization, WER alignment (vs a textbook edit distance), AUC-ROC, NCE."""
+"""streamd.train.metrics: word normalization, WER alignment (vs a textbook edit distance), AUC-ROC, NCE, ECE."""
 
 import math
 
 import numpy as np
 import pytest
 
-from streamd.train.metrics import align_words, auc_roc, nce, normalize_words
+from fractions import Fraction
+
+from streamd.train.metrics import (ReliabilityBins, align_words, auc_roc, confidence_scores, ece, nce, normalize_words,
+                                   reliability)
 
 
 # --------------------------------------------------------------------------- WER
@@ -118,3 +121,58 @@ def test_word_errors_sums_the_alignments():
     assert word_errors([], []).wer is None and word_errors([], []).ser is None
     with pytest.raises(ValueError, match="2 references but 1 hypotheses"):
         word_errors(["a", "b"], ["a"])
+
+
+# --------------------------------------------------------------------------- ECE
+
+
+def _ece_reference(labels, confs, bins=10):
+    """ECE from the definition, in exact fractions: words in [i/B, (i+1)/B) (the last bin closed at 1) per bin,
+    sum over bins of (words in bin / words) * |share correct - mean confidence|.  A confidence is the decimal
+    it prints as (0.3 is 3/10, on the edge of bin 3, not the binary float just below it)."""
+    total = Fraction(0)
+    n = len(confs)
+    exact = [Fraction(repr(float(c))) for c in confs]
+    for i in range(bins):
+        lo, hi = Fraction(i, bins), Fraction(i + 1, bins)
+        members = [(bool(y), c) for y, c in zip(labels, exact) if lo <= c < hi or (i == bins - 1 and c == 1)]
+        if members:
+            acc = Fraction(sum(y for y, _ in members), len(members))
+            mean = sum(c for _, c in members) / len(members)
+            total += Fraction(len(members), n) * abs(acc - mean)
+    return float(total)
+
+
+def test_ece_hand_case():
+    # bin 0.9-1.0: 0.95 (right), 1.0 (right) -> |1 - 0.975| = 0.025, weight 2/5
+    # bin 0.6-0.7: 0.65 (right), 0.65 (wrong) -> |0.5 - 0.65| = 0.15, weight 2/5
+    # bin 0.1-0.2: 0.15 (wrong) -> |0 - 0.15| = 0.15, weight 1/5
+    labels = [True, True, True, False, False]
+    confs = [0.95, 1.0, 0.65, 0.65, 0.15]
+    assert ece(labels, confs) == pytest.approx(2 / 5 * 0.025 + 2 / 5 * 0.15 + 1 / 5 * 0.15, abs=1e-12)
+    r = reliability(labels, confs)
+    assert r.counts == (0, 1, 0, 0, 0, 0, 2, 0, 0, 2) and r.words == 5
+    assert r.accuracy[6] == 0.5 and r.confidence[9] == pytest.approx(0.975) and r.accuracy[0] is None
+    assert ece([True, False], [1.0, 0.0]) == 0.0  # perfectly calibrated extremes
+    assert ece([], []) is None
+    assert ReliabilityBins.from_dict(r.to_dict()) == r
+    with pytest.raises(ValueError, match=r"in \[0, 1\]"):
+        ece([True], [1.2])
+    with pytest.raises(ValueError, match="bins must be an integer >= 1"):
+        ece([True], [0.5], bins=0)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_ece_vs_reference(seed):
+    g = np.random.default_rng(seed)
+    n = int(g.integers(1, 80))
+    confs = np.round(g.random(n), 2 if seed % 2 else 6)  # two decimals: many values on bin edges
+    labels = g.random(n) < confs
+    for bins in (1, 10, 7):
+        assert ece(labels, confs, bins) == pytest.approx(_ece_reference(labels, confs, bins), abs=1e-12)
+
+
+def test_confidence_scores_bundle_the_metrics():
+    labels, confs = [True, False, True], [0.9, 0.3, 0.6]
+    assert confidence_scores(labels, confs) == {"auc": auc_roc(labels, confs), "nce": nce(labels, confs),
+                                                "ece": ece(labels, confs)}

@@ -1,0 +1,173 @@
+"""``streamd calibrate``: fit the word-confidence calibration on validation sets and store it in a checkpoint.
+
+1. Decode every set through the streaming engine with ``streamd eval``'s
+   machinery (:meth:`~streamd.train.evaluate.Evaluator.word_confidences`):
+   per hypothesis word the configured measure's raw confidence and whether the
+   alignment with the reference matches it.
+2. Split the words by utterance (:func:`heldout_mask`: a hash of the
+   utterance, so the split does not depend on set order, limits or runs) into
+   a fit half and a held-out half; fit both kinds
+   (:data:`~streamd.decode.calibration.CALIBRATION_KINDS`) on the fit half
+   and report ECE / AUC / NCE of the raw and of both calibrated confidences on
+   the held-out half (:func:`compare_fits`).
+3. Fit the chosen kind on every word and write a copy of the checkpoint whose
+   ``meta["calibration"]`` holds it (and ``meta["calibration_fit"]`` what it was
+   fitted on, with the held-out figures); optionally draw the held-out
+   reliability diagram.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from streamd.cli import add_engine_args, engine_config_from_args, run_guarded
+from streamd.config import ConfidenceConfig, EngineConfig
+from streamd.decode.calibration import CALIBRATION_KINDS, META_KEY, fit_calibration
+from streamd.model.checkpoint import copy_with_meta, load_checkpoint
+from streamd.train.evaluate import EvalOptions, Evaluator
+from streamd.train.metrics import ReliabilityBins, confidence_scores, reliability
+from streamd.train.reliability import plot_reliability, require_matplotlib
+
+__all__ = ["CalibrateOptions", "heldout_mask", "compare_fits", "calibrate", "format_report", "build_parser", "main"]
+
+
+@dataclass(frozen=True)
+class CalibrateOptions:
+    """kind: the calibration stored; limit / batch_streams: as ``streamd eval``'s."""
+
+    kind: str = "isotonic"
+    limit: int | None = None
+    batch_streams: int = 16
+
+    def __post_init__(self) -> None:
+        if self.kind not in CALIBRATION_KINDS:
+            raise ValueError(f"kind must be one of {list(CALIBRATION_KINDS)}, got {self.kind!r}")
+
+
+def heldout_mask(keys: Sequence[str]) -> np.ndarray:
+    """(N,) bool: True for the words whose utterance key hashes into the held-out half.
+
+    The low bit of the first SHA-256 byte of the key: words of one utterance stay together, and the
+    split is the same on every run and machine.
+    """
+    return np.array([hashlib.sha256(k.encode("utf-8")).digest()[0] & 1 == 1 for k in keys], dtype=bool)
+
+
+def compare_fits(raw: np.ndarray, correct: np.ndarray, heldout: np.ndarray, cfg: ConfidenceConfig
+                 ) -> tuple[dict[str, Any], dict[str, ReliabilityBins]]:
+    """Fit every kind on the words outside ``heldout``, score raw and calibrated confidences on ``heldout``.
+
+    raw: (N,) raw word confidences; correct: (N,) bool; heldout: (N,) bool.
+    Returns (figures, bins): figures ``{"heldout_words", "fit_words", "raw": scores, KIND: scores, ...}``
+    with scores ``{"auc", "nce", "ece"}`` (None for every kind when either half has no words), and the
+    held-out reliability bins by the same names.
+    """
+    fit, test = ~heldout, heldout
+    figures: dict[str, Any] = {"heldout_words": int(test.sum()), "fit_words": int(fit.sum())}
+    confs = {"raw": raw[test]}
+    if fit.any() and test.any():
+        for kind in CALIBRATION_KINDS:
+            confs[kind] = fit_calibration(kind, raw[fit], correct[fit], cfg).apply(raw[test])
+    for name in ("raw", *CALIBRATION_KINDS):
+        figures[name] = confidence_scores(correct[test], confs[name]) if name in confs else \
+            {"auc": None, "nce": None, "ece": None}
+    return figures, {name: reliability(correct[test], c) for name, c in confs.items()}
+
+
+def calibrate(model: str, sets: Sequence[str], out: str, config: EngineConfig,
+              options: CalibrateOptions = CalibrateOptions(), plot: str | None = None) -> dict:
+    """Fit ``options.kind`` on ``sets`` for ``config.confidence``'s measure, write the calibrated copy to ``out``.
+
+    Returns the report (see :func:`format_report`).  ``out`` may be ``model`` itself (replaced atomically).
+    """
+    cc = config.confidence
+    if not cc.exclude_blank:
+        raise ValueError("confidence.exclude_blank: calibration is fitted on emitting-frame token confidences "
+                         "(the recording decode of streamd eval); set it to true")
+    if plot:
+        require_matplotlib()
+    loaded = load_checkpoint(model, "cpu")
+    ev = Evaluator(loaded, config, EvalOptions(batch_streams=options.batch_streams, limit=options.limit,
+                                                alphas=(cc.alpha,)))
+    samples = [ev.word_confidences(s) for s in sets]
+    raw = np.concatenate([s.raw for s in samples])
+    correct = np.concatenate([s.correct for s in samples])
+    heldout = heldout_mask([k for s in samples for k in s.keys])
+    figures, bins = compare_fits(raw, correct, heldout, cc)
+    cal = fit_calibration(options.kind, raw, correct, cc)
+    dec = config.decoding
+    fit_info = {"sets": [{"set": s.set, "utterances": s.utterances, "words": int(s.raw.size),
+                          "correct": int(s.correct.sum())} for s in samples],
+                "method": dec.method, "beam": dec.beam, "kind": cal.kind, "heldout": figures}
+    copy_with_meta(model, out, {**loaded.meta, META_KEY: cal.to_dict(), "calibration_fit": fit_info})
+    if plot:
+        plot_reliability(plot, [(f"{name} (held out)", b) for name, b in bins.items()],
+                         f"{Path(model).name}: {figures['heldout_words']} held-out words\n{cal.describe_measure()}")
+    return {"model": model, "out": out, "plot": plot, "calibration": cal.to_dict(), **fit_info}
+
+
+def _num(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.3f}"
+
+
+def format_report(report: dict) -> str:
+    """Readable text of :func:`calibrate`'s report."""
+    c = report["calibration"]
+    lines = [f"model {report['model']}  method {report['method']} (beam {report['beam']})  measure {c['measure']} "
+             f"alpha {c['alpha']} {c['aggregation']}"]
+    for s in report["sets"]:
+        share = f"{100 * s['correct'] / s['words']:.1f} % correct" if s["words"] else "no words"
+        lines.append(f"  {s['set']}: {s['utterances']} utterances, {s['words']} hypothesis words, {share}")
+    h = report["heldout"]
+    lines += [f"held out: {h['heldout_words']} words; fitted on the other {h['fit_words']}",
+              f"  {'':10s} {'ECE':>7s} {'AUC':>7s} {'NCE':>8s}"]
+    for name in ("raw", *CALIBRATION_KINDS):
+        f = h[name]
+        lines.append(f"  {name:10s} {_num(f['ece']):>7s} {_num(f['auc']):>7s} {_num(f['nce']):>8s}")
+    lines.append(f"stored: {c['kind']} fitted on all {c['words']} words, {len(c['x'])} knots -> {report['out']}")
+    if report["plot"]:
+        lines.append(f"reliability diagram (held-out words) -> {report['plot']}")
+    return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="streamd calibrate", description="Fit a calibration of word confidence "
+                                 "(the configured measure -> P(word correct)) on validation sets through the "
+                                 "streaming engine, report it on held-out words, and store it in a copy of the model.")
+    ap.add_argument("--model", required=True, help="checkpoint to calibrate")
+    ap.add_argument("--set", dest="sets", action="append", required=True, metavar="PATH.jsonl",
+                    help="validation set (JSON lines: audio, text), never the test set; repeatable")
+    ap.add_argument("--out", required=True, help="where the calibrated copy of the checkpoint goes (may be --model)")
+    ap.add_argument("--kind", choices=CALIBRATION_KINDS, default="isotonic",
+                    help="calibration stored (default isotonic); both are reported on held-out words")
+    ap.add_argument("--plot", metavar="PNG", help="write the held-out reliability diagram to PNG (needs matplotlib)")
+    add_engine_args(ap)
+    ap.add_argument("--device", help="auto, cpu, cuda or cuda:N")
+    ap.add_argument("--batch-streams", type=int, default=16, metavar="N", help="concurrent streams (default 16)")
+    ap.add_argument("--limit", type=int, metavar="N", help="only the first N entries of each set")
+    ap.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    return ap
+
+
+def _run(args: argparse.Namespace) -> int:
+    options = CalibrateOptions(kind=args.kind, limit=args.limit, batch_streams=args.batch_streams)
+    report = calibrate(args.model, args.sets, args.out, engine_config_from_args(args), options, args.plot)
+    print(json.dumps(report) if args.json else format_report(report))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return run_guarded("streamd calibrate", lambda: _run(args))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
