@@ -49,7 +49,7 @@ from .decode.ctc import CtcGreedySearch, CtcPrefixBeamSearch
 from .decode.endpoint import Endpointer
 from .decode.greedy import GreedySearch
 from .decode.hyps import HypOut
-from .decode.kws import KwsDetector
+from .decode.kws import Detection, KwsDetector, aligned_span
 from .decode.lm import NgramLM, load_lm
 from .decode.modified_beam import ModifiedBeamSearch
 from .decode.tokens import TokenTable, tokens_to_words
@@ -551,8 +551,8 @@ class Recognizer:
             new_kws, dets = self.kws.step(batch.kws, heads.kws_probs[rows], enc_len[rows], offsets[rows])
         # commit
         batch.enc, batch.groups, batch.kws = new_enc, new_groups, new_kws
-        events: list[Event] = [WakeWord(ids[int(batch.kws_rows[d.row])], d.keyword, d.score, d.start, d.end)
-                               for d in dets]
+        best, trailing = self._hyps(batch)
+        events: list[Event] = self._wake_events(batch, dets, best)
         if self.on_batch is not None:
             self.on_batch(BatchView(ids, heads, enc_len, offsets))
         for st, n in zip(streams, enc_len.tolist()):
@@ -563,7 +563,22 @@ class Recognizer:
         if any(i not in self._streams for i in ids):
             return events  # a failed stream was closed and the batch dropped
         # 5. results, endpoints, ends of streams
-        return events + self._results(batch)
+        return events + self._results(batch, best, trailing)
+
+    def _wake_events(self, batch: _Batch, dets: list[Detection], best: dict[int, HypOut]) -> list[Event]:
+        """One WakeWord per detection, spanning the keyword as the stream's best hypothesis aligned it
+        (:func:`~streamd.decode.kws.aligned_span`), else the head's span."""
+        if not dets:
+            return []
+        kws_ids = [batch.ids[row] for row in batch.kws_rows.tolist()]
+        events: list[Event] = []
+        for d in dets:
+            sid = kws_ids[d.row]
+            earliest = (d.frame + 1 - self.kws.max_span_frames) * self.frame_shift_s
+            span = aligned_span(d.keyword, self._words(best[sid]), earliest, d.end)
+            start, end = span if span is not None else (d.start, d.end)
+            events.append(WakeWord(sid, d.keyword, d.score, start, end))
+        return events
 
     def _hyps(self, batch: _Batch, final: bool = False, methods: tuple[str, ...] | None = None
               ) -> tuple[dict[int, HypOut], dict[int, int]]:
@@ -594,9 +609,9 @@ class Recognizer:
         probs = self.calibration.apply([w.conf for w in words]).tolist()
         return tuple(dataclasses.replace(w, conf=p, conf_raw=w.conf) for w, p in zip(words, probs))
 
-    def _results(self, batch: _Batch) -> list[Event]:
+    def _results(self, batch: _Batch, best: dict[int, HypOut], trailing: dict[int, int]) -> list[Event]:
+        """Partials, endpoints and ends of streams after a decoded chunk; best, trailing: from :meth:`_hyps`."""
         events: list[Event] = []
-        best, trailing = self._hyps(batch)
         streams = [self._streams[i] for i in batch.ids]
         seg_frames = [st.frames_done - st.segment_start for st in streams]
         rules = self.endpointer.check([trailing[st.id] for st in streams], seg_frames,

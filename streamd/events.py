@@ -106,7 +106,8 @@ class Final:
 
 @dataclass(frozen=True)
 class WakeWord:
-    """A keyword fired on the KWS head."""
+    """A keyword fired on the KWS head; ``start``/``end`` span the spoken keyword: its words in the
+    stream's best hypothesis, else the head's rise (:func:`streamd.decode.kws.aligned_span`, docs/protocol.md)."""
 
     stream: int
     keyword: str

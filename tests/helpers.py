@@ -75,6 +75,71 @@ def make_model(vocab=7, kind="stateless", seed=0, joiner_dim=16, keywords=(), ct
     return m
 
 
+def peaky_model(vocab: int = 6, seed: int = 0, sharpness: float = 8.0, noise: float = 0.1) -> Transducer:
+    """A small random transducer that aligns like a trained one, for timing tests (frames: peaky_batch).
+
+    Stateless decoder with context 1 and the joiner's logit of token u ~ sharpness * tanh(enc_p[u] +
+    dec_p[u]) plus make_model's random weights scaled by ``noise``: the projected encoder frame says
+    which token is spoken, and after emitting token v the decoder output lowers v and raises blank, so
+    a token is emitted once, as a trained model does.
+    """
+    m = make_model(vocab=vocab, kind="stateless-1", seed=seed)
+    j, dec = m.joiner, m.decoder
+    eye = torch.eye(vocab)
+    with torch.no_grad():
+        j.out.weight.mul_(noise)
+        j.out.weight[:, :vocab] += sharpness * eye
+        j.out.bias.zero_()
+        dec.embedding.weight.zero_()
+        dec.embedding.weight[:, :vocab] = eye  # decoder output relu(one-hot(last token))
+        j.dec_proj.weight.mul_(noise)
+        j.dec_proj.bias.zero_()
+        j.dec_proj.weight[1:vocab, 1:vocab] -= 2.0 * eye[1:, 1:]  # the token just emitted is unlikely again
+        j.dec_proj.weight[0, 1:vocab] += 1.0  # and blank likelier
+    return m
+
+
+def peaky_frames(model: Transducer, script, seed: int = 0, noise: float = 0.1) -> torch.Tensor:
+    """Projected encoder frames (T, J) for peaky_model from a script of T frames: None is silence
+    (blank), (v, a) token v with strength a in [0, 1] (0.8 and up: emitted there; 0.4: a few per cent;
+    0.2: about 1e-4), so a token may rise over a few frames, as in speech."""
+    g = torch.Generator().manual_seed(seed)
+    vocab = model.cfg.vocab_size
+    z = torch.full((len(script), model.cfg.joiner_dim), -1.0)
+    for t, item in enumerate(script):
+        v, a = (0, 0.0) if item is None else item
+        z[t, 0] = 1.0 - 2.0 * a
+        if v:
+            z[t, v] = 2.0 * a - 1.0
+    z[:, vocab:] = 0.0
+    return z + noise * torch.randn(z.shape, generator=g)
+
+
+# how a token's strength rises over the frames before the one that emits it (peaky_frames)
+RISES = ((0.9,), (0.4, 0.9), (0.2, 0.4, 0.8), (0.2, 0.2, 0.4, 0.9))
+
+
+def peaky_batch(model: Transducer, b: int, seed: int, max_tokens: int = 6) -> tuple[torch.Tensor, torch.Tensor]:
+    """Frames (B, T, J) and lengths (B,) for peaky_model from random scripts: per stream 0-3 silent frames,
+    then 1..max_tokens tokens (never the same twice in a row), each rising as one of RISES and followed
+    by 0-2 silent frames; padding frames are zeros."""
+    rng = random.Random(seed)
+    vocab = model.cfg.vocab_size
+    frames = []
+    for i in range(b):
+        script, prev = [None] * rng.randint(0, 3), 0
+        for _ in range(rng.randint(1, max_tokens)):
+            v = rng.choice([u for u in range(1, vocab) if u != prev])
+            script += [(v, a) for a in rng.choice(RISES)] + [None] * rng.randint(0, 2)
+            prev = v
+        frames.append(peaky_frames(model, script, seed * 1000 + i))
+    lengths = torch.tensor([len(f) for f in frames])
+    enc_p = torch.zeros(b, int(lengths.max()), model.cfg.joiner_dim)
+    for i, f in enumerate(frames):
+        enc_p[i, :len(f)] = f
+    return enc_p, lengths
+
+
 def max_prob(lp):
     """A simple confidence measure for search tests: the top probability of log-probs (..., V)."""
     return lp.exp().max(-1).values

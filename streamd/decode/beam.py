@@ -14,12 +14,18 @@ For every frame ``t`` of a stream with beam ``k``::
             B = best k of B; next frame
 
 "add" merges a sequence that is already in the set by log-adding its score;
-the entry that was there first keeps its frames, confidences and blank
-bookkeeping (as icefall's ``HypothesisList.add``).  "Most probable" and
-"best k" break score ties by insertion order.  A token's frame is the ``t`` of
-the expansion that added it, its confidence the ``measure`` of that
-expansion's log-prob vector (with ``exclude_blank=False``, folded with the
-measures of the hypothesis' blank expansions since its previous token).
+the more probable of the two keeps its frames, confidences and blank
+bookkeeping (the entry that was there first on a tie), so a hypothesis is
+timed by its best path, as in modified beam search.  (icefall's
+``HypothesisList.add`` keeps the first entry's: a token that an improbable
+path emitted earlier, carried in the beam e.g. through leading silence,
+then dates the token when the likely path emits it, so words came out early,
+by up to the whole silence; on the shipped model most words one frame early.)  "Most
+probable" and "best k" break score ties by insertion order.  A token's frame
+is the ``t`` of the expansion that added it, its confidence the ``measure``
+of that expansion's log-prob vector (with ``exclude_blank=False``, folded
+with the measures of the hypothesis' blank expansions since its previous
+token).
 
 Two safety caps bound the work per frame (icefall has only a per-utterance
 symbol cap):
@@ -128,9 +134,15 @@ class BeamHyp:
 
 
 def _add(hyps: dict[Tokens, BeamHyp], key: Tokens, hyp: BeamHyp) -> None:
-    """Insert hyp, or log-add its score into the entry already stored under key."""
+    """Insert hyp, or log-add its score into the entry already stored under key; the more
+    probable of the two keeps its frames, confidences and blank bookkeeping (the stored one
+    on a tie), and the entry keeps its place in the dict's order."""
     old = hyps.get(key)
-    hyps[key] = hyp if old is None else replace(old, score=logaddexp(old.score, hyp.score))
+    if old is None:
+        hyps[key] = hyp
+        return
+    timing = hyp if hyp.score > old.score else old
+    hyps[key] = replace(timing, score=logaddexp(old.score, hyp.score))
 
 
 def _topk(hyps: dict[Tokens, BeamHyp], k: int) -> dict[Tokens, BeamHyp]:

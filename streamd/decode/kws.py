@@ -8,12 +8,20 @@ Per stream and keyword, frame by frame (absolute frame index ``f``):
 * the keyword fires at ``f`` when ``s[f] >= threshold_for(keyword)`` and it did
   not fire in the last ``R`` frames, ``R = seconds_to_frames(refractory_s)``
   (i.e. ``(f - last_fire) * frame_shift_s >= refractory_s``);
-* a detection spans ``start = run_start * frame_shift_s`` to
-  ``end = (f + 1) * frame_shift_s`` where ``run_start`` is the first frame of
-  the contiguous run of frames with raw score ``>= threshold / 2`` containing
-  ``f`` (possibly begun in an earlier chunk).  With smoothing the firing
-  frame itself can be below half the threshold; the run is then the most
-  recent one before ``f``.  Its ``score`` is ``s[f]``.
+* a detection's head span runs from ``start = max(run_start, f + 1 - W) *
+  frame_shift_s`` to ``end = (f + 1) * frame_shift_s``, where ``run_start`` is
+  the first frame of the contiguous run of frames with raw score ``>=
+  threshold / 2`` containing ``f`` (possibly begun in an earlier chunk) and
+  ``W = seconds_to_frames(MAX_KEYWORD_S)``: the head's rise up to the firing
+  frame, at most ``MAX_KEYWORD_S`` long.  With smoothing the firing frame
+  itself can be below half the threshold; the run is then the most recent
+  one before ``f``.  Its ``score`` is ``s[f]``.
+
+A head trained with a max-pooling loss (the shipped model's) jumps from
+about 0 to about 1 within one frame near the keyword's end, so its span is a
+frame or two, not the phrase.  The engine therefore dates a detection by
+the recognizer's own alignment when its hypothesis holds the keyword
+(:func:`aligned_span`) and keeps the head span otherwise.
 
 Conventions: B streams, T frames per chunk, K keywords.  Scores are handled
 in float64 so that thresholds compare exactly.  :meth:`KwsDetector.step`
@@ -33,21 +41,27 @@ from torch import Tensor
 
 from streamd.config import ConfigError, KwsConfig
 from streamd.decode.endpoint import seconds_to_frames
+from streamd.events import Word
 
-__all__ = ["Detection", "KwsState", "KwsDetector"]
+__all__ = ["MAX_KEYWORD_S", "Detection", "KwsState", "KwsDetector", "aligned_span"]
 
 _NEVER = -(2 ** 62)  # "never fired" sentinel for last_fire (frame differences stay far from overflow)
+
+MAX_KEYWORD_S = 2.0
+"""Longest a spoken keyword is taken to last: how far before its firing frame a detection's span may start."""
 
 
 @dataclass(frozen=True)
 class Detection:
-    """One keyword firing: stream row in the batch, keyword, smoothed score, span in seconds."""
+    """One keyword firing: stream row in the batch, keyword, smoothed score, head span in seconds
+    (``start`` to ``end``), and ``frame``, the absolute encoder frame it fired at (``end`` is that frame's end)."""
 
     row: int
     keyword: str
     score: float
     start: float
     end: float
+    frame: int
 
 
 @dataclass
@@ -114,6 +128,7 @@ class KwsDetector:
         self.keywords = keywords
         self.cfg = cfg
         self.refractory_frames = seconds_to_frames(cfg.refractory_s, frame_shift_s)  # also checks frame_shift_s
+        self.max_span_frames = max(1, seconds_to_frames(MAX_KEYWORD_S, frame_shift_s))
         self.frame_shift_s = float(frame_shift_s)
         self.window = cfg.smoothing_frames
         self._thresholds = [cfg.threshold_for(k) for k in keywords]
@@ -196,7 +211,8 @@ class KwsDetector:
             fired.append(fire)
             starts.append(torch.where(run_start >= 0, run_start, f))
         fired_t = torch.stack(fired, 1)                                            # (B, T, K)
-        start_t = torch.stack(starts, 1)                                           # (B, T, K)
+        earliest = abs_frame + 1 - self.max_span_frames                           # (B, T)
+        start_t = torch.maximum(torch.stack(starts, 1), earliest.unsqueeze(-1))    # (B, T, K)
 
         gather = (lengths.clamp(0, t_len).unsqueeze(1) + torch.arange(w - 1, device=dev)).unsqueeze(-1)
         new_state = KwsState(
@@ -219,9 +235,10 @@ class KwsDetector:
 
         dets = []
         for r, t, j in zip(*(score_h >= 0).nonzero()):
+            f = int(off_h[r]) + int(t)
             dets.append(Detection(row=int(r), keyword=self.keywords[j], score=float(score_h[r, t, j]),
                                   start=int(start_h[r, t, j]) * self.frame_shift_s,
-                                  end=(int(off_h[r]) + int(t) + 1) * self.frame_shift_s))
+                                  end=(f + 1) * self.frame_shift_s, frame=f))
         return new_state, dets
 
     def _threshold_tensor(self, device: torch.device) -> Tensor:
@@ -274,3 +291,43 @@ class KwsDetector:
             expected = int(state.next_frame[r])  # error path only: a host read is fine here
             raise ValueError(f"frame_offset[{r}] = {int(offsets[r])}: expected {expected if expected >= 0 else '>= 0'}"
                              " (the frame after the stream's previous chunk)")
+
+
+# ---------------------------------------------------------------------- spans
+
+
+def aligned_span(keyword: str, words: Sequence[Word], earliest_s: float, fire_end_s: float
+                 ) -> tuple[float, float] | None:
+    """Where the recognizer's hypothesis says a fired keyword was spoken, or None.
+
+    keyword: the phrase, words separated by spaces (compared case-insensitively).
+    words: (N,) the stream's best hypothesis of the open segment in time order,
+        as decoded up to the end of the chunk the keyword fired in.
+    earliest_s: an occurrence must start at or after this time (the firing frame's
+        end minus :data:`MAX_KEYWORD_S`, on the frame grid).
+    fire_end_s: end of the firing frame.
+
+    The occurrence is the latest word position ``i`` with ``words[i].start >=
+    earliest_s`` where either
+
+    * the keyword's n words follow one another: ``words[i:i+n]`` equal them; the
+      span is ``(words[i].start, words[i+n-1].end)``;
+    * the hypothesis stops inside the keyword (the recognizer emits later
+      than the head fires): ``words[i:]`` are m <= n words, the first m - 1
+      equal the keyword's, the last is a prefix of the keyword's m-th word;
+      the span is ``(words[i].start, max(words[-1].end, fire_end_s))``.
+    """
+    kw = keyword.casefold().split()
+    if not kw:
+        return None
+    texts = [w.word.casefold() for w in words]
+    for i in range(len(words) - 1, -1, -1):
+        if words[i].start < earliest_s:
+            break
+        tail = texts[i:i + len(kw)]
+        if tail == kw:
+            return words[i].start, words[i + len(kw) - 1].end
+        m = len(tail)
+        if i + m == len(words) and tail[:-1] == kw[:m - 1] and kw[m - 1].startswith(tail[-1]):
+            return words[i].start, max(words[-1].end, fire_end_s)
+    return None

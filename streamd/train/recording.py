@@ -221,7 +221,9 @@ def replay_kws(tracks: Sequence[np.ndarray], keywords: Sequence[str], cfg: KwsCo
     cfg: smoothing window and refractory period (its thresholds are ignored: every keyword
         uses each of ``thresholds`` in turn).
     Returns ``dets[i][f]``: the detections of file f at thresholds[i] (``row`` = f), the same
-    as the engine's with ``KwsConfig(threshold=thresholds[i])``.  One detector with K x
+    firings and scores as the engine's with ``KwsConfig(threshold=thresholds[i])``; their spans
+    are the head's (the engine's wake events span the keyword's words where its hypothesis
+    holds them: :func:`~streamd.decode.kws.aligned_span`).  One detector with K x
     len(thresholds) columns (keyword k at threshold i) runs over batches of files.
     """
     keywords = tuple(keywords)
@@ -253,6 +255,6 @@ def replay_kws(tracks: Sequence[np.ndarray], keywords: Sequence[str], cfg: KwsCo
         for d in dets:
             i, kw = d.keyword.split("\t", 1)
             f = files[d.row]
-            out[int(i)][f].append(Detection(f, kw, d.score, d.start, d.end))
+            out[int(i)][f].append(dataclasses.replace(d, row=f, keyword=kw))
         start = end
     return out

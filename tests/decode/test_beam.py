@@ -10,7 +10,7 @@ import math
 import pytest
 import torch
 
-from helpers import make_model, max_prob, random_batch, run_chunked
+from helpers import make_model, max_prob, peaky_batch, peaky_model, random_batch, run_chunked
 from streamd.decode.beam import BeamSearch, BeamSearchState
 from streamd.decode.confidence import aggregate
 
@@ -45,11 +45,15 @@ def ref_beam(model, enc_p, beam, max_sym=3, max_exp=None, exclude_blank=True, ag
     stats = {} if stats is None else stats
 
     def add(hyps, ys, h):
-        if ys in hyps:  # log-add; the hypothesis stored first keeps its timing and confidences
+        if ys in hyps:  # log-add; the more probable path keeps its timing and confidences (the stored one on a tie)
             stats["merges"] = stats.get("merges", 0) + 1
             old = hyps[ys]
-            hyps[ys] = dict(old, score=float(torch.logaddexp(torch.tensor(old["score"], dtype=torch.float64),
-                                                               torch.tensor(h["score"], dtype=torch.float64))))
+            keep = old
+            if h["score"] > old["score"]:
+                keep = h
+                stats["retimed"] = stats.get("retimed", 0) + (h["frames"] != old["frames"])
+            hyps[ys] = dict(keep, score=float(torch.logaddexp(torch.tensor(old["score"], dtype=torch.float64),
+                                                                torch.tensor(h["score"], dtype=torch.float64))))
         else:
             hyps[ys] = h
 
@@ -142,6 +146,20 @@ def test_beam_merges_and_emits_several_symbols_per_frame():
     assert stats.get("merges", 0) > 0
     frames = [h.frames for hs in search.nbest(state, 4) for h in hs]
     assert any(len(set(f)) < len(f) for f in frames)  # some hypothesis emitted 2+ tokens in one frame
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_beam_dates_merged_hypotheses_by_their_best_path(seed):
+    """Tokens rising over a few frames after silence: a path that emitted a token early stays in the
+    beam with little probability until the likely path emits it and merges; the merged hypothesis
+    then takes the likely path's frames (checked against the reference, which counts such merges)."""
+    model = peaky_model(seed=seed)
+    beams = [4, 3, 2, 4]
+    search = BeamSearch(model, measure=max_prob)
+    enc_p, lengths = peaky_batch(model, len(beams), seed)
+    state = run_chunked(search, search.init_state(beams), enc_p, lengths, seed)
+    stats = assert_matches(search, state, model, enc_p, lengths, beams)
+    assert stats.get("retimed", 0) > 0
 
 
 @pytest.mark.parametrize("aggregation", ["min", "mean", "prod"])

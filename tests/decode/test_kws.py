@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 
@@ -10,7 +11,8 @@ import pytest
 import torch
 
 from streamd.config import ConfigError, KwsConfig
-from streamd.decode.kws import Detection, KwsDetector, KwsState
+from streamd.decode.kws import MAX_KEYWORD_S, Detection, KwsDetector, KwsState, aligned_span
+from streamd.events import Word
 
 SHIFT = 0.04
 KWS = ("hey", "stop", "go")
@@ -20,9 +22,16 @@ KWS = ("hey", "stop", "go")
 
 
 def reference(keywords, cfg: KwsConfig, shift: float, tracks, offsets=None):
-    """Detections for whole tracks: list of (N_b, K) arrays, one per stream."""
+    """Detections for whole tracks: list of (N_b, K) arrays, one per stream.
+
+    A detection at frame t spans from the start of the latest run of raw scores >= threshold / 2
+    (at t or before it), but at most MAX_KEYWORD_S back: from frame t + 1 - span, span the fewest
+    frames that last MAX_KEYWORD_S; to the end of frame t."""
     out = []
     w = cfg.smoothing_frames
+    span = 1
+    while span * shift < MAX_KEYWORD_S - 1e-9:
+        span += 1
     for b, track in enumerate(tracks):
         base = 0 if offsets is None else offsets[b]
         events = []
@@ -41,8 +50,9 @@ def reference(keywords, cfg: KwsConfig, shift: float, tracks, offsets=None):
                 ready = last_fire is None or (t - last_fire) * shift >= cfg.refractory_s - 1e-9
                 if sm >= thr and ready:
                     last_fire = t
-                    start = run_start if run_start is not None else t
-                    events.append((t, k, Detection(b, kw, sm, (base + start) * shift, (base + t + 1) * shift)))
+                    start = max(run_start if run_start is not None else t, t + 1 - span)
+                    events.append((t, k, Detection(b, kw, sm, (base + start) * shift, (base + t + 1) * shift,
+                                                   base + t)))
         out += [d for _, _, d in sorted(events, key=lambda e: (e[0], e[1]))]
     return out
 
@@ -124,6 +134,43 @@ def test_matches_reference_random_chunks(seed):
         assert run_chunked(det, tracks, splits, pad_value=1.0) == want
 
 
+def ramp_track(rng: np.random.Generator, n: int, k: int) -> np.ndarray:
+    """Noise plus gradual rises (linear from ~0 to a peak over 3-40 frames, held 0-30 frames, then a drop),
+    as a head whose score grows while the keyword is spoken; quantized to 1/256."""
+    x = rng.uniform(0.0, 0.1, size=(n, k))
+    for j in range(k):
+        t = int(rng.integers(0, 10))
+        while t < n:
+            rise, hold = int(rng.integers(3, 41)), int(rng.integers(0, 31))
+            peak = rng.uniform(0.4, 1.0)
+            seg = np.concatenate([np.linspace(0.0, peak, rise), np.full(hold, peak)])[: n - t]
+            x[t: t + len(seg), j] = np.maximum(x[t: t + len(seg), j], seg)
+            t += len(seg) + int(rng.integers(1, 30))
+    return np.clip(np.round(x * 256) / 256, 0.0, 1.0).astype(np.float32)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_spans_follow_gradual_rises_up_to_max_keyword_s(seed):
+    """Scores that rise over many frames: spans are the rise (longer than a frame), clamped to
+    MAX_KEYWORD_S before the firing frame (here 20 frames of 0.1 s) when the run is longer."""
+    rng = np.random.default_rng(100 + seed)
+    prng = random.Random(seed)
+    shift = 0.1
+    cfg = KwsConfig(threshold=[0.5, 0.7][seed % 2], smoothing_frames=[1, 3][seed // 2],
+                    refractory_s=[0.0, 0.5, 1.5, 0.3][seed])
+    det = KwsDetector(KWS, cfg, shift)
+    assert det.max_span_frames == 20
+    tracks = [ramp_track(rng, int(rng.integers(80, 200)), 3) for _ in range(3)]
+    want = sort_ref(reference(KWS, cfg, shift, tracks, offsets=[0, 5, 1000]))
+    for max_chunk in (1, 4, 9):
+        splits = [random_splits(prng, len(t), max_chunk) for t in tracks]
+        assert run_chunked(det, tracks, splits, offsets=[0, 5, 1000]) == want
+    frames = [round((d.end - d.start) / shift) for d in want]
+    assert all(1 <= f <= 20 for f in frames)
+    assert sum(f > 1 for f in frames) > len(frames) / 2  # gradual rises give spans longer than a frame
+    assert 20 in frames  # and long runs are clamped
+
+
 def test_padding_nan_is_ignored():
     rng = np.random.default_rng(7)
     cfg = KwsConfig(smoothing_frames=4, refractory_s=0.3)
@@ -144,7 +191,7 @@ def test_batch_invariance_and_offsets():
     single = []
     for r in range(4):
         for d in run_chunked(det, [tracks[r]], [splits[r]], offsets=[offsets[r]]):
-            single.append(Detection(r, d.keyword, d.score, d.start, d.end))
+            single.append(dataclasses.replace(d, row=r))
     assert batched == single == sort_ref(reference(KWS, cfg, SHIFT, tracks, offsets))
 
 
@@ -166,9 +213,9 @@ def test_state_select_and_cat():
     st, d2 = det.step(st, rest, torch.tensor([50 - half, 50 - half, 50]), torch.tensor([half, half, 0]))
     ref = reference(KWS, cfg, SHIFT, tracks)
     remap = {0: 1, 2: 0}
-    want_tail = sorted((Detection(remap[d.row], d.keyword, d.score, d.start, d.end) for d in ref
+    want_tail = sorted((dataclasses.replace(d, row=remap[d.row]) for d in ref
                         if d.row in remap and d.end > half * SHIFT + 1e-9), key=lambda d: (d.row, d.end))
-    want_tail += [Detection(2, d.keyword, d.score, d.start, d.end) for d in ref if d.row == 1]
+    want_tail += [dataclasses.replace(d, row=2) for d in ref if d.row == 1]
     assert d1 == [d for d in ref if d.end <= half * SHIFT + 1e-9]
     assert want_tail, "test data should produce detections after the split"
     assert sorted(d2, key=lambda d: (d.row, d.end, KWS.index(d.keyword))) == sort_ref(want_tail)
@@ -186,7 +233,7 @@ def test_hand_example_exact_values():
     assert d1 == []
     # fires at 3 (score 0.5 >= 0.5), frames 4, 5 in refractory, fires again at 6 (3 frames later);
     # frame 8 is a new run but only 2 frames after 6 -> suppressed
-    assert d2 == [Detection(0, "hey", 0.5, 1 * SHIFT, 4 * SHIFT), Detection(0, "hey", 0.6, 1 * SHIFT, 7 * SHIFT)]
+    assert d2 == [Detection(0, "hey", 0.5, 1 * SHIFT, 4 * SHIFT, 3), Detection(0, "hey", 0.6, 1 * SHIFT, 7 * SHIFT, 6)]
 
 
 def test_smoothing_at_stream_start_and_run_before_firing_frame():
@@ -195,11 +242,11 @@ def test_smoothing_at_stream_start_and_run_before_firing_frame():
     # frame 0 alone: mean 0.8 >= 0.5 -> fires immediately (average over available frames)
     st = det.init_state(1)
     _, d = det.step(st, torch.tensor([0.8, 0.0], dtype=torch.float64).view(1, 2, 1), torch.tensor([2]), torch.tensor([0]))
-    assert d == [Detection(0, "a", 0.8, 0.0, SHIFT)]
+    assert d == [Detection(0, "a", 0.8, 0.0, SHIFT, 0)]
     # smoothed score reaches the threshold on a frame below threshold/2: the run is the latest one
     raw = [0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0]  # means at frame 6: (0 + 1 + 1 + 0) / 4 = 0.5
     _, d = det.step(det.init_state(1), torch.tensor(raw, dtype=torch.float64).view(1, 7, 1), torch.tensor([7]), torch.tensor([0]))
-    assert d == [Detection(0, "a", 0.5, 4 * SHIFT, 6 * SHIFT)]  # fires at frame 5: (0+0+1+1)/4
+    assert d == [Detection(0, "a", 0.5, 4 * SHIFT, 6 * SHIFT, 5)]  # fires at frame 5: (0+0+1+1)/4
 
 
 def test_refractory_zero_fires_every_frame_and_disabled():
@@ -288,4 +335,69 @@ def test_empty_rows_may_carry_any_frame_offset():
     # row 1 has no frames in this chunk: its offset is padding and must not move the expected frame
     st, _ = det.step(st, torch.zeros(2, 2, 1), torch.tensor([2, 0]), torch.tensor([3, 999]))
     st, d = det.step(st, torch.ones(2, 1, 1), torch.tensor([1, 1]), torch.tensor([5, 3]))
-    assert d == [Detection(0, "a", 1.0 / 1, 5 * SHIFT, 6 * SHIFT), Detection(1, "a", 1.0, 3 * SHIFT, 4 * SHIFT)]
+    assert d == [Detection(0, "a", 1.0 / 1, 5 * SHIFT, 6 * SHIFT, 5), Detection(1, "a", 1.0, 3 * SHIFT, 4 * SHIFT, 3)]
+
+
+# ---------------------------------------------------------------- spans from the hypothesis
+
+
+def ref_aligned_span(keyword, words, earliest_s, fire_end_s, kinds=None):
+    """aligned_span from its definition, on the texts: scan every start position, keep the last match
+    (kinds: counts of the outcomes "full", "cut" and "none")."""
+    kw = " ".join(keyword.casefold().split())
+    n = len(kw.split())
+    found, kind = None, "none"
+    for i, w in enumerate(words):
+        if w.start < earliest_s:
+            continue
+        tail = " ".join(x.word.casefold() for x in words[i:])
+        if (tail + " ").startswith(kw + " "):  # the whole keyword, maybe more words after it
+            found, kind = (w.start, words[i + n - 1].end), "full"
+        elif kw.startswith(tail):  # the hypothesis stops inside the keyword
+            found, kind = (w.start, max(words[-1].end, fire_end_s)), "cut"
+    if kinds is not None:
+        kinds[kind] = kinds.get(kind, 0) + 1
+    return found
+
+
+def random_words(rng: random.Random, vocab, keyword: str) -> list[Word]:
+    """0-9 random words from vocab, with the keyword's words planted in a third of the draws;
+    times on the frame grid."""
+    texts = [rng.choice(vocab) for _ in range(rng.randint(0, 9))]
+    if rng.random() < 1 / 3:
+        at = rng.randint(0, len(texts))
+        texts[at:at] = keyword.split()
+    words, t = [], rng.randint(0, 5)
+    for text in texts:
+        start = t + rng.randint(0, 3)
+        t = start + rng.randint(1, 6)
+        words.append(Word(text, start * SHIFT, t * SHIFT, 1.0))
+    return words
+
+
+@pytest.mark.parametrize("keyword", ["hey stream", "hey", "Hey  Stream now"])
+def test_aligned_span_matches_reference(keyword):
+    rng = random.Random(keyword)
+    vocab = ["hey", "he", "h", "hey", "stream", "stream", "str", "s", "heyy", "now", "no", "turn"]
+    kinds = {}
+    for _ in range(3000):
+        words = random_words(rng, vocab, keyword)
+        earliest, fire_end = rng.randint(-3, 20) * SHIFT, rng.randint(1, 40) * SHIFT
+        want = ref_aligned_span(keyword, words, earliest, fire_end, kinds)
+        assert aligned_span(keyword, words, earliest, fire_end) == want, (words, earliest, fire_end)
+    assert len(kinds) == 3 and min(kinds.values()) > 50, kinds
+
+
+def test_aligned_span_examples():
+    w = [Word("hey", 0.64, 0.76, 1.0), Word("stream", 0.84, 1.2, 1.0), Word("turn", 1.56, 1.76, 1.0),
+         Word("hey", 2.0, 2.2, 1.0), Word("st", 2.3, 2.4, 1.0)]
+    assert aligned_span("hey stream", w[:3], 0.0, 1.0) == (0.64, 1.2)  # the head fired inside the phrase
+    assert aligned_span("hey stream", w[:3], 0.0, 1.48) == (0.64, 1.2)  # or after it
+    assert aligned_span("hey stream", w[:3], 0.68, 1.48) is None  # began too long before the firing frame
+    # the latest occurrence; the hypothesis stops inside it (the recognizer is behind the head)
+    assert aligned_span("hey stream", w, 0.0, 2.6) == (2.0, 2.6)
+    assert aligned_span("hey stream", w, 0.0, 2.32) == (2.0, 2.4)
+    assert aligned_span("hey stream", w[:4], 0.0, 2.32) == (2.0, 2.32)
+    assert aligned_span("HEY Stream", w[:2], 0.0, 1.0) == (0.64, 1.2)
+    assert aligned_span("hey stream", [], 0.0, 1.0) is None
+    assert aligned_span("hey stream", [Word("hey", 0.1, 0.2, 1.0), Word("there", 0.3, 0.5, 1.0)], 0.0, 1.0) is None
