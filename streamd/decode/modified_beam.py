@@ -50,8 +50,9 @@ LM write words into silence (e.g. "on" after every endpoint on digital
 silence, where the model alone writes nothing).  Each hypothesis carries its LM automaton state (two gathers per
 round, no host synchronization).  Hypotheses with the same tokens have the
 same LM state, so merging is unchanged.  ``best(final=True)`` also adds
-``lambda * log p_lm(</s> | hypothesis)``, so a segment that ends mid-word
-("call sar") loses to one that ends a sentence ("call sarah").
+``lambda * log p_lm(</s> | hypothesis)`` to every non-empty hypothesis, so a
+segment that ends mid-word ("call sar") loses to one that ends a sentence
+("call sarah"); the empty one has no sentence to end and gets no such term.
 
 Shape legend: B streams, K = max beam, V vocabulary, J joiner dim,
 T frames in the chunk, L token capacity.
@@ -319,10 +320,16 @@ class ModifiedBeamSearch:
         return new_done
 
     def final_scores(self, state: BeamState) -> Tensor:
-        """(B, K) scores of the hypotheses as complete segments (the LM's end-of-sentence term added)."""
+        """(B, K) scores of the hypotheses as complete segments (the LM's end-of-sentence term added).
+
+        An empty hypothesis gets no end term: it writes nothing, so there is no sentence to end.  The LM never
+        saw an empty sentence (log p(</s> | <s>) is about -70 for the shipped one), and charging it to the empty
+        hypothesis made a short word ("on") win every endpoint in background noise.
+        """
         if self.lm is None:
             return state.scores
-        return state.scores + self.lm_weight * self.lm.end_score(state.lm_state)
+        end = self.lm.end_score(state.lm_state).masked_fill(state.hyps.lengths == 0, 0.0)
+        return state.scores + self.lm_weight * end
 
     def best(self, state: BeamState, final: bool = False) -> list[HypOut]:
         """Best hypothesis per stream (one host transfer); final: rank as complete segments."""

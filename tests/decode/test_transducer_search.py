@@ -60,7 +60,7 @@ def ref_modified_beam(model, enc_p, beam, max_sym=1, lm=None, lm_weight=0.0, fin
     unchanged, and the top `beam` of all of them survive; merges need the same sequence and
     the same consumed-or-not.  With an LM (helpers.RefWittenBell), shallow fusion: a token's
     extension also scores min(0, lm_weight * log p_lm(token | tokens so far) + lm_bonus); final=True ranks the
-    hypotheses with lm_weight * log p_lm(</s> | tokens) added."""
+    non-empty hypotheses with lm_weight * log p_lm(</s> | tokens) added."""
     st, dp = dec_init(model)
     hyps = {(): dict(score=0.0, st=st, dp=dp, frames=(), confs=())}
     for t in range(enc_p.shape[0]):
@@ -100,7 +100,8 @@ def ref_modified_beam(model, enc_p, beam, max_sym=1, lm=None, lm_weight=0.0, fin
         hyps = {ys: h for (ys, _), h in cur.items()}
 
     def end(ys):
-        return lm_weight * lm.logp(ys, lm.EOS) if final and lm is not None else 0.0
+        # an empty hypothesis is no sentence: it has nothing to end (no </s> term)
+        return lm_weight * lm.logp(ys, lm.EOS) if final and lm is not None and ys else 0.0
 
     return sorted(((h["score"] + end(ys), ys, h["frames"], h["confs"]) for ys, h in hyps.items()), key=lambda x: -x[0])
 
