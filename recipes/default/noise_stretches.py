@@ -18,6 +18,7 @@ import numpy as np
 from streamd.audio.pcm import load_audio
 from streamd.audio.resample import resample
 from streamd.train.augment import write_wav
+from streamd.train.manifest_lines import iter_audio_lines
 
 RATE = 16000
 
@@ -31,10 +32,10 @@ def main() -> None:
     p.add_argument("--max-clips", type=int, default=12)
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args()
-    clips = [json.loads(line)["audio"] for line in open(a.noise_manifest, encoding="utf-8") if line.strip()]
+    # the clips at their recorded levels (NoiseBank would scale each to unit RMS; the stretches keep real levels)
     bank = []
-    for c in clips:
-        x, rate = load_audio(c)
+    for _, _, _, audio in iter_audio_lines(a.noise_manifest, "noise manifest"):
+        x, rate = load_audio(audio)
         bank.append((resample(x, rate, RATE) if rate != RATE else x).astype(np.float32))
     rng = np.random.default_rng(a.seed)
     out = Path(a.out)
