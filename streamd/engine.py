@@ -574,7 +574,7 @@ class Recognizer:
         events: list[Event] = []
         for d in dets:
             sid = kws_ids[d.row]
-            earliest = (d.frame + 1 - self.kws.max_span_frames) * self.frame_shift_s
+            earliest = self.kws.earliest_start_frame(d.frame) * self.frame_shift_s
             span = aligned_span(d.keyword, self._words(best[sid]), earliest, d.end)
             start, end = span if span is not None else (d.start, d.end)
             events.append(WakeWord(sid, d.keyword, d.score, start, end))

@@ -211,7 +211,7 @@ class KwsDetector:
             fired.append(fire)
             starts.append(torch.where(run_start >= 0, run_start, f))
         fired_t = torch.stack(fired, 1)                                            # (B, T, K)
-        earliest = abs_frame + 1 - self.max_span_frames                           # (B, T)
+        earliest = self.earliest_start_frame(abs_frame)                            # (B, T)
         start_t = torch.maximum(torch.stack(starts, 1), earliest.unsqueeze(-1))    # (B, T, K)
 
         gather = (lengths.clamp(0, t_len).unsqueeze(1) + torch.arange(w - 1, device=dev)).unsqueeze(-1)
@@ -240,6 +240,11 @@ class KwsDetector:
                                   start=int(start_h[r, t, j]) * self.frame_shift_s,
                                   end=(f + 1) * self.frame_shift_s, frame=f))
         return new_state, dets
+
+    def earliest_start_frame(self, frame):
+        """First frame a detection firing at ``frame`` (int or int tensor) may span back to:
+        ``frame + 1 - W``, ``W`` the :data:`MAX_KEYWORD_S` window in frames."""
+        return frame + 1 - self.max_span_frames
 
     def _threshold_tensor(self, device: torch.device) -> Tensor:
         """(K,) float64 per-keyword thresholds on ``device`` (cached: no copy per chunk)."""
