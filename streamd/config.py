@@ -29,6 +29,11 @@ __all__ = [
     "ConfidenceConfig",
     "EndpointConfig",
     "KwsConfig",
+    "PhraseSpec",
+    "parse_phrases",
+    "WAKE_WORDS_HELP",
+    "HOTWORDS_HELP",
+    "MAX_PHRASES",
     "DecodingConfig",
     "EngineConfig",
     "ServerConfig",
@@ -253,6 +258,64 @@ class EndpointConfig:
         _positive(self.rule3_max_utterance, "rule3_max_utterance")
 
 
+MAX_PHRASES = 256
+"""Most runtime wake words / hotwords one list may hold (each adds states to the stream's context graph)."""
+MAX_PHRASE_CHARS = 100
+
+
+@dataclass(frozen=True)
+class PhraseSpec:
+    """One runtime wake word or hotword: the phrase as words, an optional per-token ``boost`` and, for wake
+    words, an optional detection ``threshold`` (None: the list's default).  In YAML and JSON an entry is a
+    string (the phrase) or a mapping with these keys."""
+
+    phrase: str
+    boost: float | None = None
+    threshold: float | None = None
+
+    def __post_init__(self) -> None:
+        _check(isinstance(self.phrase, str) and bool(self.phrase.split()), "phrase",
+               f"must be a non-empty string of words, got {self.phrase!r}")
+        _check(len(self.phrase) <= MAX_PHRASE_CHARS, "phrase",
+               f"must be at most {MAX_PHRASE_CHARS} characters, got {len(self.phrase)}")
+        object.__setattr__(self, "phrase", " ".join(self.phrase.split()))
+        if self.boost is not None:
+            _check(0.0 <= self.boost <= 20.0, "boost", f"must be in [0, 20], got {self.boost}")
+        if self.threshold is not None:
+            _check(0.0 < self.threshold < 1.0, "threshold", f"must be in (0, 1), got {self.threshold}")
+
+
+WAKE_WORDS_HELP = ("runtime wake words, comma-separated (e.g. \"computer,hey jarvis\"): spotted on the recognizer's "
+                   "own encoder output, reported as wake events like the built-in one")
+HOTWORDS_HELP = ("phrases to favour (contextual biasing), comma-separated, e.g. names; needs method modified_beam")
+
+
+def parse_phrases(value: Any, path: str) -> tuple[PhraseSpec, ...]:
+    """A phrase list from config, CLI or a start message: a comma-separated string, or a list of
+    strings / mappings (``phrase``, ``boost``, ``threshold``).  ConfigError names the bad entry
+    (``path[i]``); duplicates and more than :data:`MAX_PHRASES` entries are errors."""
+    if isinstance(value, str):
+        value = [p for p in (x.strip() for x in value.split(",")) if p]
+    if not isinstance(value, (list, tuple)):
+        _fail(path, f"expected a list of phrases, got {type(value).__name__}")
+    _check(len(value) <= MAX_PHRASES, path, f"at most {MAX_PHRASES} phrases, got {len(value)}")
+    out: list[PhraseSpec] = []
+    for i, v in enumerate(value):
+        where = f"{path}[{i}]"
+        if isinstance(v, PhraseSpec):
+            spec = v
+        elif isinstance(v, str):
+            spec = _convert(PhraseSpec, {"phrase": v}, where)
+        elif isinstance(v, Mapping):
+            spec = _convert(PhraseSpec, v, where)
+        else:
+            _fail(where, f"expected a phrase string or a mapping, got {type(v).__name__}")
+        if any(spec.phrase.casefold() == o.phrase.casefold() for o in out):
+            _fail(where, f"duplicate phrase {spec.phrase!r}")
+        out.append(spec)
+    return tuple(out)
+
+
 @dataclass(frozen=True)
 class KwsConfig:
     """Wake-word detection on the KWS head's per-frame sigmoid scores.
@@ -260,6 +323,12 @@ class KwsConfig:
     ``thresholds`` maps keyword -> threshold and overrides ``threshold``.
     ``smoothing_frames`` is a moving-average window over encoder frames (1 = off).
     ``refractory_s`` suppresses re-triggering the same keyword.
+
+    Runtime wake words (:mod:`streamd.decode.keyword_search`; text, no retraining): ``wake_words`` the
+    phrases (a stream's start message may replace the list); ``wake_threshold`` the default detection
+    threshold on the mean probability of a keyword's tokens; ``wake_boost`` the per-token boost of the
+    keyword search; ``wake_beam`` its hypotheses per stream; ``trailing_blanks`` frames the keyword must be
+    followed by no other letter before it is reported.  ``enabled`` false turns both kinds off.
     """
 
     enabled: bool = True
@@ -267,6 +336,11 @@ class KwsConfig:
     thresholds: Mapping[str, float] = field(default_factory=dict)
     smoothing_frames: int = 1
     refractory_s: float = 1.0
+    wake_words: tuple[PhraseSpec, ...] = ()
+    wake_threshold: float = 0.3
+    wake_boost: float = 1.0
+    wake_beam: int = 4
+    trailing_blanks: int = 2
 
     def __post_init__(self) -> None:
         _check(0.0 < self.threshold < 1.0, "threshold", f"must be in (0, 1), got {self.threshold}")
@@ -276,6 +350,11 @@ class KwsConfig:
         object.__setattr__(self, "thresholds", types.MappingProxyType(dict(self.thresholds)))
         _check(self.smoothing_frames >= 1, "smoothing_frames", f"must be >= 1, got {self.smoothing_frames}")
         _positive(self.refractory_s, "refractory_s", strict=False)
+        object.__setattr__(self, "wake_words", parse_phrases(self.wake_words, "wake_words"))
+        _check(0.0 < self.wake_threshold < 1.0, "wake_threshold", f"must be in (0, 1), got {self.wake_threshold}")
+        _check(0.0 <= self.wake_boost <= 20.0, "wake_boost", f"must be in [0, 20], got {self.wake_boost}")
+        _check(1 <= self.wake_beam <= 16, "wake_beam", f"must be 1..16, got {self.wake_beam}")
+        _check(0 <= self.trailing_blanks <= 50, "trailing_blanks", f"must be 0..50, got {self.trailing_blanks}")
 
     def threshold_for(self, keyword: str) -> float:
         return float(self.thresholds.get(keyword, self.threshold))
@@ -292,6 +371,10 @@ class DecodingConfig:
     ``lm_weight``: lambda of ``log p_rnnt + lambda * log p_lm + beta`` per
     token (0 disables fusion); ``lm_bonus``: beta, a per-token bonus that
     offsets the LM's preference for short hypotheses.
+    ``hotwords``: phrases to favour (contextual biasing, :mod:`streamd.decode.context_graph`), each token
+    along a matching path boosted by ``hotword_boost`` (or the phrase's own ``boost``) and the boost taken
+    back when the path leaves the phrase; they need ``method: modified_beam`` and apply to the streams
+    that decode with it (a start message may replace the list).
     """
 
     method: str = "greedy"
@@ -301,6 +384,8 @@ class DecodingConfig:
     lm: str = "auto"
     lm_weight: float = 0.2
     lm_bonus: float = 0.5
+    hotwords: tuple[PhraseSpec, ...] = ()
+    hotword_boost: float = 1.5
 
     def __post_init__(self) -> None:
         _one_of(self.method, SEARCH_METHODS, "method")
@@ -311,6 +396,10 @@ class DecodingConfig:
         _check(bool(self.lm), "lm", "must be auto, none or the path of an LM file, got ''")
         _check(0.0 <= self.lm_weight <= 5.0, "lm_weight", f"must be in [0, 5], got {self.lm_weight}")
         _check(-10.0 <= self.lm_bonus <= 10.0, "lm_bonus", f"must be in [-10, 10], got {self.lm_bonus}")
+        object.__setattr__(self, "hotwords", parse_phrases(self.hotwords, "hotwords"))
+        _check(not self.hotwords or self.method == "modified_beam", "hotwords",
+               f"need method modified_beam (the boost is a beam-search score), got method {self.method!r}")
+        _check(0.0 <= self.hotword_boost <= 20.0, "hotword_boost", f"must be in [0, 20], got {self.hotword_boost}")
 
 
 @dataclass(frozen=True)
@@ -497,6 +586,10 @@ T = TypeVar("T")
 
 def _convert(tp: Any, value: Any, path: str) -> Any:
     origin = typing.get_origin(tp)
+    if tp == tuple[PhraseSpec, ...]:  # a list of phrases, or one comma-separated string of them
+        return parse_phrases(value, path)
+    if tp is PhraseSpec and isinstance(value, str):
+        value = {"phrase": value}
     if dataclasses.is_dataclass(tp):
         if isinstance(value, tp):
             return value

@@ -219,3 +219,64 @@ def speechlike(rng: np.random.Generator, seconds: float, rate: int = 16000) -> n
     x = sum(np.sin(k * phase) / k for k in range(1, 15))
     env = 0.5 + 0.5 * np.sin(2 * np.pi * 4 * np.arange(n) / rate)
     return (0.2 * x * env + 0.01 * rng.standard_normal(n)).astype(np.float32)
+
+
+class RefContext:
+    """The context graph's definitions (streamd/decode/context_graph.py) on token strings: no trie,
+    no fail links.  ``walk`` gives the state, total gain and matches; ``phi`` the total gain of a sequence."""
+
+    def __init__(self, phrases, boosts, prefix=()):
+        self.full = [tuple(prefix) + tuple(p) for p in phrases]
+        self.boosts = list(boosts)
+        self.pre = len(prefix)
+        self.prefix = tuple(prefix)
+
+    def is_state(self, u):
+        return any(f[:len(u)] == u for f in self.full)
+
+    def state(self, x):
+        """Longest suffix of x that is a prefix of some prefix + phrase."""
+        for i in range(len(x) + 1):
+            if self.is_state(x[i:]):
+                return x[i:]
+        raise AssertionError
+
+    def acc(self, u):
+        return max([b * max(0, len(u) - self.pre) for f, b in zip(self.full, self.boosts) if f[:len(u)] == u],
+                   default=0.0)
+
+    def commit(self, u):
+        for n in range(len(u), -1, -1):
+            if u[:n] in self.full:
+                return self.acc(u[:n])
+        return 0.0
+
+    def match(self, u):
+        if u in self.full:
+            return self.full.index(u)
+        best = -1
+        for i in range(1, len(u)):
+            if u[i:] in self.full and (best < 0 or len(self.full[best]) < len(u) - i):
+                best = self.full.index(u[i:])
+        return best
+
+    def walk(self, tokens):
+        s, total, matches = self.state(self.prefix), 0.0, []
+        for v in tokens:
+            n = self.state(s + (v,))
+            total += self.acc(n) - self.acc(s) + (0.0 if n == s + (v,) else self.commit(s))
+            s = n
+            matches.append(self.match(s))
+        return s, total, matches
+
+
+    def phi(self, tokens):
+        return self.walk(tuple(tokens))[1]
+
+    def gain(self, ys, v):
+        """Boost of extending hypothesis ``ys`` by token ``v``."""
+        return self.phi(tuple(ys) + (v,)) - self.phi(ys)
+
+    def back(self, ys):
+        s = self.walk(tuple(ys))[0]
+        return self.commit(s) - self.acc(s)

@@ -68,6 +68,7 @@ from torch import Tensor
 
 from ..model.decoder import DecoderState
 from ..model.transducer import Transducer
+from .context_graph import ContextGraph, GraphSet
 from .common import HASH_START, BlankConfAcc, Measure, check_step_inputs, hash_extend, initial_decoder
 from .hyps import HypBuffer, HypOut
 from .lm import NgramLM
@@ -90,6 +91,12 @@ class BeamState:
     trailing: (B, K) int64 frames since each hypothesis' last token.
     acc: (B, K) pending blank-frame confidences.
     lm_state: (B, K) int64 LM automaton state of each hypothesis (0 without an LM).
+    ctx: the context graphs (hotwords) of the batch's streams, None when no stream has any.
+    ctx_part: (B,) int64 each stream's graph in ``ctx``; ctx_state: (B, K) int64 global graph state
+    of each hypothesis (both None with ``ctx``).
+    matches: (B, K, 3) int64, the last phrase each hypothesis completed in its segment: phrase index
+    within its stream's graph (-1: none), the hypothesis' length and the frame at that token; only kept
+    by a search made with ``track_matches`` (None otherwise).
     """
 
     beams: Tensor
@@ -101,6 +108,10 @@ class BeamState:
     trailing: Tensor
     acc: BlankConfAcc
     lm_state: Tensor
+    ctx: GraphSet | None = None
+    ctx_part: Tensor | None = None
+    ctx_state: Tensor | None = None
+    matches: Tensor | None = None
 
     @property
     def k(self) -> int:
@@ -110,9 +121,10 @@ class BeamState:
         """Sub-batch: rows (B',) int64."""
         k = self.k
         flat = (rows[:, None] * k + torch.arange(k, device=rows.device)).reshape(-1)
+        ctx = (self.ctx, self.ctx_part[rows], self.ctx_state[rows]) if self.ctx is not None else (None, None, None)
         return BeamState(self.beams[rows], self.scores[rows], self.hashes[rows], self.dec_state.select(flat),
                          self.dec_p[rows], self.hyps.select_streams(rows), self.trailing[rows], self.acc.select(rows),
-                         self.lm_state[rows])
+                         self.lm_state[rows], *ctx, self.matches[rows] if self.matches is not None else None)
 
     def widen(self, k: int) -> "BeamState":
         """Same hypotheses on a wider grid of k >= K slots (new slots unused, scored -inf)."""
@@ -131,17 +143,28 @@ class BeamState:
         return BeamState(self.beams, pad(self.scores, (0, extra), value=NEG_INF), pad(self.hashes, (0, extra)),
                          self.dec_state.select(idx), pad(self.dec_p, (0, 0, 0, extra)), hb,
                          pad(self.trailing, (0, extra)), self.acc.widen(k),
-                         pad(self.lm_state, (0, extra)))
+                         pad(self.lm_state, (0, extra)), self.ctx, self.ctx_part,
+                         pad(self.ctx_state, (0, extra)) if self.ctx is not None else None,
+                         pad(self.matches, (0, 0, 0, extra), value=-1) if self.matches is not None else None)
 
     @staticmethod
     def cat(states: list["BeamState"]) -> "BeamState":
         k = max(s.k for s in states)
         states = [s.widen(k) for s in states]
+        ctx = (None, None, None)
+        if any(s.ctx is not None for s in states):
+            dev = states[0].scores.device
+            parts = [s.ctx_part if s.ctx is not None else torch.zeros(s.scores.shape[0], dtype=torch.long, device=dev)
+                     for s in states]
+            cst = [s.ctx_state if s.ctx is not None else torch.zeros_like(s.lm_state) for s in states]
+            gs, part, cst = GraphSet.merge([s.ctx for s in states], parts, cst)
+            ctx = (gs, part, torch.cat(cst))
         return BeamState(torch.cat([s.beams for s in states]), torch.cat([s.scores for s in states]),
                          torch.cat([s.hashes for s in states]), DecoderState.cat([s.dec_state for s in states]),
                          torch.cat([s.dec_p for s in states]), HypBuffer.cat([s.hyps for s in states]),
                          torch.cat([s.trailing for s in states]), BlankConfAcc.cat([s.acc for s in states]),
-                         torch.cat([s.lm_state for s in states]))
+                         torch.cat([s.lm_state for s in states]), *ctx,
+                         torch.cat([s.matches for s in states]) if states[0].matches is not None else None)
 
 
 class ModifiedBeamSearch:
@@ -159,7 +182,8 @@ class ModifiedBeamSearch:
 
     def __init__(self, model: Transducer, measure: Measure | None = None, exclude_blank: bool = True,
                  aggregation: str = "min", sync_free: bool = False, max_symbols_per_frame: int = 1,
-                 lm: NgramLM | None = None, lm_weight: float = 0.0, lm_bonus: float = 0.0):
+                 lm: NgramLM | None = None, lm_weight: float = 0.0, lm_bonus: float = 0.0,
+                 token_probs: bool = False, track_matches: bool = False):
         if max_symbols_per_frame < 1:
             raise ValueError(f"max_symbols_per_frame must be >= 1, got {max_symbols_per_frame}")
         if lm is not None and lm.vocab_size != model.cfg.vocab_size:
@@ -183,19 +207,28 @@ class ModifiedBeamSearch:
         self.exclude_blank = exclude_blank
         self.aggregation = aggregation
         self.sync_free = sync_free
+        self.token_probs = token_probs
+        self.track_matches = track_matches
 
-    def init_state(self, beams: Tensor, device: torch.device | str = "cpu") -> BeamState:
-        """Fresh state; beams: (B,) int64 beam size per stream."""
+    def init_state(self, beams: Tensor, device: torch.device | str = "cpu",
+                   graph: ContextGraph | None = None) -> BeamState:
+        """Fresh state; beams: (B,) int64 beam size per stream; graph: the streams' hotwords (None: none)."""
         beams = beams.to(device)
         b = beams.shape[0]
         k = int(beams.max()) if b else 1
         st, dp = initial_decoder(self.model, b * k, device)
         scores = torch.full((b, k), NEG_INF, device=device)
         scores[:, 0] = 0.0
+        ctx = (None, None, None)
+        if graph is not None:
+            gs = GraphSet.build((graph,), self.blank, self.model.cfg.vocab_size, device)
+            part = torch.zeros(b, dtype=torch.long, device=device)
+            ctx = (gs, part, gs.starts(part)[:, None].expand(b, k).clone())
         return BeamState(beams, scores, torch.full((b, k), HASH_START, dtype=torch.long, device=device), st,
                          dp.view(b, k, -1), HypBuffer.empty(b, k, device),
                          torch.zeros(b, k, dtype=torch.long, device=device), BlankConfAcc.zeros(b, k, device),
-                         self._lm_start((b, k), device))
+                         self._lm_start((b, k), device), *ctx,
+                         torch.full((b, k, 3), -1, dtype=torch.long, device=device) if self.track_matches else None)
 
     def _lm_start(self, shape: tuple[int, ...], device) -> Tensor:
         if self.lm is None:
@@ -217,6 +250,10 @@ class ModifiedBeamSearch:
         state.trailing = state.trailing.masked_fill(rows[:, None], 0)
         state.acc.clear(rows[:, None].expand(b, k))
         state.lm_state = torch.where(rows[:, None], self._lm_start((b, k), state.scores.device), state.lm_state)
+        if state.ctx is not None:
+            state.ctx_state = torch.where(rows[:, None], state.ctx.starts(state.ctx_part)[:, None], state.ctx_state)
+        if state.matches is not None:
+            state.matches = state.matches.masked_fill(rows[:, None, None], -1)
         return state
 
     @torch.no_grad()
@@ -265,6 +302,8 @@ class ModifiedBeamSearch:
         cand = state.scores[:, :, None] + logp  # (B, K, V)
         if self._lm_table is not None:  # shallow fusion; the blank column is 0
             cand = cand + self._lm_table[state.lm_state]
+        if state.ctx is not None:  # hotword boosts; the blank column is 0
+            cand = cand + state.ctx.gain[state.ctx_state]
         carry = torch.full_like(cand, NEG_INF)
         carry[:, :, blank] = state.scores
         cand = torch.where(done[:, :, None], carry, cand).view(b, k * v)
@@ -289,12 +328,23 @@ class ModifiedBeamSearch:
         merged = merged.logsumexp(dim=2)  # (B, K)
         emit = emit & rep
         # follow parents
-        pconf = conf.gather(1, parent)
+        if self.token_probs:  # the emitted token's own probability
+            pconf = logp.view(b, k * v).gather(1, top_i).exp()
+        else:
+            pconf = conf.gather(1, parent)
         state.hyps = state.hyps.gather(parent)
         state.acc = state.acc.gather(parent)
         state.trailing = state.trailing.gather(1, parent)
         if self.lm is not None:
             state.lm_state = self.lm.advance(state.lm_state.gather(1, parent), tok)  # blank keeps the state
+        if state.ctx is not None:
+            state.ctx_state = state.ctx.next[state.ctx_state.gather(1, parent), tok]  # blank keeps the state
+        if state.matches is not None:
+            m = state.matches.gather(1, parent[:, :, None].expand(-1, -1, 3))
+            phrase = state.ctx.match[state.ctx_state] if state.ctx is not None else torch.full_like(tok, -1)
+            hit = emit & (phrase >= 0)
+            now = torch.stack([phrase, state.hyps.lengths + 1, frame[:, None].expand(b, k)], -1)  # hyps: parents'
+            state.matches = torch.where(hit[:, :, None], now, m)
         flat_parent = (torch.arange(b, device=dev)[:, None] * k + parent).reshape(-1)
         dec_state = state.dec_state.select(flat_parent)
         dec_p = state.dec_p.gather(1, parent[:, :, None].expand(-1, -1, state.dec_p.shape[-1]))
@@ -326,10 +376,13 @@ class ModifiedBeamSearch:
         saw an empty sentence (log p(</s> | <s>) is about -70 for the shipped one), and charging it to the empty
         hypothesis made a short word ("on") win every endpoint in background noise.
         """
+        scores = state.scores
+        if state.ctx is not None:  # an unfinished hotword's boost is taken back
+            scores = scores + state.ctx.back[state.ctx_state]
         if self.lm is None:
-            return state.scores
+            return scores
         end = self.lm.end_score(state.lm_state).masked_fill(state.hyps.lengths == 0, 0.0)
-        return state.scores + self.lm_weight * end
+        return scores + self.lm_weight * end
 
     def best(self, state: BeamState, final: bool = False) -> list[HypOut]:
         """Best hypothesis per stream (one host transfer); final: rank as complete segments."""

@@ -10,8 +10,9 @@ import random
 import pytest
 import torch
 
-from helpers import RefWittenBell, make_model, max_prob, peaky_batch, peaky_model, random_batch, run_chunked
+from helpers import RefContext, RefWittenBell, make_model, max_prob, peaky_batch, peaky_model, random_batch, run_chunked
 from streamd.decode.beam import BeamSearch
+from streamd.decode.context_graph import ContextGraph
 from streamd.decode.lm import build_ngram
 from streamd.decode.greedy import GreedySearch
 from streamd.decode.modified_beam import BeamState, ModifiedBeamSearch
@@ -51,7 +52,7 @@ def ref_greedy(model, enc_p, max_sym):
 
 
 @torch.no_grad()
-def ref_modified_beam(model, enc_p, beam, max_sym=1, lm=None, lm_weight=0.0, final=False, lm_bonus=0.0):
+def ref_modified_beam(model, enc_p, beam, max_sym=1, lm=None, lm_weight=0.0, final=False, lm_bonus=0.0, ctx=None):
     """icefall modified_beam_search for one utterance: top-`beam` of all (hypothesis, token)
     extensions, identical sequences merged by log-add (the first, best-scoring one keeps its
     timing).  max_sym=1: at most one symbol per frame (a token ends the frame).  max_sym=S:
@@ -60,7 +61,9 @@ def ref_modified_beam(model, enc_p, beam, max_sym=1, lm=None, lm_weight=0.0, fin
     unchanged, and the top `beam` of all of them survive; merges need the same sequence and
     the same consumed-or-not.  With an LM (helpers.RefWittenBell), shallow fusion: a token's
     extension also scores min(0, lm_weight * log p_lm(token | tokens so far) + lm_bonus); final=True ranks the
-    non-empty hypotheses with lm_weight * log p_lm(</s> | tokens) added."""
+    non-empty hypotheses with lm_weight * log p_lm(</s> | tokens) added.  With hotwords (helpers.RefContext), a
+    token's extension also scores the context boost Phi(ys + v) - Phi(ys), and final=True adds back(ys), the
+    unfinished phrase's boost taken back."""
     st, dp = dec_init(model)
     hyps = {(): dict(score=0.0, st=st, dp=dp, frames=(), confs=())}
     for t in range(enc_p.shape[0]):
@@ -77,6 +80,8 @@ def ref_modified_beam(model, enc_p, beam, max_sym=1, lm=None, lm_weight=0.0, fin
                 conf = float(max_prob(logp))
                 for v in range(logp.shape[0]):
                     fused = min(0.0, lm_weight * lm.logp(ys, v) + lm_bonus) if lm is not None and v != model.blank_id else 0.0
+                    if ctx is not None and v != model.blank_id:
+                        fused += ctx.gain(ys, v)
                     cands.append((h["score"] + float(logp[v]) + fused, ys, False, v, conf))
             cands.sort(key=lambda c: -c[0])
             new = {}
@@ -101,7 +106,8 @@ def ref_modified_beam(model, enc_p, beam, max_sym=1, lm=None, lm_weight=0.0, fin
 
     def end(ys):
         # an empty hypothesis is no sentence: it has nothing to end (no </s> term)
-        return lm_weight * lm.logp(ys, lm.EOS) if final and lm is not None and ys else 0.0
+        e = lm_weight * lm.logp(ys, lm.EOS) if final and lm is not None and ys else 0.0
+        return e + (ctx.back(ys) if final and ctx is not None else 0.0)
 
     return sorted(((h["score"] + end(ys), ys, h["frames"], h["confs"]) for ys, h in hyps.items()), key=lambda x: -x[0])
 
@@ -239,6 +245,66 @@ def test_modified_beam_lm_fusion_matches_reference(decoder_kind, seed, max_sym, 
             assert best[i].tokens == tuple(ref[0][1])
             changed |= best[i].tokens != plain_best[i].tokens
     assert changed  # the LM changed some result (the test would be empty otherwise)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+@pytest.mark.parametrize("max_sym", [1, 3])
+@pytest.mark.parametrize("sync_free", [False, True])
+def test_modified_beam_hotwords_match_reference(decoder_kind, seed, max_sym, sync_free):
+    """Hotword boosts change scores exactly as the context graph defines them, with the LM on or off,
+    for streams with different phrase lists (and one without) in one batch."""
+    vocab = 5
+    model = make_model(kind=decoder_kind, seed=seed, vocab=vocab)
+    rnd = random.Random(seed)
+    lists = [(((1, 2), (3,)), (1.5, 0.5), (4,)), (((2, 2, 1),), (2.0,), ()), None]
+    graphs = [ContextGraph(p, b, vocab, pre) if p else None for p, b, pre in
+              [(lst if lst else (None, None, None)) for lst in lists]]
+    refs = [RefContext(p, b, pre) if p else None for p, b, pre in [(lst if lst else (None, None, None)) for lst in lists]]
+    lm = ref_lm = None
+    if seed % 2:
+        text = [[rnd.choice([1, 2, 2, 3, 4]) for _ in range(rnd.randint(0, 6))] for _ in range(40)]
+        lm, ref_lm = build_ngram(text, vocab, 0, 3, 1), RefWittenBell(text, 3, vocab, 0, 1)
+    beams = [4, 3, 2]
+    search = ModifiedBeamSearch(model, measure=max_prob, max_symbols_per_frame=max_sym, sync_free=sync_free,
+                                lm=lm, lm_weight=0.7 if lm else 0.0, lm_bonus=0.3)
+    states = [search.init_state(torch.tensor([bm]), graph=g) for bm, g in zip(beams, graphs)]
+    enc_p, lengths = random_batch(model, len(beams), 12, seed + 70)
+    state = run_chunked(search, BeamState.cat(states), enc_p, lengths, seed)
+    plain = ModifiedBeamSearch(model, measure=max_prob, max_symbols_per_frame=max_sym,
+                               lm=lm, lm_weight=0.7 if lm else 0.0, lm_bonus=0.3)
+    plain_best = plain.best(run_chunked(plain, plain.init_state(torch.tensor(beams)), enc_p, lengths, seed))
+    changed = False
+    for final in (False, True):
+        nbest = search.nbest(state, 8, final=final)
+        for i in range(len(beams)):
+            ref = ref_modified_beam(model, enc_p[i, :lengths[i]], beams[i], max_sym, ref_lm, 0.7 if lm else 0.0,
+                                    final, 0.3, ctx=refs[i])
+            assert [h.tokens for h in nbest[i]] == [tuple(r[1]) for r in ref]
+            assert [h.score for h in nbest[i]] == pytest.approx([r[0] for r in ref], abs=1e-4)
+            assert [list(h.frames) for h in nbest[i]] == [list(r[2]) for r in ref]
+            changed |= graphs[i] is not None and nbest[i][0].tokens != plain_best[i].tokens
+        # the stream without hotwords decodes exactly as without any
+        assert nbest[2][0].tokens == plain.best(run_chunked(plain, plain.init_state(torch.tensor(beams)), enc_p,
+                                                            lengths, seed), final=final)[2].tokens
+    assert changed  # the boosts changed some result (the test would be empty otherwise)
+    # reset puts every hypothesis back at its graph's start state
+    st = search.reset(state, torch.tensor([True, False, True]))
+    assert int(st.ctx_state[0, 0]) == int(st.ctx.starts(st.ctx_part)[0])
+
+
+def test_modified_beam_empty_hotword_list_is_neutral(decoder_kind):
+    model = make_model(kind=decoder_kind, seed=3, vocab=5)
+    search = ModifiedBeamSearch(model, measure=max_prob, max_symbols_per_frame=2)
+    enc_p, lengths = random_batch(model, 2, 12, 3)
+    empty = ContextGraph((), (), 5, (4,))
+    zero = ContextGraph(((1, 2), (3,)), (0.0, 0.0), 5, (4,))
+    base = search.nbest(run_chunked(search, search.init_state(torch.tensor([4, 4])), enc_p, lengths, 3), 4, final=True)
+    for g in (empty, zero):
+        got = search.nbest(run_chunked(search, search.init_state(torch.tensor([4, 4]), graph=g), enc_p, lengths, 3),
+                           4, final=True)
+        for a, b in zip(base, got):
+            assert [h.tokens for h in a] == [h.tokens for h in b]
+            assert [h.score for h in a] == pytest.approx([h.score for h in b], abs=1e-6)
 
 
 def test_modified_beam_lm_reset_and_weight_zero():
