@@ -5,19 +5,19 @@ written text: capitals, punctuation, digits, symbols ("Press 1, then #.",
 "$12.50", "10:30 a.m.", "the 21st", "in 1999", "40%").  The model's tokens
 are lower-case letters, the apostrophe and the space, and numbers are spelled
 as spoken, exactly as the synthetic text generator writes them
-(:mod:`streamd.train.text`), so :func:`normalize_text` spells them with the
+(:mod:`streamd.train.numbers`), so :func:`normalize_text` spells them with the
 same functions:
 
-* money ``$5`` / ``$12.50`` / ``£3`` / ``€2`` -> :func:`~streamd.train.text.money`;
-* percent ``40%`` / ``12.5%`` -> :func:`~streamd.train.text.percent`;
-* clock times ``10:30`` / ``9:05 pm`` -> :func:`~streamd.train.text.clock_time`
+* money ``$5`` / ``$12.50`` / ``£3`` / ``€2`` -> :func:`~streamd.train.numbers.money`;
+* percent ``40%`` / ``12.5%`` -> :func:`~streamd.train.numbers.percent`;
+* clock times ``10:30`` / ``9:05 pm`` -> :func:`~streamd.train.numbers.clock_time`
   (``plain`` style, or ``ampm`` when a.m./p.m. follows: "ten thirty a m");
-* ordinals ``1st`` ``22nd`` ``3rd`` ``4th`` -> :func:`~streamd.train.text.ordinal`;
-* years: a bare 4-digit number in 1100-1999 or 2010-2099 -> :func:`~streamd.train.text.year`
+* ordinals ``1st`` ``22nd`` ``3rd`` ``4th`` -> :func:`~streamd.train.numbers.ordinal`;
+* years: a bare 4-digit number in 1100-1999 or 2010-2099 -> :func:`~streamd.train.numbers.year`
   ("nineteen ninety nine"); other integers (commas allowed: ``1,000``) ->
-  :func:`~streamd.train.text.cardinal`; an integer with a leading zero
+  :func:`~streamd.train.numbers.cardinal`; an integer with a leading zero
   (``007``, ``0800``) is read digit by digit; decimals ``3.5`` ->
-  :func:`~streamd.train.text.decimal`;
+  :func:`~streamd.train.numbers.decimal`;
 * decades ``1990s`` / ``80s`` -> "nineteen nineties" / "eighties";
 * digit strings after a cue word (extension, number, password, pin, code,
   mailbox, room, line, account) are read digit by digit ("extension 1234":
@@ -41,7 +41,7 @@ from __future__ import annotations
 import re
 import unicodedata
 
-from .text import cardinal, clock_time, decimal, digits, money, ordinal, percent, year
+from .numbers import cardinal, clock_time, decimal, digits, money, ordinal, percent, year
 
 __all__ = ["normalize_text"]
 

@@ -3,7 +3,8 @@
 import pytest
 
 from streamd.train.normalize import normalize_text
-from streamd.train.text import cardinal, clock_time, is_normalized, money, ordinal, year
+from streamd.train.numbers import cardinal, clock_time, money, ordinal, year
+from streamd.train.text import is_normalized
 
 
 @pytest.mark.parametrize("written, spoken", [
