@@ -33,8 +33,13 @@ with a ``file`` field (and ``job`` when files repeat), then one ``stats`` line
 per job.  A summary goes to stderr.  Exit status 1 if any job failed (error
 event, connection failure, close code other than 1000), 2 for usage errors.
 
-Needs ``websockets`` (>= 13) and numpy; ``soundfile`` is used when installed
-(any format it reads), else the stdlib ``wave`` module (integer PCM WAV).
+A thin command-line user of :mod:`streamd.client` (connection, start options,
+reading and pacing the files, events); what is its own is the output and the
+latency measurement.  Runs from a checkout without installing streamd (it
+finds the package next to this folder) or with streamd installed; needs
+``websockets`` (>= 13) and numpy, not torch.  Files are read as
+``streamd.client.FileSource`` reads them (WAV; any format soundfile reads when
+it is installed).
 """
 
 from __future__ import annotations
@@ -44,41 +49,21 @@ import asyncio
 import bisect
 import importlib.util
 import json
+import math
 import os
 import statistics
 import sys
 import time
-import wave
 from dataclasses import dataclass, field
+from pathlib import Path
 
-import numpy as np
+try:
+    from streamd.client import Client, ClientError, FileSource
+except ImportError:  # a checkout without streamd installed: the package is next to this folder
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from streamd.client import Client, ClientError, FileSource
 
 FBANK_LOOKAHEAD_S = 0.015  # a 25 ms window every 10 ms: the frame at t needs audio up to t + 15 ms
-
-
-def read_audio(path: str) -> tuple[np.ndarray, int]:
-    """Mono int16 samples ``(N,)`` and the sample rate of an audio file (channels averaged)."""
-    try:
-        import soundfile as sf
-    except (ImportError, OSError):
-        sf = None
-    if sf is not None:
-        data, rate = sf.read(path, dtype="float32", always_2d=True)
-        x = data.mean(axis=1)
-    else:
-        with wave.open(path, "rb") as w:
-            ch, width, rate, n = w.getnchannels(), w.getsampwidth(), w.getframerate(), w.getnframes()
-            raw = w.readframes(n)
-        if width == 1:
-            x = (np.frombuffer(raw, np.uint8).astype(np.float32) - 128) / 128
-        elif width == 2:
-            x = np.frombuffer(raw, "<i2").astype(np.float32) / 32768
-        elif width == 4:
-            x = (np.frombuffer(raw, "<i4") / 2147483648.0).astype(np.float32)
-        else:
-            raise ValueError(f"{8 * width}-bit WAV needs the soundfile package")
-        x = x[: len(x) - len(x) % ch].reshape(-1, ch).mean(axis=1)
-    return np.clip(np.round(x * 32768), -32768, 32767).astype("<i2"), int(rate)
 
 
 @dataclass
@@ -160,108 +145,61 @@ class Printer:
         self.out.flush()
 
 
-async def stream_job(args: argparse.Namespace, path: str, audio: tuple[np.ndarray, int], job: int,
+async def stream_job(args: argparse.Namespace, client: Client, source: FileSource, job: int,
                      printer: Printer, show_job: bool) -> JobResult:
     """One connection: start, ready, audio frames, eof, events until done and the close."""
-    from websockets.asyncio.client import connect
-    from websockets.exceptions import ConnectionClosed, InvalidStatus
-
-    pcm, rate = audio
-    res = JobResult(path, job, audio_seconds=pcm.size / rate)
-    headers = {"Authorization": f"Bearer {args.token}"} if args.token else None
-    step = max(1, int(rate * args.chunk_ms / 1000))
-    sent_at: list[float] = []  # perf_counter after sending frame i
-    sent_end: list[int] = []  # samples sent after frame i
-    eof_at: float | None = None
+    path, rate = source.path, source.sample_rate
+    total = len(source.data) // source.width  # samples in the file
+    res = JobResult(path, job, audio_seconds=total / rate)
+    paced = args.realtime or 0 < args.speed <= 1
+    chunk_s = None
     t0 = time.perf_counter()
-    start = {"type": "start", "sample_rate": rate, "format": "s16le", "partials": not args.no_partials}
-    if args.method:
-        start["method"] = args.method
-    if args.beam:
-        start["beam"] = args.beam
+    stream = client.stream(source, partials=not args.no_partials, method=args.method, beam=args.beam)
     try:
-        async with connect(args.url, additional_headers=headers, max_size=None, open_timeout=args.timeout,
-                           close_timeout=5) as ws:
-            await ws.send(json.dumps(start))
-            ready = json.loads(await asyncio.wait_for(ws.recv(), args.timeout))
-            printer.message(res, ready, show_job)
-            if ready.get("type") != "ready":
-                res.error = f"{ready.get('code', ready.get('type'))}: {ready.get('message', ready)}"
-                return res
-            chunk_s = (ready.get("model") or {}).get("chunk_seconds")
-
-            async def send() -> None:
-                nonlocal eof_at
-                speed = 1.0 if args.realtime else args.speed
-                t_send = time.perf_counter()
-                for i in range(0, pcm.size, step):
-                    if speed > 0:
-                        due = t_send + i / rate / speed
-                        await asyncio.sleep(max(0.0, due - time.perf_counter()))
-                    await ws.send(pcm[i: i + step].tobytes())
-                    sent_at.append(time.perf_counter())
-                    sent_end.append(min(pcm.size, i + step))
-                await ws.send(json.dumps({"type": "eof"}))
-                eof_at = time.perf_counter()
-
-            sender = asyncio.create_task(send())
-            paced = args.realtime or 0 < args.speed <= 1
-            try:
-                async for raw in ws:
-                    now = time.perf_counter()
-                    if isinstance(raw, bytes):
-                        continue
-                    msg = json.loads(raw)
-                    kind = msg.get("type")
-                    printer.message(res, msg, show_job)
-                    if kind == "partial":
-                        res.partials += 1
-                        covered = msg.get("end") if isinstance(msg.get("end"), (int, float)) else (
-                            res.partials * chunk_s if chunk_s else None)
-                        if paced and covered is not None:
-                            need = int(np.ceil((covered + FBANK_LOOKAHEAD_S) * rate))
-                            i = bisect.bisect_left(sent_end, need)
-                            if need <= pcm.size and i < len(sent_at):
-                                res.partial_latencies.append(now - sent_at[i])
-                    elif kind == "final":
-                        res.finals.append(msg.get("text", ""))
-                        if eof_at is not None:
-                            res.finalize_latency = now - eof_at
-                    elif kind == "error":
-                        res.error = f"{msg.get('code')}: {msg.get('message')}"
-                    elif kind == "done" and eof_at is not None:
-                        res.done_latency = now - eof_at
-            finally:
-                if not sender.done():
-                    sender.cancel()
-                try:
-                    await sender
-                except (asyncio.CancelledError, ConnectionClosed):
-                    pass
-            if not paced:
-                res.latency_note = "not paced at real time (use --realtime): partial latency not measured"
-            elif not chunk_s and not res.partial_latencies:
-                res.latency_note = "the ready message has no model.chunk_seconds: partial latency not measured"
-            elif chunk_s and res.partials < res.audio_seconds / chunk_s - 2:
-                res.partial_latencies.clear()
-                res.latency_note = (f"{res.partials} partials for {res.audio_seconds / chunk_s:.0f} chunks: the "
-                                    "server coalesced some, partial latency not measured")
-            code = ws.close_code
-            if code != 1000 and res.error is None:
-                res.error = f"connection closed with code {code} {ws.close_reason or ''}".strip()
-    except InvalidStatus as e:
-        res.error = f"server refused the connection: HTTP {e.response.status_code}"
-    except (OSError, asyncio.TimeoutError, ConnectionClosed) as e:
+        async for msg in stream.messages():
+            now = time.perf_counter()
+            printer.message(res, msg, show_job)
+            kind = msg.get("type")
+            if kind == "ready":
+                chunk_s = stream.ready.chunk_seconds
+            elif kind == "partial":
+                res.partials += 1
+                covered = msg.get("end") if isinstance(msg.get("end"), (int, float)) else (
+                    res.partials * chunk_s if chunk_s else None)
+                if paced and covered is not None:
+                    need = math.ceil((covered + FBANK_LOOKAHEAD_S) * rate)
+                    i = bisect.bisect_left(stream.sent, need, key=lambda frame: frame[1])
+                    if need <= total and i < len(stream.sent):
+                        res.partial_latencies.append(now - stream.sent[i][0])
+            elif kind == "final":
+                res.finals.append(msg.get("text", ""))
+                if stream.eof_at is not None:
+                    res.finalize_latency = now - stream.eof_at
+            elif kind == "error":
+                res.error = f"{msg.get('code')}: {msg.get('message')}"
+            elif kind == "done" and stream.eof_at is not None:
+                res.done_latency = now - stream.eof_at
+    except ClientError as e:
         if res.error is None:
-            res.error = f"cannot talk to {args.url}: {type(e).__name__}: {e}"
+            res.error = str(e)
+    if stream.ready is not None:
+        if not paced:
+            res.latency_note = "not paced at real time (use --realtime): partial latency not measured"
+        elif not chunk_s and not res.partial_latencies:
+            res.latency_note = "the ready message has no model.chunk_seconds: partial latency not measured"
+        elif chunk_s and res.partials < res.audio_seconds / chunk_s - 2:
+            res.partial_latencies.clear()
+            res.latency_note = (f"{res.partials} partials for {res.audio_seconds / chunk_s:.0f} chunks: the "
+                                "server coalesced some, partial latency not measured")
+        if stream.close_code != 1000 and res.error is None:
+            res.error = f"connection closed with code {stream.close_code} {stream.close_reason}".strip()
     res.wall_seconds = time.perf_counter() - t0
     return res
 
 
 async def run(args: argparse.Namespace) -> list[JobResult]:
-    audio = {}
-    for p in dict.fromkeys(args.files):
-        audio[p] = read_audio(p)
+    speed = 1.0 if args.realtime else args.speed
+    sources = {p: FileSource(p, chunk_seconds=args.chunk_ms / 1000, speed=speed) for p in dict.fromkeys(args.files)}
     n_jobs = max(len(args.files) * args.repeat, args.concurrency)
     jobs = [(i, args.files[i % len(args.files)]) for i in range(n_jobs)]
     show_job = n_jobs > len(set(args.files))
@@ -272,16 +210,17 @@ async def run(args: argparse.Namespace) -> list[JobResult]:
     for j in jobs:
         queue.put_nowait(j)
 
-    async def worker() -> None:
+    async def worker(client: Client) -> None:
         while not queue.empty():
             i, p = queue.get_nowait()
-            r = await stream_job(args, p, audio[p], i, printer, show_job)
+            r = await stream_job(args, client, sources[p], i, printer, show_job)
             results.append(r)
             if args.json:
                 printer.out.write(json.dumps(r.stats()) + "\n")
                 printer.out.flush()
 
-    await asyncio.gather(*(worker() for _ in range(min(args.concurrency, n_jobs))))
+    async with Client(args.url, args.token, open_timeout=args.timeout, ready_timeout=args.timeout) as client:
+        await asyncio.gather(*(worker(client) for _ in range(min(args.concurrency, n_jobs))))
     return sorted(results, key=lambda r: r.job)
 
 

@@ -83,12 +83,13 @@ def _load_audio(paths: Sequence[str], seconds: float) -> list[np.ndarray]:
     return out
 
 
-def _make_rec(model_path: str, device: str, max_batch: int):
-    from .config import EndpointConfig, EngineConfig
+def _make_rec(model_path: str, device: str, max_batch: int, wake_words: Sequence[str] = ()):
+    from .config import EndpointConfig, EngineConfig, KwsConfig
     from .engine import Recognizer
 
     return Recognizer.from_checkpoint(model_path, EngineConfig(device=device, max_batch=max_batch,
-                                                               endpoint=EndpointConfig(enabled=True)))
+                                                               endpoint=EndpointConfig(enabled=True),
+                                                               kws=KwsConfig(wake_words=tuple(wake_words))))
 
 
 def _sync(rec) -> None:
@@ -168,30 +169,32 @@ def _throughput(rec, clips: list[np.ndarray], n: int, method: str, beam: int) ->
 
 def bench_engine(model: str, streams: Sequence[int], method: str, device: str, seconds: float,
                  audio_files: Sequence[str], beam: int = 4, single_seconds: float | None = None,
-                 seed: int = 0) -> tuple[list[EngineResult], dict]:
-    """Run the engine benchmark; returns per-N results and a summary dict."""
+                 seed: int = 0, wake_words: Sequence[str] = ()) -> tuple[list[EngineResult], dict]:
+    """Run the engine benchmark; returns per-N results and a summary dict.
+
+    wake_words: runtime wake words of every stream (the keyword search runs beside recognition)."""
     import torch
 
     clips = _load_audio(audio_files, seconds)
     results = []
     # warm up (lazy init, allocator, threads)
-    warm = _make_rec(model, device, max(streams))
+    warm = _make_rec(model, device, max(streams), wake_words)
     _throughput(warm, [c[:16000] for c in clips], min(4, max(streams)), method, beam)
     for n in streams:
-        rec = _make_rec(model, device, max_batch=max(1, n))
+        rec = _make_rec(model, device, max_batch=max(1, n), wake_words=wake_words)
         lat, step_time, audio_s, mean_batch = _realtime_run(rec, clips, n, method, beam, seed)
         lat_ms = np.array(lat) * 1000 if lat else np.array([np.nan])
         chunk_ms = rec.chunk_frames * rec.frame_shift_s * 1000
         p50, p95, p99 = (float(np.percentile(lat_ms, q)) for q in (50, 95, 99))
         single_clips = [c[: int((single_seconds or seconds) * 16000)] for c in clips]
-        tb = _throughput(_make_rec(model, device, max_batch=max(1, n)), single_clips, n, method, beam)
-        ts = _throughput(_make_rec(model, device, max_batch=1), single_clips, n, method, beam)
+        tb = _throughput(_make_rec(model, device, max(1, n), wake_words), single_clips, n, method, beam)
+        ts = _throughput(_make_rec(model, device, 1, wake_words), single_clips, n, method, beam)
         results.append(EngineResult(n, method, str(rec.device), step_time / audio_s, p50, p95, p99,
                                     bool(p95 < chunk_ms), chunk_ms, mean_batch, tb, ts, tb / ts))
     rt = [r.streams for r in results if r.realtime]
     summary = {"summary": True, "method": method, "device": results[0].device if results else device,
                "max_realtime_streams": max(rt) if rt else 0, "threads": torch.get_num_threads(),
-               "model": model, "seconds": seconds}
+               "model": model, "seconds": seconds, "wake_words": len(wake_words)}
     return results, summary
 
 
@@ -222,6 +225,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     e.add_argument("--seconds", type=float, default=10.0, help="audio seconds per stream")
     e.add_argument("--audio", nargs="*", help="WAV files to replay (default: the dev set beside the checkout, "
                                               "else the package's sample recordings)")
+    e.add_argument("--wake-words", metavar="LIST", default="",
+                   help="comma-separated runtime wake words of every stream (default none)")
     e.add_argument("--json", action="store_true")
     from .bench_server import add_arguments as _server_arguments
 
@@ -240,8 +245,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("streamd bench: no audio files: pass --audio FILE...", file=sys.stderr)
         return 2
     streams = [int(s) for s in args.streams.split(",") if s.strip()]
+    from .config import parse_phrases
+
+    wake_words = [s.phrase for s in parse_phrases(args.wake_words, "--wake-words")]
     results, summary = bench_engine(_model_arg(args.model), streams, args.method, args.device, args.seconds, audio,
-                                    beam=args.beam)
+                                    beam=args.beam, wake_words=wake_words)
     if args.json:
         for r in results:
             print(json.dumps(r.to_json()))
@@ -249,7 +257,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         print(f"{'streams':>7} {'rtf':>7} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'batch':>6} "
               f"{'realtime':>8} {'x batched':>9}   ({args.method}, {summary['device']}, chunk "
-              f"{results[0].chunk_ms:.0f} ms)")
+              f"{results[0].chunk_ms:.0f} ms, {len(wake_words)} runtime wake words)")
         for r in results:
             print(f"{r.streams:>7} {r.rtf:>7.4f} {r.p50_ms:>8.1f} {r.p95_ms:>8.1f} {r.p99_ms:>8.1f} "
                   f"{r.mean_batch:>6.1f} {str(r.realtime):>8} {r.batched_speedup:>9.2f}")

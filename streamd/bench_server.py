@@ -96,6 +96,10 @@ class ClientTrace:
     done_at: float | None = None
     chunk_seconds: float | None = None
     error: str | None = None
+    error_code: str | None = None  # the server's error code (or "http NNN" for a refused handshake)
+    retry_after: float | None = None  # the error's retry hint, if any
+    close_code: int | None = None
+    done_audio_seconds: float | None = None  # what the server says it decoded (done.audio_seconds)
 
 
 def partial_latency(end_s: float, arrival: float, sent_at: Sequence[float], packet_samples: int,
@@ -306,6 +310,8 @@ class ClientPlan:
     beam: int | None = None
     token: str | None = None
     timeout: float = 30.0
+    local_addr: str | None = None  # source address (e.g. 127.0.0.2: another client on loopback)
+    speed: float = 1.0  # pacing: this many times real time
 
 
 async def _client(plan: ClientPlan, audio: AudioLoop, tr: ClientTrace, offset: int, phase: float,
@@ -322,12 +328,25 @@ async def _client(plan: ClientPlan, audio: AudioLoop, tr: ClientTrace, offset: i
         start["beam"] = plan.beam
     pkt = tr.packet_samples
     try:
+        extra = {"local_addr": (plan.local_addr, 0)} if plan.local_addr else {}
         async with connect(plan.url, additional_headers=headers, max_size=None, open_timeout=plan.timeout,
-                           close_timeout=5, compression=None) as ws:
-            await ws.send(json.dumps(start))
-            msg = json.loads(await asyncio.wait_for(ws.recv(), plan.timeout))
+                           close_timeout=5, compression=None, **extra) as ws:
+            try:
+                await ws.send(json.dumps(start))
+            except ConnectionClosed:
+                pass  # refused at once (error, then close): the error is still to be read
+            try:
+                msg = json.loads(await asyncio.wait_for(ws.recv(), plan.timeout))
+            except ConnectionClosed:
+                tr.close_code = ws.close_code
+                raise
             if msg.get("type") != "ready":
                 tr.error = f"{msg.get('code', msg.get('type'))}: {msg.get('message', msg)}"
+                tr.error_code, tr.retry_after = msg.get("code"), msg.get("retry_after")
+                try:
+                    await asyncio.wait_for(ws.wait_closed(), plan.timeout)
+                finally:
+                    tr.close_code = ws.close_code
                 return
             tr.chunk_seconds = (msg.get("model") or {}).get("chunk_seconds")
             ready.set()
@@ -337,7 +356,7 @@ async def _client(plan: ClientPlan, audio: AudioLoop, tr: ClientTrace, offset: i
                 for k in range(-(-tr.total_samples // pkt)):
                     n = min(pkt, tr.total_samples - k * pkt)
                     if paced:
-                        due = t0 + phase + (k + 1) * PACKET_S
+                        due = t0 + phase + (k + 1) * PACKET_S / plan.speed
                         await asyncio.sleep(max(0.0, due - time.perf_counter()))
                     await ws.send(audio.read(offset + k * pkt, n))
                     tr.sent_at.append(time.perf_counter())
@@ -358,8 +377,10 @@ async def _client(plan: ClientPlan, audio: AudioLoop, tr: ClientTrace, offset: i
                         tr.finals.append(m.get("text", ""))
                     elif kind == "done":
                         tr.done_at = now
+                        tr.done_audio_seconds = m.get("audio_seconds")
                     elif kind == "error":
                         tr.error = f"{m.get('code')}: {m.get('message')}"
+                        tr.error_code = m.get("code")
             finally:
                 if not sender.done():
                     sender.cancel()
@@ -367,12 +388,14 @@ async def _client(plan: ClientPlan, audio: AudioLoop, tr: ClientTrace, offset: i
                     await sender
                 except (asyncio.CancelledError, ConnectionClosed):
                     pass
+            tr.close_code = ws.close_code
             if tr.error is None and ws.close_code != 1000:
                 tr.error = f"connection closed with code {ws.close_code} {ws.close_reason or ''}".strip()
             if tr.error is None and tr.done_at is None:
                 tr.error = "the connection closed without a done message"
     except InvalidStatus as e:
         tr.error = f"server refused the connection: HTTP {e.response.status_code}"
+        tr.error_code = f"http {e.response.status_code}"
     except (OSError, asyncio.TimeoutError, ConnectionClosed) as e:
         if tr.error is None:
             tr.error = f"cannot talk to {plan.url}: {type(e).__name__}: {e}"
@@ -438,10 +461,11 @@ class InProcessServer:
     drains the server (streams finish, then it stops).
     """
 
-    def __init__(self, model: str, device: str = "cpu", max_streams: int = 64, threads: int = 0,
-                 timeout: float = 120.0):
+    def __init__(self, model: str, device: str = "cpu", max_streams: int = 64, threads: int | None = None,
+                 timeout: float = 120.0, limits: dict | None = None):
         self.model, self.device, self.max_streams, self.threads = model, device, max_streams, threads
         self.timeout = timeout
+        self.limits = dict(limits or {})  # more limits.* keys (e.g. max_load: 0 for a capacity search)
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
@@ -454,9 +478,11 @@ class InProcessServer:
         from .server.app import App
 
         try:
-            cfg = from_dict(AppConfig, {"server": {"host": "127.0.0.1", "port": 0},
-                                        "engine": {"device": self.device, "num_threads": self.threads},
-                                        "limits": {"max_streams": self.max_streams}})
+            engine: dict[str, Any] = {"device": self.device}
+            if self.threads is not None:  # None: the config's default (engine.num_threads)
+                engine["num_threads"] = self.threads
+            cfg = from_dict(AppConfig, {"server": {"host": "127.0.0.1", "port": 0}, "engine": engine,
+                                        "limits": {"max_streams": self.max_streams, **self.limits}})
             self._loop, self._stop = asyncio.get_running_loop(), asyncio.Event()
             async with App(cfg, model_path=self.model) as app:
                 self.port = app.port
@@ -494,7 +520,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     where.add_argument("--model", help="start an in-process daemon with this checkpoint on a free loopback port "
                                        "(the default, with the shipped model, when --url is not given)")
     p.add_argument("--device", default="cpu", help="in-process daemon: engine device (default %(default)s)")
-    p.add_argument("--threads", type=int, default=0, help="in-process daemon: torch threads (0: torch's default)")
+    p.add_argument("--threads", type=int, help="in-process daemon: torch threads (default: engine.num_threads, 1; "
+                                               "0: torch's default, one per core)")
     p.add_argument("--seconds", type=float, default=10.0, help="audio seconds per stream (default %(default)s)")
     p.add_argument("--duration-minutes", type=float, help="soak run: every stream lasts this many minutes "
                                                           "(audio looped; overrides --seconds)")
@@ -549,7 +576,7 @@ def _usage_error(args: argparse.Namespace) -> str | None:
         return f"--beam must be 1..64, got {args.beam}"
     if args.url is not None and not args.url.startswith(("ws://", "wss://")):
         return f"--url must start with ws:// or wss://, got {args.url!r}"
-    if args.threads < 0:
+    if args.threads is not None and args.threads < 0:
         return f"--threads must be >= 0, got {args.threads}"
     return None
 

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Callable, Sequence
 
-from .config import SEARCH_METHODS, ConfigError, EngineConfig, load_yaml
+from .config import HOTWORDS_HELP, SEARCH_METHODS, WAKE_WORDS_HELP, ConfigError, EngineConfig, load_yaml, parse_phrases
 
 __all__ = ["main", "default_model_path", "transcribe_files", "add_engine_args", "engine_config_from_args",
            "run_guarded"]
@@ -54,6 +54,8 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
                                 "or a path (streamd lm)")
     p.add_argument("--lm-weight", type=float, help="LM weight lambda (default 0.2; 0 disables fusion)")
     p.add_argument("--lm-bonus", type=float, help="per-token bonus beta added with the LM score")
+    p.add_argument("--wake-words", metavar="LIST", help=WAKE_WORDS_HELP)
+    p.add_argument("--hotwords", metavar="LIST", help=HOTWORDS_HELP)
 
 
 def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
@@ -63,8 +65,13 @@ def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
         cfg = load_yaml(args.config, EngineConfig, section="engine")
     flags = ("method", "beam", "lm", "lm_weight", "lm_bonus")  # the DecodingConfig fields of add_engine_args
     over = {k: getattr(args, k) for k in flags if getattr(args, k) is not None}
+    if getattr(args, "hotwords", None) is not None:
+        over["hotwords"] = parse_phrases(args.hotwords, "--hotwords")
     dec = dataclasses.replace(cfg.decoding, **over)
-    return dataclasses.replace(cfg, device=args.device or cfg.device, decoding=dec)
+    kws = cfg.kws
+    if getattr(args, "wake_words", None) is not None:
+        kws = dataclasses.replace(kws, wake_words=parse_phrases(args.wake_words, "--wake-words"))
+    return dataclasses.replace(cfg, device=args.device or cfg.device, decoding=dec, kws=kws)
 
 
 def run_guarded(prog: str, fn: Callable[[], int | None]) -> int:

@@ -46,6 +46,8 @@ __all__ = [
     "to_dict",
     "load_yaml",
     "SEARCH_METHODS",
+    "HOTWORD_METHODS",
+    "check_hotword_method",
 ]
 
 
@@ -72,6 +74,14 @@ def _positive(value: float, path: str, strict: bool = True) -> None:
 
 
 SEARCH_METHODS = ("greedy", "modified_beam", "beam", "ctc_greedy", "ctc_prefix_beam")
+HOTWORD_METHODS = ("modified_beam",)
+"""The searches that take hotwords (a context graph's boosts are beam-search scores)."""
+
+
+def check_hotword_method(hotwords: Any, method: str, path: str = "hotwords") -> None:
+    """ConfigError unless ``method`` takes hotwords (when there are any)."""
+    _check(not hotwords or method in HOTWORD_METHODS, path,
+           f"need method {' or '.join(HOTWORD_METHODS)} (the boost is a beam-search score), got method {method!r}")
 
 
 # --------------------------------------------------------------------------- features
@@ -397,8 +407,7 @@ class DecodingConfig:
         _check(0.0 <= self.lm_weight <= 5.0, "lm_weight", f"must be in [0, 5], got {self.lm_weight}")
         _check(-10.0 <= self.lm_bonus <= 10.0, "lm_bonus", f"must be in [-10, 10], got {self.lm_bonus}")
         object.__setattr__(self, "hotwords", parse_phrases(self.hotwords, "hotwords"))
-        _check(not self.hotwords or self.method == "modified_beam", "hotwords",
-               f"need method modified_beam (the boost is a beam-search score), got method {self.method!r}")
+        check_hotword_method(self.hotwords, self.method)
         _check(0.0 <= self.hotword_boost <= 20.0, "hotword_boost", f"must be in [0, 20], got {self.hotword_boost}")
 
 
@@ -406,14 +415,20 @@ class DecodingConfig:
 class EngineConfig:
     """Recognizer settings: device, batching bound and per-stream defaults.
 
-    ``num_threads``: torch intra-op threads for the process (0 keeps torch's
-    default; on a small shared CPU, 1 or 2 avoids thread-pool contention).
+    ``num_threads``: torch intra-op threads for the process; 0 keeps torch's
+    default (one per core).  The default, 1, is what stays real time on a busy
+    host: on 2 cores with another process keeping one busy, a greedy step over
+    64 streams took 100 ms with 1 thread and 640 ms with 2, and one stream's
+    step 9 ms against 111 ms (torch's thread pool waits for the slowest
+    thread, which shares its core); docs/benchmarks.md "Threads".  Raise it
+    only on cores the engine has to itself (a server's own thread runs the
+    websocket I/O beside it).
     """
 
     model: str = ""
     device: str = "auto"
     max_batch: int = 256
-    num_threads: int = 0
+    num_threads: int = 1
     decoding: DecodingConfig = field(default_factory=DecodingConfig)
     confidence: ConfidenceConfig = field(default_factory=ConfidenceConfig)
     endpoint: EndpointConfig = field(default_factory=EndpointConfig)
@@ -434,15 +449,22 @@ class ServerConfig:
     """Listeners and lifecycle of ``streamd serve`` (see docs/protocol.md).
 
     ``port`` 0 picks a free port (tests).  ``vosk_port`` None disables the
-    second, Vosk-only listener.  ``web_root`` "" serves the repository's
+    second, Vosk-only listener; ``wyoming_port`` None disables the Wyoming
+    (Home Assistant) TCP listener.  ``web_root`` "" serves the repository's
     ``clients/web`` folder at ``GET /``.  ``ping_interval`` / ``ping_timeout``
     0 disable websocket keepalive.  ``warmup_seconds``: audio decoded once
-    with every search method before ``ready`` (0 = none).
+    with every search method before ``ready`` (0 = none).  ``allowed_hosts``:
+    the ``Host`` names (any port) the server answers to, ``*`` = any; empty =
+    ``localhost``, ``127.0.0.1``, ``[::1]`` and ``host``, plus any IP address
+    when ``host`` is not a loopback address (other names get HTTP 403: DNS
+    rebinding).  ``show_model_paths``: ``ready.model.path`` and
+    ``model.lm.path`` carry the server's absolute paths instead of file names.
     """
 
     host: str = "127.0.0.1"
     port: int = 8765
     vosk_port: int | None = None
+    wyoming_port: int | None = None
     vosk_sample_rate: int = 8000
     web_root: str = ""
     grace_seconds: float = 10.0
@@ -452,12 +474,16 @@ class ServerConfig:
     ping_timeout: float = 20.0
     close_timeout: float = 5.0
     log_level: str = "info"
+    allowed_hosts: tuple[str, ...] = ()
+    show_model_paths: bool = False
 
     def __post_init__(self) -> None:
         _check(isinstance(self.host, str) and self.host != "", "host", f"must be a host name or address, got {self.host!r}")
         _check(0 <= self.port <= 65535, "port", f"must be 0..65535, got {self.port}")
         _check(self.vosk_port is None or 0 <= self.vosk_port <= 65535, "vosk_port",
                f"must be 0..65535 or null, got {self.vosk_port}")
+        _check(self.wyoming_port is None or 0 <= self.wyoming_port <= 65535, "wyoming_port",
+               f"must be 0..65535 or null, got {self.wyoming_port}")
         _check(8000 <= self.vosk_sample_rate <= 48000, "vosk_sample_rate",
                f"must be 8000..48000, got {self.vosk_sample_rate}")
         _positive(self.grace_seconds, "grace_seconds", strict=False)
@@ -467,6 +493,17 @@ class ServerConfig:
         _positive(self.ping_timeout, "ping_timeout", strict=False)
         _positive(self.close_timeout, "close_timeout")
         _one_of(self.log_level, ("debug", "info", "warning", "error"), "log_level")
+        from .server.guard import host_name  # the one Host syntax (stdlib only)
+
+        for i, h in enumerate(self.allowed_hosts):
+            try:
+                ok = h == "*" or (h == h.strip() and bool(host_name(h)))
+            except (ValueError, TypeError):
+                ok = False
+            _check(ok, f"allowed_hosts[{i}]", f"must be a host name, an IP address ([::1] for IPv6) or *, "
+                                              f"without scheme or port, got {h!r}")
+        _check(isinstance(self.show_model_paths, bool), "show_model_paths",
+               f"must be true or false, got {self.show_model_paths!r}")
 
 
 @dataclass(frozen=True)
@@ -478,7 +515,19 @@ class LimitsConfig:
     (token bucket).  ``max_message_bytes`` bounds one binary frame,
     ``max_text_bytes`` one text frame.  ``outbox_messages`` bounds the
     messages queued for one client (partials coalesce; a client that lets
-    more pile up is disconnected).
+    more pile up is disconnected).  ``min_audio_rate``: a stream must deliver
+    at least this many seconds of audio per second of wall time, measured over
+    consecutive windows of ``min_audio_window`` seconds from the connection
+    on, until it sends eof (0 = no minimum); slower: ``audio_too_slow``.
+
+    Admission by capacity (:mod:`streamd.server.admission`): ``max_load`` is the share of a chunk's
+    duration that one batch step over every live stream may take, predicted from the measured step times
+    and each stream's cost (a greedy stream is 1 unit, a beam search more); a stream that would push the
+    load above it is refused with ``overloaded`` (close 1013, ``retry_after``) and ``/readyz`` answers 503
+    meanwhile (0 = no capacity rule, ``max_streams`` only).  ``max_backlog_seconds``: received audio a
+    stream may have waiting to be decoded; beyond it the stream ends with ``backlog_exceeded`` (bounds
+    memory; at least ``burst_seconds``).  ``max_cost_per_client`` / ``max_cost_per_token``: cost units one
+    client address / one bearer token may hold at once (0 = no limit); beyond: ``client_limit``.
     """
 
     max_streams: int = 64
@@ -489,6 +538,12 @@ class LimitsConfig:
     idle_timeout: float = 30.0
     open_timeout: float = 10.0
     outbox_messages: int = 256
+    min_audio_rate: float = 0.1
+    min_audio_window: float = 30.0
+    max_load: float = 0.8
+    max_backlog_seconds: float = 60.0
+    max_cost_per_client: float = 0.0
+    max_cost_per_token: float = 0.0
 
     def __post_init__(self) -> None:
         _check(self.max_streams >= 1, "max_streams", f"must be >= 1, got {self.max_streams}")
@@ -499,6 +554,23 @@ class LimitsConfig:
         _positive(self.idle_timeout, "idle_timeout", strict=False)
         _positive(self.open_timeout, "open_timeout", strict=False)
         _check(self.outbox_messages >= 4, "outbox_messages", f"must be >= 4, got {self.outbox_messages}")
+        _check(math.isfinite(self.min_audio_rate) and 0 <= self.min_audio_rate <= 1, "min_audio_rate",
+               f"must be 0..1 (seconds of audio per second; 0 = off), got {self.min_audio_rate!r}")
+        _check(not self.max_realtime or self.min_audio_rate <= self.max_realtime, "min_audio_rate",
+               f"must be <= max_realtime ({self.max_realtime:g}), got {self.min_audio_rate:g}")
+        _check(math.isfinite(self.min_audio_window) and self.min_audio_window >= 1, "min_audio_window",
+               f"must be >= 1 second, got {self.min_audio_window!r}")
+        _check(math.isfinite(self.max_load) and 0 <= self.max_load <= 1, "max_load",
+               f"must be 0..1 (share of a chunk's duration; 0 = no capacity admission), got {self.max_load!r}")
+        _check(math.isfinite(self.max_backlog_seconds) and self.max_backlog_seconds >= 1, "max_backlog_seconds",
+               f"must be >= 1 second, got {self.max_backlog_seconds!r}")
+        _check(not self.max_realtime or self.max_backlog_seconds >= self.burst_seconds, "max_backlog_seconds",
+               f"must be >= burst_seconds ({self.burst_seconds:g}: a full burst is a legitimate backlog), "
+               f"got {self.max_backlog_seconds:g}")
+        for name in ("max_cost_per_client", "max_cost_per_token"):
+            v = getattr(self, name)
+            _check(math.isfinite(v) and (v == 0 or v >= 1), name,
+                   f"must be 0 (no limit) or >= 1 cost unit (one greedy stream), got {v!r}")
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,7 @@ import itertools
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Collection, Sequence
 
 import numpy as np
 import torch
@@ -40,7 +40,8 @@ from torch import Tensor
 from .audio.fbank import Fbank, FbankStream
 from .audio.pcm import AudioError, check_sample_rate, decode_pcm
 from .audio.resample import StreamingResampler
-from .config import SEARCH_METHODS, ConfidenceConfig, EngineConfig
+from .config import (HOTWORD_METHODS, SEARCH_METHODS, ConfidenceConfig, EngineConfig, PhraseSpec,
+                     check_hotword_method, parse_phrases)
 from .decode.beam import BeamSearch
 from .decode.calibration import Calibration, resolve_calibration
 from .decode.common import Search
@@ -49,6 +50,9 @@ from .decode.ctc import CtcGreedySearch, CtcPrefixBeamSearch
 from .decode.endpoint import Endpointer
 from .decode.greedy import GreedySearch
 from .decode.hyps import HypOut
+from .decode.context_graph import ContextGraph, phrase_graph
+from .decode.endpoint import seconds_to_frames
+from .decode.keyword_search import KeywordHit, KeywordSearch, KeywordSet, KeywordState, keyword_set
 from .decode.kws import Detection, KwsDetector, aligned_span
 from .decode.lm import NgramLM, load_lm
 from .decode.modified_beam import ModifiedBeamSearch
@@ -120,6 +124,8 @@ class StreamOptions:
     partials: bool = True
     keywords: bool = True
     endpointing: bool = True
+    wake_words: tuple[PhraseSpec, ...] | None = None
+    hotwords: tuple[PhraseSpec, ...] | None = None
 
     def __post_init__(self) -> None:
         try:
@@ -133,6 +139,10 @@ class StreamOptions:
         for name in ("partials", "keywords", "endpointing"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        for name in ("wake_words", "hotwords"):  # None: the config's list
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, parse_phrases(getattr(self, name), name))
+        check_hotword_method(self.hotwords, self.method)
 
 
 @dataclass
@@ -147,12 +157,17 @@ class _Stream:
     frames_done: int = 0  # encoder frames decoded
     segment: int = 0
     segment_start: int = 0  # encoder frame where the open segment began
+    search_start: int = 0  # encoder frame where the search last started afresh (segment start or a pause)
+    carry: HypOut | None = None  # with endpointing off: the open segment's text before its last pause
     finished: bool = False
     reset_at: int | None = None  # close the segment once this many fbank frames are decoded
+    hot: ContextGraph | None = None  # hotwords (modified_beam only)
+    wake: KeywordSet | None = None  # runtime wake words
     # per-stream slices of batched state (None until first gathered)
     enc: EncoderCache | None = None
     search: Any = None
     kws: Any = None
+    kwsearch: KeywordState | None = None
 
 
 @dataclass(frozen=True)
@@ -180,6 +195,8 @@ class _Batch:
     groups: dict[str, tuple[Tensor, Any]] = field(default_factory=dict)  # method -> (rows, search state)
     kws_rows: Tensor | None = None
     kws: Any = None
+    wake_rows: Tensor | None = None
+    wake: KeywordState | None = None
 
 
 class Recognizer:
@@ -230,12 +247,53 @@ class Recognizer:
             self.searches["ctc_greedy"] = CtcGreedySearch(mcfg.blank_id, self.measure)
             self.searches["ctc_prefix_beam"] = CtcPrefixBeamSearch(mcfg.blank_id, self.measure)
         self.keywords = tuple(mcfg.keywords)
-        self.kws = KwsDetector(self.keywords, self.config.kws, self.frame_shift_s) if self.keywords else None
+        kcfg = self.config.kws
+        self.kws = KwsDetector(self.keywords, kcfg, self.frame_shift_s) if self.keywords else None
+        sep = self.tokens.separator if self.tokens.kind == "char" else None
+        self.keyword_search = KeywordSearch(self.model, kcfg.wake_beam, dcfg.max_symbols_per_frame,
+                                            self.tokens.id(sep) if sep is not None else None, kcfg.trailing_blanks,
+                                            seconds_to_frames(kcfg.refractory_s, self.frame_shift_s), sync_free)
+        self._phrase_cache: dict[tuple, Any] = {}
+        # the config's lists, checked against the token table now (ValueError names the entry)
+        self._default_wake = self._keyword_set(kcfg.wake_words, "kws.wake_words")
+        self._default_hot = self._hotword_graph(dcfg.hotwords, "decoding.hotwords")
         self.endpointer = Endpointer(self.config.endpoint, self.frame_shift_s)
         self._streams: dict[int, _Stream] = {}
         self._ids = itertools.count(1)
         self._batch: _Batch | None = None
         self._rr = 0  # round-robin start for fairness when more streams than max_batch
+
+    # ------------------------------------------------------------------ phrases
+
+    _PHRASE_CACHE = 64  # distinct phrase lists kept built (streams often share one)
+
+    def _cached(self, key: tuple, build: Callable[[], Any]) -> Any:
+        hit = self._phrase_cache.pop(key, None)
+        if hit is None:
+            hit = build()
+            if len(self._phrase_cache) >= self._PHRASE_CACHE:
+                self._phrase_cache.pop(next(iter(self._phrase_cache)))
+        self._phrase_cache[key] = hit  # most recently used last
+        return hit
+
+    def _keyword_set(self, specs: tuple[PhraseSpec, ...], path: str) -> KeywordSet | None:
+        """Runtime wake words as a keyword set (None for no words); ValueError names a bad entry."""
+        if not specs:
+            return None
+        head = {w.casefold() for w in self.keywords}
+        for i, spec in enumerate(specs):
+            if spec.phrase.casefold() in head:
+                raise ValueError(f"{path}[{i}] {spec.phrase!r}: the model's own wake word (its KWS head spots it "
+                                 "already; listed again its events would come twice)")
+        k = self.config.kws
+        return self._cached(("wake", specs), lambda: keyword_set(self.tokens, specs, k.wake_threshold, k.wake_boost,
+                                                                 path))
+
+    def _hotword_graph(self, specs: tuple[PhraseSpec, ...], path: str) -> ContextGraph | None:
+        if not specs:
+            return None
+        boost = self.config.decoding.hotword_boost
+        return self._cached(("hot", specs), lambda: phrase_graph(self.tokens, specs, boost, path))
 
     # ------------------------------------------------------------------ construction
 
@@ -265,6 +323,7 @@ class Recognizer:
         cfg = self.model.cfg
         return {"path": self.loaded.path, "name": self.loaded.meta.get("name", Path(self.loaded.path).stem),
                 "vocab_size": cfg.vocab_size, "token_kind": self.tokens.kind, "keywords": list(cfg.keywords),
+                "wake_words": list(self._default_wake.names) if self._default_wake is not None else [],
                 "chunk_seconds": self.chunk_frames * self.frame_shift_s, "frame_shift_seconds": self.frame_shift_s,
                 "methods": sorted(self.searches), "device": str(self.device),
                 "parameters": self.model.num_params(), "calibrated": self.calibration is not None,
@@ -314,9 +373,14 @@ class Recognizer:
         opts = StreamOptions(**options)
         if opts.method not in self.searches:
             raise ValueError(f"method {opts.method!r} needs a CTC head, which this model does not have")
+        wake = self._default_wake if opts.wake_words is None else self._keyword_set(opts.wake_words, "wake_words")
+        hot = None
+        if opts.method in HOTWORD_METHODS:
+            hot = self._default_hot if opts.hotwords is None else self._hotword_graph(opts.hotwords, "hotwords")
         sid = next(self._ids)
         rs = StreamingResampler(opts.sample_rate, 16000) if opts.sample_rate != 16000 else None
-        self._streams[sid] = _Stream(sid, opts, FbankStream(self.model.cfg.fbank), rs)
+        self._streams[sid] = _Stream(sid, opts, FbankStream(self.model.cfg.fbank), rs, hot=hot,
+                                     wake=wake if opts.keywords and self.config.kws.enabled else None)
         return sid
 
     def has_stream(self, sid: int) -> bool:
@@ -328,6 +392,11 @@ class Recognizer:
 
     def stream_options(self, sid: int) -> StreamOptions:
         return self._get(sid).opts
+
+    def backlog(self, sid: int) -> float:
+        """Seconds of accepted audio not yet decoded (a Partial's ``backlog`` at this moment)."""
+        st = self._get(sid)
+        return max(0.0, st.samples_in / st.opts.sample_rate - st.frames_done * self.frame_shift_s)
 
     def _get(self, sid: int) -> _Stream:
         try:
@@ -434,14 +503,14 @@ class Recognizer:
                 st = self._streams.get(b.ids[row])
                 if st is not None:
                     st.kws = b.kws.select(torch.tensor([j], device=self.device))
+        if b.wake_rows is not None:
+            for j, row in enumerate(b.wake_rows.tolist()):
+                st = self._streams.get(b.ids[row])
+                if st is not None:
+                    st.kwsearch = b.wake.select(torch.tensor([j], device=self.device))
 
     def _init_search(self, st: _Stream) -> Any:
-        search = self.searches[st.opts.method]
-        if st.opts.method in ("modified_beam", "ctc_prefix_beam"):
-            return search.init_state(torch.tensor([st.opts.beam], device=self.device), self.device)
-        if st.opts.method == "beam":
-            return search.init_state(torch.tensor([st.opts.beam], device=self.device), self.device)
-        return search.init_state(1, self.device)
+        return self.searches[st.opts.method].new_state(st.opts.beam, self.device, graph=st.hot)
 
     def _gather(self, ids: tuple[int, ...]) -> _Batch:
         if self._batch is not None and self._batch.ids == ids:
@@ -454,6 +523,8 @@ class Recognizer:
                 st.search = self._init_search(st)
                 if self.kws is not None and st.opts.keywords:
                     st.kws = self.kws.init_state(1, self.device)
+                if st.wake is not None:
+                    st.kwsearch = self.keyword_search.init_state(st.wake, self.device)
         batch = _Batch(ids, EncoderCache.cat([st.enc for st in streams]))
         by_method: dict[str, list[int]] = {}
         for row, st in enumerate(streams):
@@ -466,17 +537,27 @@ class Recognizer:
         if kws_rows:
             batch.kws_rows = torch.tensor(kws_rows, device=self.device)
             batch.kws = type(streams[kws_rows[0]].kws).cat([streams[r].kws for r in kws_rows])
+        wake_rows = [row for row, st in enumerate(streams) if st.kwsearch is not None]
+        if wake_rows:
+            batch.wake_rows = torch.tensor(wake_rows, device=self.device)
+            batch.wake = KeywordState.cat([streams[r].kwsearch for r in wake_rows])
         for st in streams:  # the batch owns the state now
-            st.enc = st.search = st.kws = None
+            st.enc = st.search = st.kws = st.kwsearch = None
         self._batch = batch
         return batch
 
     # ------------------------------------------------------------------ the step
 
     @torch.no_grad()
-    def step(self) -> list[Event]:
-        """Process one chunk for every ready stream (up to max_batch) in one batch."""
+    def step(self, only: Collection[int] | None = None) -> list[Event]:
+        """Process one chunk for every ready stream (up to max_batch) in one batch.
+
+        only: restrict this step to these stream ids (a caller's scheduling policy, e.g. a server's fair
+        share under overload); the others stay ready for the next step."""
         ready = self.ready_streams()
+        if only is not None:
+            chosen = set(only)
+            ready = [sid for sid in ready if sid in chosen]
         if not ready:
             return []
         if len(ready) > self.config.max_batch:
@@ -542,17 +623,23 @@ class Recognizer:
         # 3. searches, one call per method over its rows
         new_groups = {}
         for method, (rows, state) in batch.groups.items():
-            x = heads.ctc_log_probs[rows] if method.startswith("ctc") else heads.enc_p[rows]
-            new_groups[method] = (rows, self.searches[method].step(state, x, enc_len[rows], offsets[rows]))
-        # 4. wake words
+            search = self.searches[method]
+            x = getattr(heads, search.reads)[rows]
+            new_groups[method] = (rows, search.step(state, x, enc_len[rows], offsets[rows]))
+        # 4. wake words: the model's KWS head, and the keyword search for runtime wake words
         dets, new_kws = [], batch.kws
         if batch.kws_rows is not None:
             rows = batch.kws_rows
             new_kws, dets = self.kws.step(batch.kws, heads.kws_probs[rows], enc_len[rows], offsets[rows])
+        hits, new_wake = [], batch.wake
+        if batch.wake_rows is not None:
+            rows = batch.wake_rows
+            new_wake = self.keyword_search.step(batch.wake, heads.enc_p[rows], enc_len[rows], offsets[rows])
+            new_wake, hits = self.keyword_search.detect(new_wake, offsets[rows] + enc_len[rows])
         # commit
-        batch.enc, batch.groups, batch.kws = new_enc, new_groups, new_kws
+        batch.enc, batch.groups, batch.kws, batch.wake = new_enc, new_groups, new_kws, new_wake
         best, trailing = self._hyps(batch)
-        events: list[Event] = self._wake_events(batch, dets, best)
+        events: list[Event] = self._wake_events(batch, dets, best) + self._keyword_events(batch, hits)
         if self.on_batch is not None:
             self.on_batch(BatchView(ids, heads, enc_len, offsets))
         for st, n in zip(streams, enc_len.tolist()):
@@ -579,6 +666,14 @@ class Recognizer:
             start, end = span if span is not None else (d.start, d.end)
             events.append(WakeWord(sid, d.keyword, d.score, start, end))
         return events
+
+    def _keyword_events(self, batch: _Batch, hits: list[KeywordHit]) -> list[Event]:
+        """One WakeWord per runtime-keyword detection, spanning the keyword's tokens' frames."""
+        if not hits:
+            return []
+        ids = [batch.ids[row] for row in batch.wake_rows.tolist()]
+        fs = self.frame_shift_s
+        return [WakeWord(ids[h.row], h.keyword, h.score, h.first_frame * fs, (h.frame + 1) * fs) for h in hits]
 
     def _hyps(self, batch: _Batch, final: bool = False, methods: tuple[str, ...] | None = None
               ) -> tuple[dict[int, HypOut], dict[int, int]]:
@@ -613,12 +708,12 @@ class Recognizer:
         """Partials, endpoints and ends of streams after a decoded chunk; best, trailing: from :meth:`_hyps`."""
         events: list[Event] = []
         streams = [self._streams[i] for i in batch.ids]
-        seg_frames = [st.frames_done - st.segment_start for st in streams]
+        seg_frames = [st.frames_done - st.search_start for st in streams]
         rules = self.endpointer.check([trailing[st.id] for st in streams], seg_frames,
                                       [len(best[st.id].tokens) for st in streams])
         close: list[tuple[int, str]] = []
         for st, rule in zip(streams, rules):
-            hyp = best[st.id]
+            hyp = self._joined(st, best[st.id])
             done = st.finished and st.fbank.frames_ready() == 0
             if st.opts.partials and not done:
                 decoded = st.frames_done * self.frame_shift_s
@@ -629,11 +724,12 @@ class Recognizer:
                 close.append((st.id, "eos"))
             elif st.reset_at is not None and st.fbank.frames_taken >= st.reset_at:
                 close.append((st.id, "reset"))
-            elif rule is not None and st.opts.endpointing:
-                close.append((st.id, f"endpoint:{rule}"))
+            elif rule is not None:
+                close.append((st.id, f"endpoint:{rule}" if st.opts.endpointing else "pause"))
         if close:
-            if self.lm is not None and "modified_beam" in batch.groups:  # only its ranking changes when final
-                best.update(self._hyps(batch, final=True, methods=("modified_beam",))[0])
+            final = tuple(m for m in batch.groups if self.searches[m].ranks_final)  # only theirs can change
+            if final:
+                best.update(self._hyps(batch, final=True, methods=final)[0])
             events += self._finalize(batch, close, best)
         return events
 
@@ -654,15 +750,26 @@ class Recognizer:
         ended: list[int] = []
         for sid, reason in close:
             st = self._streams[sid]
-            hyp = best[sid]
+            st.search_start = st.frames_done
+            if reason == "pause":  # endpointing off: the search starts afresh, the segment goes on
+                st.carry = self._joined(st, best[sid])
+                reset_rows.append(batch.ids.index(sid))
+                continue
+            sub_text = self.tokens.decode(best[sid].tokens)
+            hyp = self._joined(st, best[sid])
             text = self.tokens.decode(hyp.tokens)
             st.reset_at = None
             if text or reason in ("eos", "reset"):
-                alts, scores = self._alternatives(batch, sid, text)
+                alts, scores = self._alternatives(batch, sid, sub_text)
+                if st.carry is not None and st.carry.tokens:  # n-best of the part after the last pause
+                    head = self.tokens.decode(st.carry.tokens)
+                    alts = tuple(t for t in (f"{head} {a}".strip() for a in alts) if t != text)
+                    scores = tuple(sc + st.carry.score for sc in scores[:1 + len(alts)])
                 events.append(Final(sid, st.segment, text, self._words(hyp),
                                     st.segment_start * self.frame_shift_s, st.frames_done * self.frame_shift_s,
                                     hyp.tokens, hyp.frames, hyp.confs, reason, alts, scores))
                 st.segment += 1
+            st.carry = None
             st.segment_start = st.frames_done
             if reason == "eos":
                 ended.append(sid)
@@ -677,15 +784,35 @@ class Recognizer:
                         mask[rl.index(r)] = True
                 if bool(mask.any()):
                     batch.groups[method] = (rows, self.searches[method].reset(state, mask))
+            if batch.wake_rows is not None:  # a recognizer endpoint also starts a new keyword segment
+                rl = batch.wake_rows.tolist()
+                mask = torch.tensor([r in reset_rows for r in rl], dtype=torch.bool, device=self.device)
+                if bool(mask.any()):
+                    batch.wake = self.keyword_search.reset(batch.wake, mask)
         for sid in ended:
             st = self._streams[sid]
             events.append(Done(sid, st.samples_in / st.opts.sample_rate))
             self.close(sid)
         return events
 
+    def _joined(self, st: _Stream, hyp: HypOut) -> HypOut:
+        """The open segment's hypothesis: what was carried over its pauses (endpointing off), then ``hyp``.
+
+        A character table's word separator joins the two (the search starts a new word after a pause);
+        it takes the frame of the first token after it and confidence 1."""
+        c = st.carry
+        if c is None or not c.tokens:
+            return hyp
+        if not hyp.tokens:
+            return HypOut(c.tokens, c.frames, c.confs, c.score + hyp.score)
+        sep = self.tokens.separator if self.tokens.kind == "char" else None
+        mid = (self.tokens.id(sep),) if sep is not None else ()
+        return HypOut(c.tokens + mid + hyp.tokens, c.frames + hyp.frames[:len(mid)] + hyp.frames,
+                      c.confs + (1.0,) * len(mid) + hyp.confs, c.score + hyp.score)
+
     def _alternatives(self, batch: _Batch, sid: int, text: str) -> tuple[tuple[str, ...], tuple[float, ...]]:
         method = self._streams[sid].opts.method
-        if method in ("greedy", "ctc_greedy"):
+        if not self.searches[method].several:
             return (), ()
         rows, state = batch.groups[method]
         j = rows.tolist().index(batch.ids.index(sid))

@@ -2,18 +2,39 @@
 
 Times are seconds from the stream's first accepted sample.  ``to_wire()``
 gives the v1 wire-protocol JSON object (docs/protocol.md); the CLI's
-``--json`` output and the websocket server both use it.
+``--json`` output and the websocket server both use it.  ``from_wire()`` (a
+classmethod of each event, and :func:`from_wire` for any message) is its
+inverse, used by :mod:`streamd.client`: the fields that are not on the wire
+(``stream`` unless given, tokens, frames, scores) take their defaults, and
+fields a newer server adds are ignored.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any, Mapping
 
-__all__ = ["Word", "Partial", "Final", "WakeWord", "Error", "Done", "Event"]
+__all__ = ["Word", "Partial", "Final", "WakeWord", "Error", "Done", "Event", "from_wire"]
 
 
 def _r(x: float, nd: int = 3) -> float:
     return round(float(x), nd)
+
+
+def _get(msg: Mapping[str, Any], name: str, kind: str, default: Any = ...) -> Any:
+    """``msg[name]``, or ``default``; a missing required field is a ValueError naming it."""
+    if name in msg:
+        return msg[name]
+    if default is ...:
+        raise ValueError(f"{kind} message has no {name!r} field: {dict(msg)!r:.200}")
+    return default
+
+
+def _check_type(msg: Mapping[str, Any], kind: str) -> None:
+    if not isinstance(msg, Mapping):
+        raise ValueError(f"a {kind} message must be a JSON object, got {type(msg).__name__}")
+    if msg.get("type") != kind:
+        raise ValueError(f"expected a {kind!r} message, got type {msg.get('type')!r}")
 
 
 @dataclass(frozen=True)
@@ -39,6 +60,14 @@ class Word:
     def to_wire(self) -> dict:
         return {"word": self.word, "start": _r(self.start, 2), "end": _r(self.end, 2), "conf": _r(self.conf, 3),
                 "conf_raw": _r(self.conf_raw, 3)}
+
+    @classmethod
+    def from_wire(cls, d: Mapping[str, Any]) -> "Word":
+        """The inverse of :meth:`to_wire` (``conf_raw`` defaults to ``conf``, as before servers sent it)."""
+        if not isinstance(d, Mapping):
+            raise ValueError(f"a word must be a JSON object, got {type(d).__name__}")
+        return cls(_get(d, "word", "word"), _get(d, "start", "word"), _get(d, "end", "word"),
+                   _get(d, "conf", "word"), d.get("conf_raw"))
 
 
 @dataclass(frozen=True)
@@ -68,6 +97,13 @@ class Partial:
         return {"type": "partial", "segment": self.segment, "text": self.text,
                 "words": [w.to_wire() for w in self.words], "start": _r(self.start, 2), "end": _r(self.end, 2),
                 "backlog": _r(self.backlog, 2)}
+
+    @classmethod
+    def from_wire(cls, msg: Mapping[str, Any], stream: int = 0) -> "Partial":
+        _check_type(msg, "partial")
+        return cls(stream, _get(msg, "segment", "partial"), _get(msg, "text", "partial"),
+                   words=tuple(Word.from_wire(w) for w in msg.get("words", ())), start=msg.get("start", 0.0),
+                   end=msg.get("end", 0.0), backlog=msg.get("backlog", 0.0))
 
 
 @dataclass(frozen=True)
@@ -103,11 +139,20 @@ class Final:
             d["alternatives"] = list(self.alternatives)
         return d
 
+    @classmethod
+    def from_wire(cls, msg: Mapping[str, Any], stream: int = 0) -> "Final":
+        _check_type(msg, "final")
+        return cls(stream, _get(msg, "segment", "final"), _get(msg, "text", "final"),
+                   words=tuple(Word.from_wire(w) for w in msg.get("words", ())), start=msg.get("start", 0.0),
+                   end=msg.get("end", 0.0), reason=msg.get("reason", "eos"),
+                   alternatives=tuple(msg.get("alternatives", ())))
+
 
 @dataclass(frozen=True)
 class WakeWord:
-    """A keyword fired on the KWS head; ``start``/``end`` span the spoken keyword: its words in the
-    stream's best hypothesis, else the head's rise (:func:`streamd.decode.kws.aligned_span`, docs/protocol.md)."""
+    """A wake word fired: the model's KWS head (``start``/``end`` span the spoken keyword: its words in the
+    stream's best hypothesis, else the head's rise, :func:`streamd.decode.kws.aligned_span`) or a runtime wake
+    word's keyword search (its tokens' frames, :mod:`streamd.decode.keyword_search`); docs/protocol.md."""
 
     stream: int
     keyword: str
@@ -118,6 +163,12 @@ class WakeWord:
     def to_wire(self) -> dict:
         return {"type": "wake", "keyword": self.keyword, "score": _r(self.score, 3),
                 "start": _r(self.start, 2), "end": _r(self.end, 2)}
+
+    @classmethod
+    def from_wire(cls, msg: Mapping[str, Any], stream: int = 0) -> "WakeWord":
+        _check_type(msg, "wake")
+        return cls(stream, _get(msg, "keyword", "wake"), _get(msg, "score", "wake"), _get(msg, "start", "wake"),
+                   _get(msg, "end", "wake"))
 
 
 @dataclass(frozen=True)
@@ -135,6 +186,12 @@ class Error:
     def to_wire(self) -> dict:
         return {"type": "error", "code": self.code, "message": self.message}
 
+    @classmethod
+    def from_wire(cls, msg: Mapping[str, Any], stream: int = 0) -> "Error":
+        """An error message (on ``/v1/stream`` every one ends the stream: ``fatal``)."""
+        _check_type(msg, "error")
+        return cls(stream, _get(msg, "code", "error"), msg.get("message", ""))
+
 
 @dataclass(frozen=True)
 class Done:
@@ -146,5 +203,25 @@ class Done:
     def to_wire(self) -> dict:
         return {"type": "done", "audio_seconds": _r(self.audio_seconds, 3)}
 
+    @classmethod
+    def from_wire(cls, msg: Mapping[str, Any], stream: int = 0) -> "Done":
+        _check_type(msg, "done")
+        return cls(stream, msg.get("audio_seconds", 0.0))
+
 
 Event = Partial | Final | WakeWord | Error | Done
+
+WIRE_TYPES: dict[str, type] = {"partial": Partial, "final": Final, "wake": WakeWord, "error": Error, "done": Done}
+"""The ``type`` field of each event's wire message."""
+
+
+def from_wire(msg: Mapping[str, Any], stream: int = 0) -> Event:
+    """The event a v1 wire message describes (the inverse of ``to_wire()``); ``stream`` is set as given.
+
+    ValueError for a message that is not an event (``ready``, an unknown type) or lacks a required field.
+    """
+    kind = msg.get("type") if isinstance(msg, Mapping) else None
+    cls = WIRE_TYPES.get(kind) if isinstance(kind, str) else None
+    if cls is None:
+        raise ValueError(f"not an event message: type {kind!r} (events: {', '.join(WIRE_TYPES)})")
+    return cls.from_wire(msg, stream)

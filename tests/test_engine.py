@@ -571,3 +571,32 @@ def test_bad_calibration_in_checkpoint_is_an_error(tiny_ckpt, tmp_path):
     copy_with_meta(tiny_ckpt, tmp_path / "bad.pt", {"calibration": {"version": 1, "x": [0.5]}})
     with pytest.raises(CalibrationError, match="meta.calibration"):
         Recognizer.from_checkpoint(tmp_path / "bad.pt", NO_ENDPOINT)
+
+
+def test_every_search_has_the_complete_interface(tiny_ckpt):
+    """The engine reaches every search through the Search protocol alone (no method-name branches):
+    state creation, the head output it reads, whether it keeps several hypotheses, final ranking."""
+    import dataclasses as dc
+
+    from streamd.config import HOTWORD_METHODS
+    from streamd.decode.context_graph import ContextGraph
+    from streamd.model.transducer import HeadOutputs
+
+    rec = Recognizer.from_checkpoint(tiny_ckpt, NO_ENDPOINT)
+    with torch.no_grad():
+        heads = rec.model.heads(torch.randn(1, 5, rec.model.cfg.encoder.d_model))
+    fields = {f.name for f in dc.fields(HeadOutputs)}
+    graph = ContextGraph(((2, 3),), (1.0,), rec.model.cfg.vocab_size)
+    for method, search in rec.searches.items():
+        assert search.reads in fields and isinstance(search.several, bool) and isinstance(search.ranks_final, bool)
+        state = search.new_state(3, "cpu")
+        x = getattr(heads, search.reads)
+        state = search.step(state, x, torch.tensor([5]), torch.zeros(1, dtype=torch.long))
+        assert len(search.best(state, final=True)) == 1 and search.trailing_blanks(state).shape == (1,)
+        if search.several:
+            assert len(search.nbest(state, 3)[0]) >= 1
+        if method in HOTWORD_METHODS:
+            search.new_state(3, "cpu", graph=graph)
+        else:
+            with pytest.raises(ValueError, match="no hotwords"):
+                search.new_state(3, "cpu", graph=graph)

@@ -37,6 +37,12 @@ def test_unit_has_the_required_settings():
     assert _unit()["Install"]["WantedBy"] == "multi-user.target"
 
 
+def test_unit_bounds_allocator_retention():
+    """Freed audio buffers go back to the OS after a load (issue 25; measured in docs/benchmarks.md)."""
+    env = " ".join(line.split("=", 1)[1] for line in UNIT.read_text().splitlines() if line.startswith("Environment="))
+    assert "MALLOC_ARENA_MAX=2" in env and "MALLOC_MMAP_THRESHOLD_=65536" in env
+
+
 def _seconds(v: str) -> float:
     m = re.fullmatch(r"(\d+(?:\.\d+)?)(s|min)?", v)
     assert m, f"unexpected time span {v!r}"

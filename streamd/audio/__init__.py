@@ -1,6 +1,14 @@
-"""Audio front end: PCM decoding, streaming resampling and log-mel features."""
+"""Audio front end: PCM decoding, streaming resampling and log-mel features.
 
-from .fbank import Fbank, FbankStream, inverse_mel_scale, mel_filterbank, mel_scale, num_frames, povey_window
+:mod:`.pcm` and :mod:`.resample` need only numpy and are imported here; :mod:`.fbank` (torch) is imported on
+first use of one of its names, so that light users (``streamd.client``, the wire protocol) do not load torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
 from .pcm import (
     MAX_SAMPLE_RATE,
     MIN_SAMPLE_RATE,
@@ -11,6 +19,9 @@ from .pcm import (
     load_audio,
 )
 from .resample import StreamingResampler, resample
+
+_FBANK_NAMES = ("Fbank", "FbankStream", "inverse_mel_scale", "mel_filterbank", "mel_scale", "num_frames",
+                "povey_window")
 
 __all__ = [
     "AudioError",
@@ -30,3 +41,11 @@ __all__ = [
     "povey_window",
     "num_frames",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """The torch-backed feature names (and the ``fbank`` submodule), imported on first use."""
+    if name in _FBANK_NAMES or name == "fbank":
+        module = importlib.import_module(".fbank", __name__)
+        return module if name == "fbank" else getattr(module, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

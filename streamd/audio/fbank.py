@@ -142,6 +142,13 @@ class FbankStream:
     frames and drops samples no later frame needs, ``finish`` zero-pads the
     tail so every accepted sample lies in at least one frame.
 
+    Storage: one float32 array used as a queue; appending grows it by
+    doubling (amortized O(1) per sample, not a copy of the whole backlog per
+    packet) and consumed samples are only skipped, moved down when the free
+    room is needed; once the held samples fall below a quarter of the array
+    (a backlog decoded) it is reallocated to fit, so memory follows the
+    backlog back down.
+
     Attributes:
         frame_length, frame_shift: in samples.
         accepted: samples accepted so far (excluding finish padding).
@@ -149,24 +156,47 @@ class FbankStream:
         finished: True after :meth:`finish`.
     """
 
+    MIN_CAPACITY = 8192  # samples (32 KiB): below this the array is never shrunk
+
     def __init__(self, cfg: FbankConfig) -> None:
         self.frame_length = cfg.frame_length
         self.frame_shift = cfg.frame_shift
         self.accepted = 0
         self.frames_taken = 0
         self.finished = False
-        self._buf = np.zeros(0, dtype=np.float32)  # _buf[i] is sample _buf_start + i (padding included)
-        self._buf_start = 0
+        self._data = np.zeros(0, dtype=np.float32)  # held samples are _data[_lo:_hi] (padding included)
+        self._lo = self._hi = 0
+        self._buf_start = 0  # absolute index of sample _data[_lo]
 
     @property
     def buffered_samples(self) -> int:
         """Samples currently held (bounded: consumed samples are dropped by ``take``)."""
-        return len(self._buf)
+        return self._hi - self._lo
+
+    @property
+    def capacity(self) -> int:
+        """Samples the storage array can hold (memory in use: 4 bytes each)."""
+        return len(self._data)
 
     @property
     def _available(self) -> int:
         """Samples (incl. finish padding) known so far, absolute end index."""
-        return self._buf_start + len(self._buf)
+        return self._buf_start + self._hi - self._lo
+
+    def _append(self, x: np.ndarray) -> None:
+        n = len(x)
+        if self._hi + n > len(self._data):
+            held = self._hi - self._lo
+            need = held + n
+            if need > len(self._data) or held > len(self._data) // 2:
+                cap = max(self.MIN_CAPACITY, 1 << max(0, need - 1).bit_length(), 2 * held)
+                data = np.empty(cap, dtype=np.float32)
+            else:
+                data = self._data  # enough room once the consumed samples are gone: move down
+            data[:held] = self._data[self._lo:self._hi]
+            self._data, self._lo, self._hi = data, 0, held
+        self._data[self._hi:self._hi + n] = x
+        self._hi += n
 
     def accept(self, samples: np.ndarray) -> None:
         """Append ``(N,)`` float samples (16 kHz, in [-1, 1]); N may be 0."""
@@ -179,7 +209,7 @@ class FbankStream:
             raise AudioError(f"FbankStream.accept expects float samples in [-1, 1], got dtype {x.dtype}")
         if len(x) == 0:
             return
-        self._buf = np.concatenate([self._buf, x.astype(np.float32, copy=False)])
+        self._append(x)
         self.accepted += len(x)
 
     def finish(self) -> None:
@@ -193,7 +223,7 @@ class FbankStream:
         frames = 1 + -(-(total - self.frame_length) // self.frame_shift)
         pad = (frames - 1) * self.frame_shift + self.frame_length - self.accepted
         if pad > 0:
-            self._buf = np.concatenate([self._buf, np.zeros(pad, dtype=np.float32)])
+            self._append(np.zeros(pad, dtype=np.float32))
 
     def frames_ready(self) -> int:
         """Frames fully covered by the samples so far and not yet taken."""
@@ -218,12 +248,19 @@ class FbankStream:
         n = int(n)
         if n == 0:
             return np.zeros(0, dtype=np.float32)
-        start = self.frames_taken * self.frame_shift - self._buf_start
-        window = self._buf[start:start + self.frame_length + (n - 1) * self.frame_shift].copy()
+        start = self._lo + self.frames_taken * self.frame_shift - self._buf_start
+        window = self._data[start:start + self.frame_length + (n - 1) * self.frame_shift].copy()
         self.frames_taken += n
         keep_from = self.frames_taken * self.frame_shift  # first sample of the next frame
         drop = min(keep_from, self._available) - self._buf_start
         if drop > 0:
-            self._buf = self._buf[drop:].copy()  # copy: release the consumed samples
+            self._lo += drop
             self._buf_start += drop
+        held = self._hi - self._lo
+        if len(self._data) > self.MIN_CAPACITY and 4 * held < len(self._data):  # a backlog was decoded: give back
+            data = np.empty(max(self.MIN_CAPACITY, 2 * held), dtype=np.float32)
+            data[:held] = self._data[self._lo:self._hi]
+            self._data, self._lo, self._hi = data, 0, held
+        elif held == 0:
+            self._lo = self._hi = 0
         return window

@@ -51,17 +51,19 @@ class AudioError(ValueError):
         self.code = code
 
 
-def decode_pcm(data: bytes | bytearray | memoryview, fmt: str) -> np.ndarray:
-    """Decode one packet of raw little-endian mono PCM.
+def decode_pcm(data: bytes | bytearray | memoryview, fmt: str, channels: int = 1) -> np.ndarray:
+    """Decode one packet of raw little-endian PCM to mono.
 
     Args:
-        data: raw bytes; length must be a multiple of the sample width
-            (2 for ``s16le``, 4 for ``f32le``).
+        data: raw bytes; length must be a multiple of the frame size
+            (sample width x ``channels``; the width is 2 for ``s16le``, 4 for ``f32le``).
         fmt: one of :data:`SUPPORTED_FORMATS`.
+        channels: interleaved channels per frame (1 = mono); more are averaged
+            to mono, as :func:`load_audio` does with files.
 
     Returns:
         ``(N,)`` float32 samples in [-1, 1] (``s16le`` is divided by 32768;
-        ``f32le`` is clamped to [-1, 1]).
+        ``f32le`` is clamped to [-1, 1]), one per frame.
 
     Raises:
         AudioError: ``bad_format`` for an unknown ``fmt``; ``bad_audio`` for a
@@ -76,11 +78,18 @@ def decode_pcm(data: bytes | bytearray | memoryview, fmt: str) -> np.ndarray:
     if isinstance(data, memoryview) and not data.contiguous:
         data = data.tobytes()
     nbytes = data.nbytes if isinstance(data, memoryview) else len(data)
+    if isinstance(channels, bool) or not isinstance(channels, int) or channels < 1:
+        raise AudioError(f"channels must be a positive integer, got {channels!r}", code="bad_format")
     width = _SAMPLE_WIDTH[fmt]
-    if nbytes % width:
-        raise AudioError(f"{fmt} audio needs a multiple of {width} bytes per packet, got {nbytes} bytes")
+    if nbytes % (width * channels):
+        if channels == 1:
+            raise AudioError(f"{fmt} audio needs a multiple of {width} bytes per packet, got {nbytes} bytes")
+        raise AudioError(f"{channels}-channel {fmt} audio needs a multiple of {width * channels} bytes "
+                         f"(whole frames) per packet, got {nbytes} bytes")
     if nbytes == 0:
         return np.zeros(0, dtype=np.float32)
+    if channels > 1:
+        return decode_pcm(data, fmt).reshape(-1, channels).mean(axis=1, dtype=np.float32)
     if fmt == "s16le":
         return np.frombuffer(data, dtype="<i2").astype(np.float32) / np.float32(32768.0)
 

@@ -233,6 +233,10 @@ class BeamSearch:
       previous token are folded into the next token's confidence with ``aggregation``.
     """
 
+    reads = "enc_p"
+    several = True
+    ranks_final = False
+
     def __init__(self, model: Transducer, max_symbols_per_frame: int = 3, max_expansions_per_frame: int | None = None,
                  measure: Measure | None = None, exclude_blank: bool = True, aggregation: str = "min"):
         if max_symbols_per_frame < 1:
@@ -252,6 +256,12 @@ class BeamSearch:
     # ------------------------------------------------------------------ state
 
     @torch.no_grad()
+    def new_state(self, beam: int, device: torch.device | str = "cpu", graph=None):
+        """Fresh state of one stream (the :class:`~streamd.decode.common.Search` interface)."""
+        if graph is not None:
+            raise ValueError("this search takes no hotwords")
+        return self.init_state(torch.tensor([beam], device=device), device)
+
     def init_state(self, beams: Tensor | Sequence[int], device: torch.device | str = "cpu") -> BeamSearchState:
         """Fresh state; beams: (B,) int64 beam size per stream (>= 1)."""
         beams = beams.tolist() if isinstance(beams, Tensor) else [int(b) for b in beams]

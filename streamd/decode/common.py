@@ -33,9 +33,21 @@ class Search(Protocol):
 
     ``final`` ranks hypotheses as complete segments (the engine passes True when a
     segment ends): a search with an end-of-segment term (the LM's end of sentence
-    in fused ``modified_beam``) adds it; every other search ranks the same either way.
-    Searches with several hypotheses also have ``nbest(state, n, final=False)``.
+    or hotword take-back in ``modified_beam``) adds it and says so with ``ranks_final``;
+    every other search ranks the same either way.
+
+    reads: the head output the search consumes (a :class:`~streamd.model.transducer.HeadOutputs`
+    field: ``enc_p`` for transducer searches, ``ctc_log_probs`` for CTC ones).
+    several: the search keeps several hypotheses, so ``nbest`` can give alternatives.
     """
+
+    reads: str
+    several: bool
+    ranks_final: bool
+
+    def new_state(self, beam: int, device: Any, graph: Any = None) -> Any:
+        """Fresh state of one stream: ``beam`` hypotheses where the search keeps several (ignored
+        otherwise); ``graph``: a hotword context graph (only searches of ``HOTWORD_METHODS``)."""
 
     def step(self, state: Any, x: Tensor, lengths: Tensor, frame_offset: Tensor) -> Any:
         """Consume one chunk: x (B, T, ...) per-frame inputs, lengths (B,), frame_offset (B,) int64."""

@@ -202,11 +202,21 @@ class CtcGreedyState:
 class CtcGreedySearch:
     """Batched greedy CTC decoding (argmax, collapse repeats, drop blanks)."""
 
+    reads = "ctc_log_probs"
+    several = False
+    ranks_final = False
+
     def __init__(self, blank_id: int = 0, measure: Measure | None = None) -> None:
         if not isinstance(blank_id, int) or blank_id < 0:
             raise ValueError(f"blank_id: must be an int >= 0, got {blank_id!r}")
         self.blank_id = blank_id
         self.measure = measure
+
+    def new_state(self, beam: int, device: torch.device | str = "cpu", graph=None):
+        """Fresh state of one stream (the :class:`~streamd.decode.common.Search` interface)."""
+        if graph is not None:
+            raise ValueError("this search takes no hotwords")
+        return self.init_state(1, device)
 
     def init_state(self, batch: int, device: torch.device | str = "cpu") -> CtcGreedyState:
         if not isinstance(batch, int) or batch < 0:
@@ -349,11 +359,21 @@ class CtcPrefixState:
 class CtcPrefixBeamSearch:
     """Batched CTC prefix beam search with per-stream beam sizes (see module docstring)."""
 
+    reads = "ctc_log_probs"
+    several = True
+    ranks_final = False
+
     def __init__(self, blank_id: int = 0, measure: Measure | None = None) -> None:
         if not isinstance(blank_id, int) or blank_id < 0:
             raise ValueError(f"blank_id: must be an int >= 0, got {blank_id!r}")
         self.blank_id = blank_id
         self.measure = measure
+
+    def new_state(self, beam: int, device: torch.device | str = "cpu", graph=None):
+        """Fresh state of one stream (the :class:`~streamd.decode.common.Search` interface)."""
+        if graph is not None:
+            raise ValueError("this search takes no hotwords")
+        return self.init_state(torch.tensor([beam], device=device), device)
 
     def init_state(self, beams: Tensor, device: torch.device | str = "cpu",
                    dtype: torch.dtype = torch.float32) -> CtcPrefixState:

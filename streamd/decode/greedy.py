@@ -109,6 +109,10 @@ class GreedySearch:
     see the module docstring); results are the same as with frame looping.
     """
 
+    reads = "enc_p"
+    several = False
+    ranks_final = False
+
     MAX_ROUNDS = 3
     """Label looping: most rounds of iterations per chunk, and so most host transfers per chunk
     (one before the first round, one between rounds).  Must be >= 1."""
@@ -124,6 +128,12 @@ class GreedySearch:
         self.exclude_blank = exclude_blank
         self.aggregation = aggregation
         self.sync_free = sync_free
+
+    def new_state(self, beam: int, device: torch.device | str = "cpu", graph=None):
+        """Fresh state of one stream (the :class:`~streamd.decode.common.Search` interface)."""
+        if graph is not None:
+            raise ValueError("this search takes no hotwords")
+        return self.init_state(1, device)
 
     def init_state(self, batch: int, device: torch.device | str = "cpu") -> GreedyState:
         st, dp = initial_decoder(self.model, batch, device)

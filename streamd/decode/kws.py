@@ -32,7 +32,6 @@ device-to-host transfer at the end (detections and input checks).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Sequence
 

@@ -180,6 +180,10 @@ class ModifiedBeamSearch:
     weight and a per-token bonus.
     """
 
+    reads = "enc_p"
+    several = True
+    ranks_final = True  # the LM's end-of-sentence term and the take-back of unfinished hotwords
+
     def __init__(self, model: Transducer, measure: Measure | None = None, exclude_blank: bool = True,
                  aggregation: str = "min", sync_free: bool = False, max_symbols_per_frame: int = 1,
                  lm: NgramLM | None = None, lm_weight: float = 0.0, lm_bonus: float = 0.0,
@@ -209,6 +213,10 @@ class ModifiedBeamSearch:
         self.sync_free = sync_free
         self.token_probs = token_probs
         self.track_matches = track_matches
+
+    def new_state(self, beam: int, device: torch.device | str = "cpu", graph=None):
+        """Fresh state of one stream (the :class:`~streamd.decode.common.Search` interface)."""
+        return self.init_state(torch.tensor([beam], device=device), device, graph=graph)
 
     def init_state(self, beams: Tensor, device: torch.device | str = "cpu",
                    graph: ContextGraph | None = None) -> BeamState:

@@ -4,6 +4,11 @@ Modules:
 
 * :mod:`.protocol`  sans-I/O v1 protocol session, error/close codes, limits (token bucket), auth helpers;
 * :mod:`.vosk`      sans-I/O Vosk-compatible session (lock-step replies);
+* :mod:`.guard`     sans-I/O request checks before any stream (repeated headers, Host allow-list), log rate limit;
+* :mod:`.drain`     sans-I/O drain decisions under load (which streams the grace period can finish);
+* :mod:`.admission` sans-I/O admission by capacity and cost, fair share of bursts, per-client quotas;
+* :mod:`.wyoming`   sans-I/O Wyoming session (Home Assistant: describe, transcribe, detect);
+* :mod:`.wyoming_io` its TCP transport on ``server.wyoming_port`` (the ``wyoming`` package's framing);
 * :mod:`.app`       asyncio I/O: listeners, HTTP routes, the batching task that owns the Recognizer, lifecycle;
 * :mod:`.metrics`   Prometheus metrics (one registry per server);
 * :mod:`.notify`    systemd notify protocol.
@@ -18,6 +23,8 @@ reference.
 from __future__ import annotations
 
 from typing import Any
+
+from ..config import HOTWORDS_HELP, WAKE_WORDS_HELP
 
 __all__ = ["add_subcommands"]
 
@@ -47,6 +54,11 @@ def add_subcommands(sub: Any) -> None:
     s.add_argument("--device", help="auto, cpu, cuda or cuda:N (engine.device); env STREAMD_DEVICE")
     s.add_argument("--vosk-port", type=int, help="also serve the Vosk protocol on this port, every path "
                                                  "(server.vosk_port; Vosk's default is 2700)")
+    s.add_argument("--wyoming-port", type=int, help="also serve the Wyoming protocol (Home Assistant: "
+                                                    "speech-to-text and wake word) on this TCP port "
+                                                    "(server.wyoming_port; conventionally 10300)")
+    s.add_argument("--wake-words", metavar="LIST", help=WAKE_WORDS_HELP + " (engine.kws.wake_words)")
+    s.add_argument("--hotwords", metavar="LIST", help=HOTWORDS_HELP + " (engine.decoding.hotwords)")
     s.add_argument("--mic", action="store_true", help="decode the local microphone; events on /v1/events")
     s.add_argument("--mic-device", help="input device index or name (mic.device)")
     s.set_defaults(func=_serve)

@@ -21,18 +21,23 @@ Threads and tasks
 
 Engine stream ids never leave the worker thread: commands and results use
 per-connection *keys*.  The protocol state machines are sans-I/O
-(:mod:`.protocol`, :mod:`.vosk`); this module supplies the clock, the sockets
-and the engine.
+(:mod:`.protocol`, :mod:`.vosk`), and so are the admission and fair-share rules
+(:mod:`.admission`: this module feeds them step times, audio arrivals, partial
+lags and its event loop's lag, and asks before every new stream); this module
+supplies the clock, the sockets and the engine.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import errno
 import functools
+import hashlib
 import itertools
 import json
 import logging
+import math
 import mimetypes
 import os
 import secrets
@@ -43,7 +48,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
-from urllib.parse import unquote, urlsplit
+from urllib.parse import unquote
 
 import numpy as np
 from websockets.asyncio.server import Server, ServerConnection, serve
@@ -53,9 +58,12 @@ from websockets.http11 import Request, Response
 from ..config import AppConfig, AuthConfig, ConfigError, TlsConfig, load_yaml
 from ..events import Done, Error, Event, Partial, WakeWord
 from .metrics import CONTENT_TYPE, Metrics
+from .admission import Admission, CapacityModel, Candidate, Refusal, fair_pick, stream_cost
+from .drain import ThroughputWindow, drain_plan
+from .guard import BadRequest, HostRule, RateLimitedLog, check_request, single_header
 from .notify import Notifier, watchdog_interval
 from .protocol import (CLOSE_CODES, SAMPLE_WIDTH, Action, Audio, Close, Finish, Open, Reset, Send, V1Session,
-                       bearer_token, origin_ok, token_ok)
+                       bearer_token, origin_ok, public_model_info, token_ok)
 from .vosk import VoskSession
 
 __all__ = ["App", "Command", "CycleResult", "EngineRunner", "Outbox", "resolve_config", "load_tokens",
@@ -64,6 +72,31 @@ __all__ = ["App", "Command", "CycleResult", "EngineRunner", "Outbox", "resolve_c
 log = logging.getLogger("streamd.server")
 
 V1_PATH, VOSK_PATH, EVENTS_PATH = "/v1/stream", "/vosk", "/v1/events"
+PROBE_PATHS = ("/healthz", "/readyz")  # answered whatever the Host (load balancers probe by any name)
+# OSError numbers of resource exhaustion (out of file descriptors / buffers / memory): logged at most
+# once per ACCEPT_ERROR_LOG_SECONDS with a count, never as one traceback per failed accept()
+RESOURCE_ERRNOS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
+ACCEPT_ERROR_LOG_SECONDS = 10.0
+ON_TIME_CHUNKS = 2.0  # a stream with at most this many chunks of audio undecoded is on time (admission.fair_pick)
+FBANK_LOOKAHEAD_S = 0.015  # a partial ending at t needed the audio up to t + 15 ms (25 ms window, 10 ms hop)
+
+
+def release_memory() -> None:
+    """Return the allocator's free memory to the OS (glibc ``malloc_trim``; a no-op elsewhere).  Called in
+    the engine thread when the last stream has ended, so that RSS goes back down after a load."""
+    global _malloc_trim
+    if _malloc_trim is None:
+        try:
+            import ctypes
+
+            _malloc_trim = ctypes.CDLL("libc.so.6").malloc_trim
+        except (OSError, AttributeError):
+            _malloc_trim = False
+    if _malloc_trim:
+        _malloc_trim(0)
+
+
+_malloc_trim: Any = None
 
 
 def default_web_root() -> Path:
@@ -80,13 +113,15 @@ class Command:
 
     ``op``: open (arg: StreamOptions dict), audio (arg: (bytes, fmt)), samples
     (arg: float32 (N,) at the stream's rate), reset, finish, close.
-    ``ack``: count it in :attr:`CycleResult.acks` once applied.
+    ``ack``: count it in :attr:`CycleResult.acks` once applied.  ``client``
+    (open): who opened the stream, for the fair share under overload.
     """
 
     op: str
     key: int
     arg: Any = None
     ack: bool = False
+    client: str | None = None
 
 
 @dataclass
@@ -97,20 +132,72 @@ class CycleResult:
     events: list[tuple[int, Event]] = field(default_factory=list)
     acks: dict[int, int] = field(default_factory=dict)
     steps: list[tuple[int, float, float]] = field(default_factory=list)  # batch size, seconds, audio seconds
+    step_costs: list[float] = field(default_factory=list)  # cost units of each step's batch (admission)
     audio_seconds: float = 0.0  # accepted this cycle
     pending: bool = False  # the engine still has ready chunks
 
 
 class EngineRunner:
-    """Owns the Recognizer; :meth:`cycle` is only ever called from the single worker thread."""
+    """Owns the Recognizer; :meth:`cycle` is only ever called from the single worker thread.
 
-    def __init__(self, rec: Any, max_steps: int = 4):
+    ``max_backlog``: seconds of received audio a stream may have waiting (``limits.max_backlog_seconds``;
+    0 = no bound): audio beyond it ends the stream with ``backlog_exceeded``.  ``budget``: cost units one
+    step may take (set by the event loop from the capacity model; None = no limit): when the ready streams
+    cost more, :func:`.admission.fair_pick` chooses the step's streams."""
+
+    def __init__(self, rec: Any, max_steps: int = 4, max_backlog: float = 0.0):
         self.rec = rec
         self.max_steps = max_steps
+        self.max_backlog = max_backlog
+        self.budget: float | None = None
         self.model_info = rec.model_info
         self.chunk_seconds = float(self.model_info["chunk_seconds"])
         self._sid: dict[int, int] = {}  # key -> engine stream id
         self._key: dict[int, int] = {}  # engine stream id -> key
+        self._cost: dict[int, float] = {}  # engine stream id -> cost units
+        self._client: dict[int, str] = {}  # engine stream id -> client (fair share)
+        self._opened = itertools.count()
+        self._seq: dict[int, int] = {}  # engine stream id -> open order
+
+    def calibrate(self, large: int = 16, reps: int = 3) -> CapacityModel:
+        """Time greedy steps of 1 and ``large`` throwaway streams (quiet noise; median of ``reps`` each) and
+        build the capacity model from them.  Only on an idle recognizer (before any client stream)."""
+        rec = self.rec
+        rng = np.random.default_rng(0)
+        chunk = int(round(self.chunk_seconds * 16000))
+        timings = []
+        for n in (1, large):
+            ids = [rec.create_stream(method="greedy", partials=True) for _ in range(n)]
+            try:
+                times = []
+                for r in range(reps + 1):  # the first step (a fresh batch) is not timed
+                    for sid in ids:
+                        rec.accept_audio(sid, (0.01 * rng.standard_normal(chunk + (400 if r == 0 else 0)))
+                                         .astype(np.float32))
+                    t0 = time.perf_counter()
+                    rec.step()
+                    if r:
+                        times.append(time.perf_counter() - t0)
+            finally:
+                for sid in ids:
+                    if rec.has_stream(sid):
+                        rec.close(sid)
+            timings.append((float(n), sorted(times)[len(times) // 2]))
+        return CapacityModel.from_timings(self.chunk_seconds, timings[0], timings[1])
+
+    def _pick(self) -> list[int] | None:
+        """The streams of the next step under the budget (None: every ready stream)."""
+        budget = self.budget
+        if budget is None:
+            return None
+        rec = self.rec
+        ready = rec.ready_streams()
+        if len(ready) < 2:
+            return None
+        cands = [Candidate(sid, self._client.get(sid, f"stream {sid}"), self._cost.get(sid, 1.0), rec.backlog(sid),
+                           self._seq.get(sid, 0)) for sid in ready]
+        only = fair_pick(cands, budget, rec.config.max_batch, ON_TIME_CHUNKS * self.chunk_seconds)
+        return None if only is not None and len(only) == len(ready) else only
 
     def cycle(self, cmds: list[Command]) -> CycleResult:
         res = CycleResult()
@@ -127,11 +214,13 @@ class EngineRunner:
         for _ in range(self.max_steps):
             if not rec.pending():
                 break
-            ready = rec.ready_streams()
+            only = self._pick()
+            ready = rec.ready_streams() if only is None else only
             batch = min(len(ready), rec.config.max_batch)
+            cost = sum(self._cost.get(sid, 1.0) for sid in ready[:batch])
             t0 = time.perf_counter()
             try:
-                evs = rec.step()
+                evs = rec.step() if only is None else rec.step(only)
             except Exception as e:  # noqa: BLE001 - the engine isolates streams itself; guard against bugs
                 log.exception("engine step failed")
                 for sid in ready:
@@ -141,7 +230,10 @@ class EngineRunner:
                         res.events.append((key, Error(sid, "internal", f"decoding failed: {type(e).__name__}: {e}")))
                 break
             res.steps.append((batch, time.perf_counter() - t0, batch * self.chunk_seconds))
+            res.step_costs.append(cost)
             self._emit(evs, res)
+            if only is not None:  # behind: let the queued commands (a real-time stream's audio) in before more
+                break
         res.pending = rec.pending()
         return res
 
@@ -154,6 +246,10 @@ class EngineRunner:
                 res.opened.append((c.key, str(e)))
                 return
             self._sid[c.key], self._key[sid] = sid, c.key
+            opts = rec.stream_options(sid)
+            self._cost[sid] = stream_cost(opts.method, opts.beam)
+            self._client[sid] = c.client if c.client is not None else f"stream {c.key}"
+            self._seq[sid] = next(self._opened)
             res.opened.append((c.key, None))
             return
         sid = self._sid.get(c.key)
@@ -165,12 +261,12 @@ class EngineRunner:
             evs = rec.accept_pcm(sid, data, fmt)
             if not evs:
                 res.audio_seconds += len(data) / SAMPLE_WIDTH[fmt] / rec.stream_options(sid).sample_rate
-            self._emit(evs, res)
+            self._emit(evs or self._bound(c.key, sid), res)
         elif c.op == "samples":
             evs = rec.accept_audio(sid, c.arg)
             if not evs:
                 res.audio_seconds += c.arg.size / rec.stream_options(sid).sample_rate
-            self._emit(evs, res)
+            self._emit(evs or self._bound(c.key, sid), res)
         elif c.op == "reset":
             rec.reset(sid)
         elif c.op == "finish":
@@ -180,10 +276,25 @@ class EngineRunner:
         else:
             raise ValueError(f"unknown command {c.op!r}")
 
+    def _bound(self, key: int, sid: int) -> list[Event]:
+        """``limits.max_backlog_seconds``: the stream's end (an Error) once its undecoded audio exceeds it."""
+        backlog = self.rec.backlog(sid)
+        if not self.max_backlog or backlog <= self.max_backlog:
+            return []
+        self.rec.close(sid)
+        return [Error(sid, "backlog_exceeded",
+                      f"{backlog:.1f} s of this stream's audio wait to be decoded, more than the "
+                      f"{self.max_backlog:g} s the server holds (limits.max_backlog_seconds): the server is "
+                      f"overloaded or the audio comes faster than it can be decoded; reconnect later or send "
+                      f"at real time", fatal=True)]
+
     def _drop(self, key: int, close: bool = False) -> None:
         sid = self._sid.pop(key, None)
         if sid is not None:
             self._key.pop(sid, None)
+            self._cost.pop(sid, None)
+            self._client.pop(sid, None)
+            self._seq.pop(sid, None)
             if close and self.rec.has_stream(sid):
                 self.rec.close(sid)
 
@@ -208,6 +319,9 @@ class Batcher:
         self._wake = asyncio.Event()
         self.cycle_started: float | None = None  # monotonic start of the cycle in flight (watchdog)
         self.cycles = 0
+        # (now, cost units, seconds from the cycle's start to its results routed, steps): the admission's
+        # capacity model learns the engine's and the event loop's time per stream from it
+        self.observe: Callable[[float, float, float, int], None] | None = None
 
     def submit(self, cmd: Command) -> None:
         self._queue.append(cmd)
@@ -225,7 +339,7 @@ class Batcher:
                 self._wake.clear()
                 await self._wake.wait()
             cmds, self._queue = self._queue, []
-            self.cycle_started = time.monotonic()
+            self.cycle_started = started = time.monotonic()
             try:
                 res = await loop.run_in_executor(self.executor, self.runner.cycle, cmds)
             except Exception as e:  # noqa: BLE001 - a bug in the cycle itself: fail its streams, keep serving
@@ -239,6 +353,9 @@ class Batcher:
                 self.route(res)
             except Exception:  # noqa: BLE001 - routing bugs must not stop the engine task
                 log.exception("routing engine results failed")
+            if self.observe is not None and res.step_costs:
+                now = time.monotonic()
+                self.observe(now, sum(res.step_costs), now - started, len(res.step_costs))
 
 
 # =========================================================================== connection side (event loop)
@@ -249,9 +366,12 @@ class Outbox:
 
     A droppable message (a partial) replaces a droppable one still waiting at
     the tail, so a slow reader gets the newest partial, never a backlog of
-    stale ones.  :meth:`put` returns False when the queue is full (the caller
-    disconnects that client).  :meth:`close` queues the final close after
-    everything already queued.
+    stale ones.  A ``when_behind`` droppable message (a Vosk partial reply)
+    replaces one only once half the capacity is waiting: a client that reads
+    its replies gets every one.  :meth:`put` returns False when the queue is
+    full (the caller disconnects that client), except for a ``force``d message
+    (a stream's last one), which may exceed the bound.  :meth:`close` queues
+    the final close after everything already queued.
     """
 
     def __init__(self, capacity: int):
@@ -265,14 +385,15 @@ class Outbox:
     def __len__(self) -> int:
         return len(self._items)
 
-    def put(self, text: str, droppable: bool = False) -> bool:
+    def put(self, text: str, droppable: bool = False, when_behind: bool = False, force: bool = False) -> bool:
         if self._close is not None:
             return True  # closing: late messages are discarded
-        if droppable and self._items and self._tail_droppable:
+        if droppable and self._items and self._tail_droppable and \
+                (not when_behind or len(self._items) >= max(1, self.capacity // 2)):
             self._items[-1] = text
             self.dropped += 1
             return True
-        if len(self._items) >= self.capacity:
+        if len(self._items) >= self.capacity and not force:
             return False
         self._items.append(text)
         self._tail_droppable = droppable
@@ -298,9 +419,11 @@ class Outbox:
 
 
 def _stream_class(target: Any) -> str:
-    """``stream_class`` label of a route target: v1, vosk or mic."""
+    """``stream_class`` label of a route target: v1, vosk, mic or wyoming."""
     if isinstance(target, MicStream):
         return "mic"
+    if getattr(target, "stream_class", None):
+        return target.stream_class  # e.g. wyoming_io.WyomingConn
     return "vosk" if isinstance(target.proto, VoskSession) else "v1"
 
 
@@ -315,6 +438,11 @@ class Conn:
         self.outbox = Outbox(app.config.limits.outbox_messages)
         self.sender: asyncio.Task | None = None
         self.aborted = False
+        self.decoded = 0.0  # stream seconds decoded so far (the latest partial's / final's end)
+        info = getattr(ws, "streamd", None)
+        self.client: str = info.client if info is not None else ""  # admission: quotas, fair share
+        self.token: str | None = info.token if info is not None else None
+        self.arrivals: deque[tuple[float, float]] = deque()  # (audio seconds so far, arrival): partial lag
 
     def start(self) -> None:
         self.sender = asyncio.get_running_loop().create_task(self._send_loop())
@@ -330,11 +458,11 @@ class Conn:
         except ConnectionClosed:
             return
 
-    def send(self, message: dict, droppable: bool = False) -> None:
+    def send(self, message: dict, droppable: bool = False, when_behind: bool = False, last: bool = False) -> None:
         if message.get("type") == "error":
             self.app.metrics.errors.labels(message.get("code", "?")).inc()
         before = self.outbox.dropped
-        if not self.outbox.put(json.dumps(message), droppable):
+        if not self.outbox.put(json.dumps(message), droppable, when_behind, force=last):
             self.abort("slow_consumer", f"client is not reading: {self.outbox.capacity} messages queued")
         self.app.metrics.dropped_partials.inc(self.outbox.dropped - before)
 
@@ -358,11 +486,18 @@ class Conn:
             if self.aborted:
                 return
             if isinstance(a, Send):
-                self.send(a.message, a.droppable)
+                self.send(a.message, a.droppable, a.when_behind, a.last)
             elif isinstance(a, Audio):
                 self.app.submit(Command("audio", self.key, (a.data, a.fmt), ack=a.ack))
+                now = time.monotonic()
+                self.app.admission.note_audio(self.key, self.proto.audio_seconds, now)
+                self.arrivals.append((self.proto.audio_seconds, now))
             elif isinstance(a, Open):
-                self.app.submit(Command("open", self.key, a.options))
+                refusal = self.app.admit(self.key, a.options, self.client, self.token)
+                if refusal is not None:  # at capacity, or this client's quota: the session ends here
+                    self.perform(self.proto.fail(refusal.code, refusal.message, {"retry_after": refusal.retry_after}))
+                    return
+                self.app.submit(Command("open", self.key, a.options, client=self.client))
             elif isinstance(a, Reset):
                 self.app.submit(Command("reset", self.key))
             elif isinstance(a, Finish):
@@ -376,6 +511,16 @@ class Conn:
         self.perform(self.proto.opened(error))
 
     def on_event(self, ev: Event) -> None:
+        end = getattr(ev, "end", None)  # partial / final / wake: decoded at least this far
+        if isinstance(end, float) and end > self.decoded:
+            self.decoded = end
+        if isinstance(ev, Partial):  # its lag: from the arrival of the audio that completed its chunk
+            need = ev.end + FBANK_LOOKAHEAD_S
+            while self.arrivals and self.arrivals[0][0] < need - 1e-9:
+                self.arrivals.popleft()
+            if self.arrivals:
+                now = time.monotonic()
+                self.app.admission.note_lag(self.key, now - self.arrivals[0][1], now)
         self.perform(self.proto.event(ev))
 
     def on_applied(self, n: int) -> None:
@@ -427,6 +572,8 @@ async def _discard(ws: ServerConnection) -> None:
 class _ReqInfo:
     route: str  # v1 | vosk | events
     authorized: bool
+    client: str = ""  # the peer's address (per-client quota, fair share)
+    token: str | None = None  # an id of the bearer token used (per-token quota), never the token itself
 
 
 class App:
@@ -472,24 +619,68 @@ class App:
         self.servers: list[Server] = []
         self.port: int | None = None
         self.vosk_port: int | None = None
+        self.wyoming: Any = None  # wyoming_io.WyomingServer on server.wyoming_port (imported when enabled)
+        self.wyoming_port: int | None = None
+        self.hosts = HostRule.for_server(config.server.host, config.server.allowed_hosts)
+        self.throughput = ThroughputWindow()  # recent decoding speed: what a drain can still finish
+        self.admission = Admission(config.limits)  # quotas now; the capacity model after the calibration (start)
+        self._had_streams = False
+        self._resource_log = RateLimitedLog(ACCEPT_ERROR_LOG_SECONDS)
+        self._loop_handler: tuple[Any, Any] | None = None  # (loop, the exception handler before ours)
 
     # ------------------------------------------------------------------ plumbing
 
     def submit(self, cmd: Command) -> None:
+        if cmd.op == "open":
+            load = self.admission.streams.get(cmd.key)
+            if load is None:  # a stream no admission rule saw (microphone, Wyoming): counted all the same
+                self.admission.reserve(cmd.key, time.monotonic(), self._cost_of(cmd.arg), "local", force=True)
+            if cmd.client is None:
+                cmd.client = load.client if load is not None else "local"
+        elif cmd.op == "close":
+            self.admission.release(cmd.key)
         if self.batcher is not None:
             self.batcher.submit(cmd)
+
+    def _cost_of(self, options: Mapping[str, Any] | None) -> float:
+        """Cost units of a stream with these options (the engine's defaults for what they leave out)."""
+        options = options or {}
+        dec = self.rec.config.decoding if self.rec is not None else self.config.engine.decoding
+        return stream_cost(options.get("method") or dec.method, options.get("beam") or dec.beam)
+
+    def admit(self, key: int, options: Mapping[str, Any] | None, client: str, token: str | None = None
+              ) -> Refusal | None:
+        """Admission of stream ``key`` with these options (:class:`.admission.Admission`): None and the stream
+        is counted until it ends, or why not (the caller sends the error)."""
+        refusal = self.admission.reserve(key, time.monotonic(), self._cost_of(options), client, token)
+        if refusal is not None:
+            log.debug("refused a stream of %s: %s", client or "?", refusal.message)
+        return refusal
+
+    def capacity_refusal(self) -> tuple[str, str] | None:
+        """(code, message) when a stream with the default options would be refused now (transports without
+        per-client identity, e.g. Wyoming), else None."""
+        r = self.admission.check(time.monotonic(), self._cost_of(None))
+        return None if r is None else (r.code, r.message)
 
     def _targets(self) -> dict[int, Any]:
         t: dict[int, Any] = dict(self.conns)
         t.update(self.mics)
+        if self.wyoming is not None:
+            t.update(self.wyoming.streams)
         return t
 
     def _route(self, res: CycleResult) -> None:
         targets = self._targets()
+        now = time.monotonic()
         for key, err in res.opened:
+            if err is not None:
+                self.admission.release(key)
             if key in targets:
                 targets[key].on_opened(err)
         for key, ev in res.events:
+            if isinstance(ev, Done) or (isinstance(ev, Error) and ev.fatal):
+                self.admission.release(key)
             if isinstance(ev, WakeWord):
                 self.metrics.wake_events.labels(ev.keyword).inc()
             elif isinstance(ev, Partial) and key in targets:
@@ -499,8 +690,14 @@ class App:
         for key, n in res.acks.items():
             if key in targets:
                 targets[key].on_applied(n)
+        model = self.admission.model
         for batch, seconds, audio in res.steps:
             self.metrics.record_step(batch, seconds, audio)
+            self.throughput.add(now, seconds, audio)
+        if model is not None:
+            if self.batcher is not None:  # the next cycles' steps under a burst: short, fair (admission.fair_pick)
+                self.batcher.runner.budget = model.step_budget(now, self.config.limits.max_load)
+            self.metrics.load.set(model.load(self.admission.demand(now), now))
         if res.audio_seconds:
             self.metrics.audio_seconds.inc(res.audio_seconds)
 
@@ -509,7 +706,25 @@ class App:
             sub.send(message, droppable)
 
     def _update_gauge(self) -> None:
-        self.metrics.active_streams.set(len(self.conns) + len(self.mics))
+        n = self.stream_count() + len(self.mics)
+        self.metrics.active_streams.set(n)
+        if n == 0 and self._had_streams and self.batcher is not None:
+            # the last stream ended: hand the freed buffers back to the OS (glibc keeps them otherwise)
+            self._had_streams = False
+            try:
+                asyncio.get_running_loop().run_in_executor(self.executor, release_memory)
+            except RuntimeError:  # the executor is shut down (the server is stopping): nothing to give back
+                pass
+        elif n:
+            self._had_streams = True
+
+    def stream_count(self) -> int:
+        """Client streams that count toward ``limits.max_streams``: v1 + Vosk connections, live Wyoming streams."""
+        return len(self.conns) + (len(self.wyoming.streams) if self.wyoming is not None else 0)
+
+    def new_key(self) -> int:
+        """A fresh engine command key (one per stream; Wyoming connections take one per stream they run)."""
+        return next(self._keys)
 
     # ------------------------------------------------------------------ HTTP
 
@@ -524,19 +739,52 @@ class App:
         return r
 
     def _ws_request(self, conn: ServerConnection, request: Request, route: str) -> Response | None:
-        origin = request.headers.get("Origin")
-        if not origin_ok(origin, request.headers.get("Host"), self.config.auth.allowed_origins):
-            self.metrics.errors.labels("origin_not_allowed").inc()
-            return conn.respond(403, f"origin {origin!r} is not allowed (auth.allowed_origins)\n")
+        """A websocket route after :func:`check_request`: HEAD refused, Origin allow-list, token (BadRequest)."""
+        if request.method != "GET":
+            raise BadRequest(405, "method_not_allowed", f"{request.method} cannot open a websocket (GET)",
+                             allow="GET")
+        origin = single_header(request.headers, "Origin")
+        if not origin_ok(origin, single_header(request.headers, "Host"), self.config.auth.allowed_origins):
+            raise BadRequest(403, "origin_not_allowed", f"origin {origin[:100]!r} is not allowed (auth.allowed_origins)")
         given = bearer_token(request.headers, request.path)
-        conn.streamd = _ReqInfo(route, token_ok(given, self.tokens))  # type: ignore[attr-defined]
+        authorized = token_ok(given, self.tokens)
+        peer = conn.remote_address
+        token_id = hashlib.sha256(given.encode()).hexdigest()[:16] if authorized and self.tokens and given else None
+        conn.streamd = _ReqInfo(route, authorized, str(peer[0]) if peer else "",  # type: ignore[attr-defined]
+                                token_id)
         return None
 
+    def _bad_request(self, conn: ServerConnection, request: Request, e: BadRequest) -> Response:
+        """The HTTP answer to a request refused by the checks (counted in ``streamd_errors_total{code}``,
+        logged at debug level only: a flood of bad requests must not flood the log)."""
+        self.metrics.errors.labels(e.code).inc()
+        log.debug("refused %s %.80r: HTTP %d %s", request.method, request.path, e.status, e.message)
+        r = conn.respond(e.status, e.message + "\n")
+        if e.allow:
+            r.headers["Allow"] = e.allow
+        return self._head(request, r)
+
+    @staticmethod
+    def _head(request: Request, response: Response) -> Response:
+        """A HEAD answer: the GET answer's status and headers (Content-Length included), no body."""
+        if request.method == "HEAD":
+            response.body = b""
+        return response
+
     async def _http(self, conn: ServerConnection, request: Request) -> Response | None:
-        """process_request of the main port: websocket routes pass, HTTP routes answer."""
-        path = urlsplit(request.path).path
-        if path in (V1_PATH, VOSK_PATH, EVENTS_PATH):
-            return self._ws_request(conn, request, {V1_PATH: "v1", VOSK_PATH: "vosk", EVENTS_PATH: "events"}[path])
+        """process_request of the main port: header checks (:mod:`.guard`), then websocket routes pass and
+        HTTP routes answer."""
+        ws_routes = {V1_PATH: "v1", VOSK_PATH: "vosk", EVENTS_PATH: "events"}
+        try:
+            path = check_request(request.method, request.path, request.headers, self.hosts, PROBE_PATHS)
+            if path in ws_routes:
+                return self._ws_request(conn, request, ws_routes[path])
+            return self._head(request, await self._http_route(conn, path))
+        except BadRequest as e:
+            return self._bad_request(conn, request, e)
+
+    async def _http_route(self, conn: ServerConnection, path: str) -> Response:
+        """The plain HTTP routes: probes, metrics, static files."""
         if path == "/healthz":
             return conn.respond(200, "ok\n")
         if path == "/readyz":
@@ -544,21 +792,34 @@ class App:
                 return conn.respond(503, "loading\n")
             if self.draining:
                 return conn.respond(503, "draining\n")
+            over = self.admission.overloaded(time.monotonic())
+            if over is not None:  # a load balancer routes elsewhere meanwhile
+                r = conn.respond(503, "overloaded\n")
+                r.headers["Retry-After"] = str(math.ceil(over.retry_after))
+                return r
             return conn.respond(200, "ready\n")
         if path == "/metrics":
             return self._respond(conn, 200, self.metrics.render(), CONTENT_TYPE)
         file = self._static_file(path)
         if file is None:
             return conn.respond(404, f"not found: {path}\n")
-        body = await asyncio.to_thread(file.read_bytes)
+        try:
+            body = await asyncio.to_thread(file.read_bytes)
+        except OSError as e:  # e.g. out of file descriptors: an answer, not a traceback
+            self._resource_error("reading a static file", e)
+            return conn.respond(503, f"cannot read {path}: {e.strerror or e}\n")
         ctype = mimetypes.guess_type(file.name)[0] or "application/octet-stream"
         if ctype.startswith("text/") or ctype in ("application/javascript", "application/json"):
             ctype += "; charset=utf-8"
         return self._respond(conn, 200, body, ctype)
 
     async def _vosk_http(self, conn: ServerConnection, request: Request) -> Response | None:
-        """process_request of the Vosk port: every path is the Vosk protocol."""
-        return self._ws_request(conn, request, "vosk")
+        """process_request of the Vosk port: every path is the Vosk protocol (after the header checks)."""
+        try:
+            check_request(request.method, request.path, request.headers, self.hosts)
+            return self._ws_request(conn, request, "vosk")
+        except BadRequest as e:
+            return self._bad_request(conn, request, e)
 
     def _static_file(self, path: str) -> Path | None:
         root = self.web_root.resolve()
@@ -577,7 +838,7 @@ class App:
 
     # ------------------------------------------------------------------ websocket handlers
 
-    def _refusal(self, info: _ReqInfo, count: int) -> tuple[str, str] | None:
+    def _refusal(self, info: _ReqInfo, count: int) -> tuple[str, str] | tuple[str, str, dict] | None:
         if not info.authorized:
             return ("unauthorized", "missing or invalid token: send 'Authorization: Bearer TOKEN' or ?token=TOKEN")
         if self.draining:
@@ -587,12 +848,16 @@ class App:
         if count >= self.config.limits.max_streams:
             return ("too_many_streams", f"server is at its limit of {self.config.limits.max_streams} "
                                         "concurrent streams; try again later")
+        if info.route != "events":  # the cheapest stream (greedy) would not fit: refused before its start message
+            r = self.admission.check(time.monotonic(), 1.0, info.client, info.token)
+            if r is not None:
+                return (r.code, r.message, {"retry_after": r.retry_after})
         return None
 
-    async def _refuse(self, ws: ServerConnection, code: str, message: str) -> None:
+    async def _refuse(self, ws: ServerConnection, code: str, message: str, extra: dict | None = None) -> None:
         self.metrics.errors.labels(code).inc()
         try:
-            await ws.send(json.dumps({"type": "error", "code": code, "message": message}))
+            await ws.send(json.dumps({"type": "error", "code": code, "message": message, **(extra or {})}))
             await ws.close(CLOSE_CODES[code], code)
         except ConnectionClosed:
             pass
@@ -603,7 +868,7 @@ class App:
         if info.route == "events":
             await self._serve_events(ws, info)
             return
-        refusal = self._refusal(info, len(self.conns))
+        refusal = self._refusal(info, self.stream_count())
         if refusal:
             await self._refuse(ws, *refusal)
             return
@@ -636,18 +901,28 @@ class App:
             self._update_gauge()
 
     async def _read_loop(self, conn: Conn) -> bool:
-        """Feed client messages to the session until its input closes; False if the client went away."""
+        """Feed client messages to the session until its input closes; False if the client went away.
+
+        Two timers, both decided by the session: ``idle_timeout`` after the last message
+        (``proto.timeout()``) and the session's own ``proto.deadline()`` (``proto.tick(now)``: the
+        minimum audio rate), whichever comes first."""
         ws, proto = conn.ws, conn.proto
-        idle = self.config.limits.idle_timeout or None
+        idle = self.config.limits.idle_timeout
+        last = time.monotonic()
+        conn.perform(proto.tick(last))  # starts the session's clock
         while not proto.input_closed and not conn.aborted:
+            ends = [t for t in (last + idle if idle else None, proto.deadline()) if t is not None]
+            wait = max(0.0, min(ends) - time.monotonic()) if ends else None
             try:
-                msg = await asyncio.wait_for(ws.recv(), idle)
+                msg = await asyncio.wait_for(ws.recv(), wait)
             except asyncio.TimeoutError:
-                conn.perform(proto.timeout())
+                now = time.monotonic()
+                conn.perform(proto.timeout() if idle and now >= last + idle else proto.tick(now))
                 continue
             except ConnectionClosed:
                 return False
-            conn.perform(proto.receive(msg, time.monotonic()))
+            last = time.monotonic()
+            conn.perform(proto.receive(msg, last))
         return True
 
     async def _serve_events(self, ws: ServerConnection, info: _ReqInfo) -> None:
@@ -726,16 +1001,22 @@ class App:
         cfg = self.config
         s, lim = cfg.server, cfg.limits
         ssl_ctx = make_ssl_context(cfg.tls)
+        if s.wyoming_port is not None:
+            from .wyoming_io import check_wyoming_auth
+
+            check_wyoming_auth(s, self.tokens)  # before anything listens
         common = dict(max_size=max(2 * lim.max_message_bytes, 2 * lim.max_text_bytes),
                       open_timeout=lim.open_timeout or None, ping_interval=s.ping_interval or None,
                       ping_timeout=s.ping_timeout or None, close_timeout=s.close_timeout, compression=None,
                       ssl=ssl_ctx)
+        self._install_loop_handler()
         main = await serve(self._handler, s.host, s.port, process_request=self._http, **common)
         self.servers.append(main)
         self.port = main.sockets[0].getsockname()[1]
         scheme = "wss" if ssl_ctx else "ws"
         log.info("listening on %s://%s:%d (v1: %s, vosk: %s, events: %s)", scheme, s.host, self.port,
                  V1_PATH, VOSK_PATH, EVENTS_PATH)
+        log.info("answering Host names: %s (server.allowed_hosts)", self.hosts.describe())
         if s.vosk_port is not None:
             vs = await serve(self._handler, s.host, s.vosk_port, process_request=self._vosk_http, **common)
             self.servers.append(vs)
@@ -754,12 +1035,28 @@ class App:
             t0 = time.perf_counter()
             await loop.run_in_executor(self.executor, self.rec.warm_up, s.warmup_seconds)
             log.info("warmed up (%.1f s of audio, every method) in %.2f s", s.warmup_seconds, time.perf_counter() - t0)
-        runner = await loop.run_in_executor(self.executor, EngineRunner, self.rec, s.max_steps_per_cycle)
-        self.model_info = runner.model_info
+        runner = await loop.run_in_executor(self.executor, EngineRunner, self.rec, s.max_steps_per_cycle,
+                                            lim.max_backlog_seconds)
+        if lim.max_load:  # admission by capacity: the step-time model, calibrated on this machine now
+            model = await loop.run_in_executor(self.executor, runner.calibrate)
+            self.admission.model = model
+            self._tasks.append(loop.create_task(self._watch_loop_lag()))
+            log.info("capacity: a batch step takes %.1f ms + %.2f ms per greedy stream here; about %d greedy "
+                     "streams fit in limits.max_load (%g of a %.2f s chunk), fewer with beam searches",
+                     1000 * model.fixed, 1000 * model.per_unit, model.budget(0.0, lim.max_load), lim.max_load,
+                     model.chunk_seconds)
+        self.model_info = public_model_info(runner.model_info, s.show_model_paths)  # what clients see
         self.batcher = Batcher(runner, self.executor, self._route)
+        if self.admission.model is not None:
+            self.batcher.observe = self.admission.model.add_step
         self._tasks.append(loop.create_task(self.batcher.run()))
         self.loading = False
-        lm = self.model_info.get("lm")
+        if s.wyoming_port is not None:  # opens with the model loaded: describe answers at once
+            from .wyoming_io import WyomingServer
+
+            self.wyoming = WyomingServer(self)
+            self.wyoming_port = await self.wyoming.start(s.host, s.wyoming_port)
+        lm = runner.model_info.get("lm")
         log.info("ready: model %s on %s%s", self.model_info.get("name"), self.model_info.get("device"),
                  f" (modified_beam fuses the n-gram {lm['path']}, weight {lm['weight']})" if lm else "")
         self.notifier.ready(f"ready on port {self.port}")
@@ -772,8 +1069,32 @@ class App:
                 raise ConfigError("mic.enabled: no microphone capture available")
             self._mic_task = loop.create_task(self._run_mic())
 
+    async def _watch_loop_lag(self, interval: float = 0.1) -> None:
+        """How late this event loop wakes up (its own saturation: reading and answering every client), for the
+        admission; and a log line when the capacity rule starts or stops refusing."""
+        refusing = False
+        while True:
+            t = time.monotonic()
+            await asyncio.sleep(interval)
+            now = time.monotonic()
+            self.admission.note_loop_lag(max(0.0, now - t - interval), now)
+            over = self.admission.overloaded(now)
+            if (over is not None) != refusing:
+                refusing = over is not None
+                sig = self.admission.signals(now)
+                log.info("admission: %s (%d streams, load %.2f, scale %.2f, steps %.0f %% of the time, loop lag %s, "
+                         "partial lag %s)", "at capacity, refusing new streams" if refusing else
+                         "accepting new streams again", sig["streams"], sig.get("load", 0.0), sig.get("scale", 1.0),
+                         100 * sig.get("busy", 0.0),
+                         "n/a" if sig["loop_lag"] is None else f"{1000 * sig['loop_lag']:.0f} ms",
+                         "n/a" if sig["late"] is None else f"{sig['late']:.2f} s")
+
     async def shutdown(self) -> None:
-        """Drain: refuse new streams, finish every live one (finals, done), then close within the grace."""
+        """Drain: refuse new streams, finish every live one (finals, done), then close within the grace.
+
+        Under load the streams whose backlog the grace cannot decode (:func:`.drain.drain_plan`, from the
+        recent throughput) get a ``shutting_down`` error and close 1001 at once, as does every stream
+        still live when the grace is over: no stream ends in silence."""
         if self.draining:
             return
         self.draining = True
@@ -785,20 +1106,46 @@ class App:
             self._mic_task.cancel()
         for conn in list(self.conns.values()):
             conn.perform(conn.proto.shutdown())
+        live = {k: c for k, c in self.conns.items() if not c.proto.closed}
+        give_up = drain_plan({k: c.proto.audio_seconds - c.decoded for k, c in live.items()},
+                             self.throughput.rate(time.monotonic()), grace)
+        if give_up:
+            log.warning("draining: %d of %d streams cannot be decoded within the grace period; ending them now",
+                        len(give_up), len(live))
+            for k in sorted(give_up):
+                c = live[k]
+                left = c.proto.audio_seconds - c.decoded
+                c.perform(c.proto.fail("shutting_down", f"the server is shutting down and cannot decode the "
+                                                        f"{left:.1f} s of audio still queued for this stream "
+                                                        f"within its grace period"))
         waits = [asyncio.ensure_future(e.wait()) for e in self.conn_done.values()]
         waits += [asyncio.ensure_future(m.done.wait()) for m in self.mics.values()]
+        if self.wyoming is not None:  # its streams finish (results sent), its idle connections close
+            waits += [asyncio.ensure_future(e.wait()) for e in self.wyoming.drain()]
         if waits:
             _, pending = await asyncio.wait(waits, timeout=max(0.0, deadline - time.monotonic()))
             for w in pending:
                 w.cancel()
-            if pending:
-                log.warning("grace period over: closing %d streams", len(self.conns))
+            late = [c for c in self.conns.values() if not c.proto.closed]
+            if late:
+                log.warning("grace period over: ending %d streams before their end (shutting_down)", len(late))
+                for c in late:
+                    c.perform(c.proto.fail("shutting_down", f"the server shut down before this stream was "
+                                                            f"decoded to its end (grace period {grace:g} s)"))
+            left = [e for e in self.conn_done.values() if not e.is_set()]
+            if left:  # the error and close frames go out before the listeners close the rest
+                waits = [asyncio.ensure_future(e.wait()) for e in left]
+                _, pending = await asyncio.wait(waits, timeout=min(self.config.server.close_timeout, 2.0))
+                for w in pending:
+                    w.cancel()
         for sub in list(self.subscribers):
             sub.outbox.close(1001, "shutting_down")
         await self.close()
 
     async def close(self) -> None:
         """Stop listening, close what is left (1001), stop the batcher and the worker thread."""
+        if self.wyoming is not None:
+            await self.wyoming.close()  # a stream still live gets a shutting_down error first
         for srv in self.servers:
             srv.close()  # what is left after the grace: 1001 going away
         for srv in self.servers:
@@ -812,7 +1159,55 @@ class App:
         self._tasks.clear()
         await asyncio.get_running_loop().run_in_executor(None, self.executor.shutdown)
         self.notifier.close()
+        self._restore_loop_handler()
         log.info("stopped")
+
+    # ------------------------------------------------------------------ resource exhaustion
+
+    def _install_loop_handler(self) -> None:
+        """Route the loop's exception handler through :meth:`_loop_exception` (restored by :meth:`close`)."""
+        loop = asyncio.get_running_loop()
+        if self._loop_handler is None:
+            self._loop_handler = (loop, loop.get_exception_handler())
+            loop.set_exception_handler(self._loop_exception)
+
+    def _restore_loop_handler(self) -> None:
+        if self._loop_handler is not None:
+            loop, previous = self._loop_handler
+            self._loop_handler = None
+            if not loop.is_closed():
+                loop.set_exception_handler(previous)
+
+    def _loop_exception(self, loop: asyncio.AbstractEventLoop, context: dict) -> None:
+        """Out of file descriptors (``accept()`` failing on the listening socket, and the like): counted and
+        logged at most once per interval; everything else goes to the previous handler."""
+        exc = context.get("exception")
+        if isinstance(exc, OSError) and exc.errno in RESOURCE_ERRNOS:
+            self._resource_error(context.get("message") or "event loop", exc)
+            return
+        previous = self._loop_handler[1] if self._loop_handler else None
+        if previous is not None:
+            previous(loop, context)
+        else:
+            loop.default_exception_handler(context)
+
+    def _resource_error(self, what: str, exc: OSError) -> None:
+        if exc.errno not in RESOURCE_ERRNOS:
+            log.warning("%s: %s", what, exc)
+            return
+        self.metrics.errors.labels("resource_exhausted").inc()
+        if self._resource_log.hit():
+            log.error("%s: %s (out of file descriptors or memory: raise LimitNOFILE= / ulimit -n or lower "
+                      "limits.max_streams; further failures are counted, one line per %g s)",
+                      what, exc, self._resource_log.interval)
+            asyncio.get_running_loop().call_later(self._resource_log.interval, self._flush_resource_log)
+
+    def _flush_resource_log(self) -> None:
+        n = self._resource_log.flush()
+        if n:
+            log.error("%d more failures for lack of file descriptors or memory in the last %g s", n,
+                      self._resource_log.interval)
+            asyncio.get_running_loop().call_later(self._resource_log.interval, self._flush_resource_log)
 
     async def __aenter__(self) -> "App":
         try:
@@ -843,7 +1238,8 @@ def resolve_config(path: str | None, flags: Mapping[str, Any] | None = None,
                    env: Mapping[str, str] | None = None) -> AppConfig:
     """YAML file (or defaults), then environment (STREAMD_HOST/PORT/MODEL/DEVICE), then flags.
 
-    ``flags`` keys: host, port, model, device, vosk_port, mic, mic_device (None = not given).
+    ``flags`` keys: host, port, model, device, vosk_port, wyoming_port, wake_words, hotwords, mic, mic_device
+    (None = not given).
     Errors are ConfigError naming the key path, variable or flag.
     """
     env = os.environ if env is None else env
@@ -876,12 +1272,17 @@ def resolve_config(path: str | None, flags: Mapping[str, Any] | None = None,
             server = put(server, name, value, var)
         else:
             engine = put(engine, name, value, var)
-    for flag, name in (("host", "host"), ("port", "port"), ("vosk_port", "vosk_port")):
+    for flag, name in (("host", "host"), ("port", "port"), ("vosk_port", "vosk_port"),
+                       ("wyoming_port", "wyoming_port")):
         if flags.get(flag) is not None:
             server = put(server, name, flags[flag], "--" + flag.replace("_", "-"))
     for flag in ("model", "device"):
         if flags.get(flag) is not None:
             engine = put(engine, flag, flags[flag], f"--{flag}")
+    if flags.get("wake_words") is not None:
+        engine = dataclasses.replace(engine, kws=put(engine.kws, "wake_words", flags["wake_words"], "--wake-words"))
+    if flags.get("hotwords") is not None:
+        engine = dataclasses.replace(engine, decoding=put(engine.decoding, "hotwords", flags["hotwords"], "--hotwords"))
     if flags.get("mic"):
         mic = put(mic, "enabled", True, "--mic")
     if flags.get("mic_device") is not None:
@@ -930,8 +1331,12 @@ def check_app_config(cfg: AppConfig) -> None:
     lm = cfg.engine.decoding.lm
     if lm not in ("auto", "none") and not Path(lm).is_file():
         raise ConfigError(f"engine.decoding.lm: no such file {lm!r}")
-    load_tokens(cfg.auth)
+    tokens = load_tokens(cfg.auth)
     make_ssl_context(cfg.tls)
+    if cfg.server.wyoming_port is not None:
+        from .wyoming_io import check_wyoming_auth
+
+        check_wyoming_auth(cfg.server, tokens)
 
 
 def _mic_factory():
@@ -951,8 +1356,13 @@ def cmd_serve(args: Any) -> int:
     env = os.environ
     cfg = resolve_config(args.config or env.get("STREAMD_CONFIG") or None,
                          {"host": args.host, "port": args.port, "model": args.model, "device": args.device,
-                          "vosk_port": args.vosk_port, "mic": args.mic, "mic_device": args.mic_device}, env)
+                          "vosk_port": args.vosk_port, "mic": args.mic, "mic_device": args.mic_device,
+                          "wyoming_port": getattr(args, "wyoming_port", None),
+                          "wake_words": getattr(args, "wake_words", None), "hotwords": getattr(args, "hotwords", None)},
+                         env)
     logging.basicConfig(level=cfg.server.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    if cfg.server.log_level != "debug":  # two lines per connection at info: a flood (and CPU) under load
+        logging.getLogger("websockets").setLevel(logging.WARNING)
     model = cfg.engine.model or str(default_model_path())
     if not Path(model).is_file():
         what = f"model {model!r} not found" if cfg.engine.model else f"no default model at {model}"

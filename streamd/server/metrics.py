@@ -40,6 +40,9 @@ class Metrics:
                                  "(v1, vosk, mic): grows when the server falls behind",
                                  ["stream_class"], buckets=(0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0),
                                  registry=r)
+        self.load = Gauge("streamd_load", "Predicted wall time of one batch step over every live stream, as a share "
+                                          "of a chunk's duration (new streams are refused above limits.max_load)",
+                          registry=r)
         self.dropped_partials = Counter("streamd_dropped_partials",
                                         "Partials replaced by a newer one before a slow client read them",
                                         registry=r)

@@ -15,7 +15,8 @@ executes the *actions* the session returns, in order:
 Every protocol error becomes ``[Send(error), Close(code)]`` where the close
 code comes from :data:`CLOSE_CODES`; the session is then closed and ignores
 further input.  Limits are enforced here (message sizes, the audio rate token
-bucket); time only enters through the ``now`` arguments.  docs/protocol.md is
+bucket, the minimum audio rate); time only enters through the ``now`` arguments
+(and :meth:`SessionBase.tick` / :meth:`SessionBase.deadline` for the transport's timer).  docs/protocol.md is
 the user-facing description of every message, field and code.
 """
 
@@ -25,18 +26,21 @@ import hmac
 import json
 import math
 from dataclasses import dataclass
+from pathlib import PurePath
 from typing import Any, Iterable, Mapping
 from urllib.parse import parse_qs, urlsplit
 
 from ..audio.pcm import MAX_SAMPLE_RATE, MIN_SAMPLE_RATE, SUPPORTED_FORMATS
-from ..config import LimitsConfig
+from ..config import ConfigError, LimitsConfig, PhraseSpec, check_hotword_method, parse_phrases
 from ..events import Done, Error, Event, Final, Partial, WakeWord
+from .guard import BadRequest, single_header
 
 __all__ = [
     "CLOSE_CODES", "SAMPLE_WIDTH", "Send", "Open", "Audio", "Reset", "Finish", "Close", "Action",
     "ProtocolError", "SessionBase", "TokenBucket", "V1Session", "error_actions", "parse_json_object",
     "check_sample_rate_field",
     "bearer_token", "token_ok", "origin_ok",
+    "MinAudioRate", "public_model_info",
 ]
 
 SAMPLE_WIDTH = {"s16le": 2, "f32le": 4}
@@ -61,15 +65,27 @@ CLOSE_CODES: dict[str, int] = {
     "shutting_down": 1001,  # going away
     "too_many_streams": 1013,  # try again later
     "loading": 1013,
+    "audio_too_slow": 1008,  # less than limits.min_audio_rate seconds of audio per second
+    "overloaded": 1013,  # at capacity (admission by cost): try again later, retry_after
+    "client_limit": 1013,  # limits.max_cost_per_client / max_cost_per_token
+    "backlog_exceeded": 1013,  # more than limits.max_backlog_seconds of audio waiting to be decoded
 }
 
 
 @dataclass(frozen=True)
 class Send:
-    """Send ``message`` as one JSON text frame; ``droppable``: a newer one may replace it."""
+    """Send ``message`` as one JSON text frame.
+
+    ``droppable``: a newer droppable message may replace it while it waits in the client's outbox
+    (partials); with ``when_behind`` only once the client has fallen behind (half the outbox waiting:
+    Vosk's partial replies, one per frame for a client that reads them).  ``last``: the stream's last
+    message (Vosk's final result), queued even when the outbox is full: never dropped.
+    """
 
     message: dict
     droppable: bool = False
+    when_behind: bool = False
+    last: bool = False
 
 
 @dataclass(frozen=True)
@@ -118,9 +134,11 @@ class ProtocolError(Exception):
         self.message = message
 
 
-def error_actions(code: str, message: str) -> list[Action]:
-    """The error event then the close that fits ``code`` (the reason is the code itself)."""
-    return [Send({"type": "error", "code": code, "message": message}), Close(CLOSE_CODES.get(code, 1011), code)]
+def error_actions(code: str, message: str, extra: Mapping[str, Any] | None = None) -> list[Action]:
+    """The error event (plus ``extra`` fields, e.g. ``retry_after``) then the close that fits ``code`` (the
+    reason is the code itself)."""
+    return [Send({"type": "error", "code": code, "message": message, **(extra or {})}),
+            Close(CLOSE_CODES.get(code, 1011), code)]
 
 
 def parse_json_object(text: str) -> dict:
@@ -163,28 +181,78 @@ class TokenBucket:
         if math.isnan(self.tokens):
             self.tokens = self.capacity
 
-    def take(self, amount: float, now: float) -> bool:
-        """Spend ``amount`` seconds of audio at time ``now``; False (nothing spent) if over the limit."""
+    def take(self, amount: float, now: float, oversize: bool = False) -> bool:
+        """Spend ``amount`` seconds of audio at time ``now``; False (nothing spent) if over the limit.
+
+        ``oversize``: an amount larger than the whole burst is admitted when the bucket is full, and the
+        bucket goes into debt (refilled at ``rate`` as usual), so one frame of the largest size the
+        server accepts always passes and the average rate stays bounded.
+        """
         if self.rate <= 0:
             return True
         if self.last is not None:
             self.tokens = min(self.capacity, self.tokens + (now - self.last) * self.rate)
         self.last = now
-        if amount > self.tokens:
+        if amount > self.tokens and not (oversize and amount > self.capacity and self.tokens >= self.capacity):
             return False
         self.tokens -= amount
         return True
 
 
+@dataclass
+class MinAudioRate:
+    """``limits.min_audio_rate``: at least ``rate`` seconds of audio per second of wall time over each
+    window of ``window`` seconds (0 = no minimum).
+
+    Sans-I/O: :meth:`check` gets the stream's audio total and ``now``.  The first call starts the first
+    window; a check at or after its end compares the audio received in it with ``rate`` x its length
+    (the time actually elapsed, should the check come late), then starts the next window at ``now``.
+    """
+
+    rate: float
+    window: float
+    start: float | None = None
+    audio_at_start: float = 0.0
+
+    def due(self) -> float | None:
+        """When the current window ends (None: not started or no minimum)."""
+        if self.rate <= 0 or self.start is None:
+            return None
+        return self.start + self.window
+
+    def check(self, audio_seconds: float, now: float) -> str | None:
+        """None when fine; else what was too slow (the stream fails with ``audio_too_slow``)."""
+        if self.rate <= 0:
+            return None
+        if self.start is None:
+            self.start, self.audio_at_start = now, audio_seconds
+            return None
+        elapsed = now - self.start
+        if elapsed < self.window:
+            return None
+        got = audio_seconds - self.audio_at_start
+        if got < self.rate * elapsed:
+            return (f"{got:.2f} s of audio in the last {elapsed:.1f} s: a stream must send at least "
+                    f"{self.rate:g} s of audio per second (limits.min_audio_rate, over {self.window:g} s) "
+                    f"or end with eof")
+        self.start, self.audio_at_start = now, audio_seconds
+        return None
+
+
 def bearer_token(headers: Mapping[str, str], path: str) -> str | None:
-    """The client's token: ``Authorization: Bearer T`` header, else the ``?token=T`` query parameter."""
-    auth = headers.get("Authorization")
+    """The client's token: ``Authorization: Bearer T`` header, else the ``?token=T`` query parameter.
+
+    A repeated Authorization header or ``token`` parameter is ambiguous: :class:`~.guard.BadRequest` (400).
+    """
+    auth = single_header(headers, "Authorization")
     if auth:
         scheme, _, value = auth.strip().partition(" ")
         if scheme.lower() == "bearer" and value.strip():
             return value.strip()
-    query = parse_qs(urlsplit(path).query)
+    query = parse_qs(path.split("#", 1)[0].partition("?")[2])
     vals = query.get("token")
+    if vals and len(vals) > 1:
+        raise BadRequest(400, "bad_header", f"the token query parameter is given {len(vals)} times")
     return vals[0] if vals else None
 
 
@@ -209,9 +277,28 @@ def origin_ok(origin: str | None, host: str | None, allowed: Iterable[str]) -> b
     for a in allowed:
         if a == "*" or a == origin:
             return True
-        if a == "self" and host and urlsplit(origin).netloc.lower() == host.lower():
-            return True
+        if a == "self" and host:
+            try:
+                netloc = urlsplit(origin).netloc
+            except ValueError:  # e.g. an unclosed "[": matches nothing
+                continue
+            if netloc and netloc.lower() == host.lower():
+                return True
     return False
+
+
+def public_model_info(info: Mapping[str, Any], show_paths: bool = False) -> dict:
+    """``ready.model`` as sent to clients: ``path`` and ``lm.path`` reduced to file names unless
+    ``server.show_model_paths`` (the fields stay: the v1 protocol only adds fields)."""
+    out = dict(info)
+    if show_paths:
+        return out
+    if isinstance(out.get("path"), str) and out["path"]:
+        out["path"] = PurePath(out["path"]).name
+    lm = out.get("lm")
+    if isinstance(lm, Mapping) and isinstance(lm.get("path"), str) and lm["path"]:
+        out["lm"] = {**lm, "path": PurePath(lm["path"]).name}
+    return out
 
 
 # --------------------------------------------------------------------------- sessions
@@ -222,13 +309,19 @@ class SessionBase:
 
     States: ``INITIAL_STATE`` (before the stream is configured) -> ``streaming`` ->
     ``ending`` (input closed: eof received or server draining) -> ``closed`` (Close emitted).
-    Subclasses set ``self.state``, ``self.limits`` and ``self._shutdown`` in ``__init__``.
+    Subclasses set ``self.state``, ``self.limits`` and ``self._shutdown`` in ``__init__``, and add
+    the seconds of audio they accept to ``self.audio_seconds``.
+
+    Timers: the I/O layer calls :meth:`tick` once when the connection opens (it starts the clock of
+    the minimum audio rate, ``limits.min_audio_rate``) and again at :meth:`deadline`; :meth:`receive`
+    checks the same rule first.  A stream that falls short fails with ``audio_too_slow``.
     """
 
     INITIAL_STATE: str  # each protocol's name for "connected, stream not configured yet"
     state: str
     limits: LimitsConfig
     _shutdown: bool
+    audio_seconds: float = 0.0  # audio accepted so far (subclasses add to it)
 
     @property
     def input_closed(self) -> bool:
@@ -247,6 +340,9 @@ class SessionBase:
         """
         if self.input_closed:
             return []
+        late = self.tick(now)  # a window that ended before this message is judged without it
+        if late:
+            return late
         try:
             if isinstance(message, str):
                 size = len(message.encode("utf-8", "surrogatepass"))
@@ -266,18 +362,37 @@ class SessionBase:
         """A binary (audio) message; may raise ProtocolError."""
         raise NotImplementedError
 
-    def fail(self, code: str, message: str) -> list[Action]:
-        """Error event then close (idempotent)."""
+    def fail(self, code: str, message: str, extra: Mapping[str, Any] | None = None) -> list[Action]:
+        """Error event (with ``extra`` fields) then close (idempotent)."""
         if self.state == "closed":
             return []
         self.state = "closed"
-        return error_actions(code, message)
+        return error_actions(code, message, extra)
 
     def timeout(self) -> list[Action]:
         """No message for ``idle_timeout`` seconds (only counts while input is expected)."""
         if self.input_closed:
             return []
         return self.fail("idle_timeout", f"no message for {self.limits.idle_timeout:g} s (idle_timeout)")
+
+    def _min_rate(self) -> MinAudioRate:
+        rule = self.__dict__.get("_min_audio_rate")
+        if rule is None:
+            rule = self._min_audio_rate = MinAudioRate(self.limits.min_audio_rate, self.limits.min_audio_window)
+        return rule
+
+    def tick(self, now: float) -> list[Action]:
+        """Timer at ``now``: the minimum audio rate while input is expected (the first call starts it)."""
+        if self.input_closed:
+            return []
+        problem = self._min_rate().check(self.audio_seconds, now)
+        return self.fail("audio_too_slow", problem) if problem else []
+
+    def deadline(self) -> float | None:
+        """When the I/O layer must call :meth:`tick` next (None: no timer needed)."""
+        if self.input_closed:
+            return None
+        return self._min_rate().due()
 
     def shutdown(self) -> list[Action]:
         """The server is draining: finish the stream with what was received, then close 1001."""
@@ -290,7 +405,14 @@ class SessionBase:
         return []
 
 
-START_FIELDS = ("type", "sample_rate", "format", "method", "beam", "partials", "keywords", "endpointing")
+START_FIELDS = ("type", "sample_rate", "format", "method", "beam", "partials", "keywords", "endpointing",
+                "wake_words", "hotwords")
+
+
+def _phrase_wire(spec: PhraseSpec) -> str | dict:
+    """A phrase as the client may have sent it: the bare phrase, or a mapping when it has settings."""
+    extra = {k: v for k, v in (("boost", spec.boost), ("threshold", spec.threshold)) if v is not None}
+    return {"phrase": spec.phrase, **extra} if extra else spec.phrase
 
 
 class V1Session(SessionBase):
@@ -362,8 +484,19 @@ class V1Session(SessionBase):
             if not isinstance(v, bool):
                 raise ProtocolError("bad_message", f"{name} must be true or false, got {v!r}")
             flags[name] = v
+        phrases = {}
+        for name in ("wake_words", "hotwords"):  # absent: the server's configured lists
+            if name in obj:
+                try:
+                    phrases[name] = parse_phrases(obj[name], name)
+                except ConfigError as e:
+                    raise ProtocolError("bad_message", f"start: {e}") from None
+        try:
+            check_hotword_method(phrases.get("hotwords"), method)
+        except ConfigError as e:
+            raise ProtocolError("bad_message", f"start: {e}") from None
         self.sample_rate, self.format = rate, fmt
-        self.options = {"sample_rate": rate, "method": method, "beam": beam, **flags}
+        self.options = {"sample_rate": rate, "method": method, "beam": beam, **flags, **phrases}
         self.state = "streaming"
         return [Open(dict(self.options))]
 
@@ -382,7 +515,7 @@ class V1Session(SessionBase):
         if n == 0:
             return []
         seconds = n / width / self.sample_rate
-        if not self.bucket.take(seconds, now):
+        if not self.bucket.take(seconds, now, oversize=True):
             raise ProtocolError("rate_limited",
                                 f"audio arrives faster than {self.limits.max_realtime:g}x real time "
                                 f"(burst of {self.limits.burst_seconds:g} s used up)")
@@ -397,7 +530,9 @@ class V1Session(SessionBase):
             return []
         if error is not None:
             return self.fail("bad_message", f"start: {error}")
-        return [Send({"type": "ready", "session": self.session_id, **self.options, "format": self.format,
+        options = {k: [_phrase_wire(p) for p in v] if k in ("wake_words", "hotwords") else v
+                   for k, v in self.options.items()}
+        return [Send({"type": "ready", "session": self.session_id, **options, "format": self.format,
                       "model": self.model_info})]
 
     def event(self, ev: Event) -> list[Action]:

@@ -16,7 +16,10 @@ What vosk-server's ``websocket/asr_server.py`` speaks, so its clients (e.g.
   other keys are ignored;
 * binary frames of s16le mono PCM; **exactly one reply per frame**, in order:
   ``{"partial": "..."}``, or ``{"result": [{"conf", "start", "end", "word"}...],
-  "text": "..."}`` when an endpoint closed a segment;
+  "text": "..."}`` when an endpoint closed a segment; for a client that sends
+  faster than it reads, waiting partial replies coalesce once half the outbox
+  is queued (``Send.when_behind``), results never do, and the final result is
+  queued even into a full outbox (``Send.last``);
 * ``{"eof" : 1}`` (parsed leniently: any JSON object with an ``eof`` key, or
   text that looks like one) -> one final result, then close 1000.
 
@@ -110,6 +113,7 @@ class VoskSession(SessionBase):
         self.sample_rate = default_sample_rate
         self.state = self.INITIAL_STATE
         self.bucket = TokenBucket(limits.max_realtime, limits.burst_seconds)
+        self.audio_seconds = 0.0
         self.owed = 0  # frames sent to the engine whose reply is still due
         self.partial = ""
         self.results: deque[Segment] = deque()  # endpoint results not yet delivered
@@ -162,10 +166,12 @@ class VoskSession(SessionBase):
         if n % 2:
             raise ProtocolError("bad_audio", f"binary message of {n} bytes is not a whole number of "
                                              "2-byte s16le samples")
-        if not self.bucket.take(n / 2 / self.sample_rate, now):
+        seconds = n / 2 / self.sample_rate
+        if not self.bucket.take(seconds, now, oversize=True):
             raise ProtocolError("rate_limited",
                                 f"audio arrives faster than {self.limits.max_realtime:g}x real time "
                                 f"(burst of {self.limits.burst_seconds:g} s used up)")
+        self.audio_seconds += seconds
         actions = self._open()
         self.owed += 1
         return actions + [Audio(bytes(data), "s16le", ack=True)]
@@ -184,7 +190,10 @@ class VoskSession(SessionBase):
         out: list[Action] = []
         for _ in range(min(n, self.owed)):
             self.owed -= 1
-            out.append(Send(self._result([self.results.popleft()]) if self.results else {"partial": self.partial}))
+            if self.results:
+                out.append(Send(self._result([self.results.popleft()])))
+            else:  # coalesces with a waiting partial reply once the client reads slower than it sends
+                out.append(Send({"partial": self.partial}, droppable=True, when_behind=True))
         if self.done and self.owed == 0:
             out += self._final()
         return out
@@ -218,4 +227,4 @@ class VoskSession(SessionBase):
         self.results.clear()
         self.state = "closed"
         final = self._result(segments)
-        return [Send(final), Close(1001, "shutting_down") if self._shutdown else Close(1000, "done")]
+        return [Send(final, last=True), Close(1001, "shutting_down") if self._shutdown else Close(1000, "done")]

@@ -68,6 +68,20 @@ def test_ragged_length_says_both_numbers():
         decode_pcm(b"\0" * 6, "f32le")
 
 
+def test_interleaved_channels_are_averaged():
+    frames = np.array([[1000, 3000], [-2000, 0], [32767, -32768]], dtype="<i2")
+    x = decode_pcm(frames.tobytes(), "s16le", channels=2)
+    assert x.dtype == np.float32 and x.shape == (3,)
+    np.testing.assert_array_equal(x, frames.astype(np.float32).mean(axis=1) / 32768)
+    mono = np.array([0.25, -0.5], dtype="<f4")
+    np.testing.assert_array_equal(decode_pcm(np.repeat(mono, 2).tobytes(), "f32le", channels=2), mono)
+    with pytest.raises(AudioError, match="4 bytes .*whole frames.* got 6"):
+        decode_pcm(bytes(6), "s16le", channels=2)
+    with pytest.raises(AudioError) as e:
+        decode_pcm(bytes(4), "s16le", channels=0)
+    assert e.value.code == "bad_format"
+
+
 def test_non_bytes_rejected():
     with pytest.raises(AudioError, match="audio data must be bytes, got str"):
         decode_pcm("abcd", "s16le")

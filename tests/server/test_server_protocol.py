@@ -230,15 +230,16 @@ def test_vosk_lockstep_replies():
     s.receive(b"", 0.0)  # an empty frame gets its reply too
     assert s.owed == 3
     s.event(Partial(1, 0, "he"))
-    assert s.applied(1) == [Send({"partial": "he"})]
+    assert s.applied(1) == [Send({"partial": "he"}, droppable=True, when_behind=True)]
     s.event(Final(1, 0, "hello", (Word("hello", 0.0, 0.4, 0.8),), reason="endpoint:rule2"))
     s.event(Partial(1, 1, "wo"))
     assert s.applied(2) == [Send({"result": [{"word": "hello", "start": 0.0, "end": 0.4, "conf": 0.8}],
-                                  "text": "hello"}), Send({"partial": "wo"})]
+                                  "text": "hello"}), Send({"partial": "wo"}, droppable=True, when_behind=True)]
     assert s.receive('{"eof" : 1}', 0.0) == [Finish()]
     s.event(Final(1, 1, "world", (Word("world", 0.5, 0.9, 0.7),), reason="eos"))
     acts = s.event(Done(1, 1.0))
-    assert acts[0] == Send({"result": [{"word": "world", "start": 0.5, "end": 0.9, "conf": 0.7}], "text": "world"})
+    assert acts[0] == Send({"result": [{"word": "world", "start": 0.5, "end": 0.9, "conf": 0.7}], "text": "world"},
+                           last=True)
     assert acts[1] == Close(1000, "done")
 
 
@@ -287,7 +288,7 @@ def test_vosk_words_and_max_alternatives():
          "result": [{"word": "call", "start": 0.0, "end": 0.3, "conf": 0.9},
                     {"word": "home", "start": 0.3, "end": 0.6, "conf": 0.8}]},
         {"confidence": -2.5, "text": "call hum"}]})
-    assert alts[1] == Send({"partial": "a"})  # partials are unchanged
+    assert alts[1] == Send({"partial": "a"}, droppable=True, when_behind=True)  # partials are unchanged
     s.receive('{"eof": 1}', 0.0)
     s.event(Final(1, 1, "now", (Word("now", 1.0, 1.2, 0.7, conf_raw=0.2),), reason="eos", alternatives=("no",),
                   scores=(-0.5, -0.9)))

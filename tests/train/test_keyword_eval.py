@@ -1,0 +1,342 @@
+"""streamd eval keyword mode: the exact threshold sweep of runtime wake words, its arithmetic, the CLI.
+
+The engine's keyword search is tested in tests/decode; here it is only run through ``streamd eval``."""
+
+import json
+import random
+import re
+import wave
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from helpers import random_audio, write_checkpoint
+from streamd.cli import main as cli_main
+from streamd.config import EngineConfig, KwsConfig
+from streamd.engine import Recognizer
+from streamd.events import WakeWord
+from streamd.model.checkpoint import load_checkpoint
+from streamd.train.evaluate import (EvalOptions, KeywordEvaluator, _feed, _kws_counts, det_points, frr_at,
+                                    keyword_sweep)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def write_wav(path, x, rate=16000):
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes((np.clip(x, -1, 1) * 32767).astype("<i2").tobytes())
+    return str(path)
+
+
+def write_set(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+class Det:
+    def __init__(self, keyword, score):
+        self.keyword, self.score = keyword, score
+
+    def __eq__(self, other):
+        return (self.keyword, self.score) == (other.keyword, other.score)
+
+    def __repr__(self):
+        return f"Det({self.keyword!r}, {self.score})"
+
+
+# --------------------------------------------------------------------------- the exact sweep
+
+
+def resetting_detector(checks):
+    """A detector with the engine's dependence on resets: check c of a file scores base[c] plus a bonus that
+    grows with the checks since the last detection (the state a detection resets), capped below 1."""
+
+    def run(file, t):
+        out, last = [], -1
+        for c, (kw, base) in enumerate(checks[file]):
+            score = min(0.99, base + 0.05 * (c - last - 1))
+            if score >= t:
+                out.append(Det(kw, score))
+                last = c
+        return out
+
+    return run
+
+
+def test_keyword_sweep_equals_a_decode_per_threshold():
+    """On random files of a detector whose later scores depend on its earlier detections, the sweep's
+    detections at every threshold are those of a decode at that threshold, in fewer decodes; the naive
+    offline sweep (one low decode, scores filtered) is not."""
+    rng = random.Random(0)
+    ts = [round(0.05 * i, 2) for i in range(1, 20)]
+    naive_wrong = 0
+    for case in range(30):
+        checks = [[(rng.choice("ab"), rng.uniform(0, 0.8)) for _ in range(rng.randrange(0, 12))]
+                  for _ in range(rng.randrange(1, 6))]
+        run = resetting_detector(checks)
+        calls = []
+
+        def decode(items, item_ts):
+            calls.append(list(zip(items, item_ts)))
+            return [run(i, t) for i, t in zip(items, item_ts)]
+
+        dets, runs = keyword_sweep(decode, len(checks), ts)
+        for j, t in enumerate(ts):
+            for i in range(len(checks)):
+                assert dets[j][i] == run(i, t), (case, t, i)
+                naive_wrong += [d for d in dets[0][i] if d.score >= t] != run(i, t)
+        assert sum(runs) == sum(len(c) for c in calls) and all(r >= 1 for r in runs)
+        assert sum(runs) <= len(checks) * len(ts)
+        # every file once at the lowest threshold first; later decodes only above a detection's score
+        assert calls[0] == [(i, ts[0]) for i in range(len(checks))]
+    assert naive_wrong > 0
+
+
+def test_keyword_sweep_decodes_a_file_without_detections_once():
+    runs_seen = []
+
+    def decode(items, item_ts):
+        runs_seen.append(items)
+        return [[Det("a", 0.5)] if i == 1 and t <= 0.5 else [] for i, t in zip(items, item_ts)]
+
+    dets, runs = keyword_sweep(decode, 3, [0.1, 0.3, 0.5, 0.7])
+    assert runs == [1, 2, 1] and runs_seen == [[0, 1, 2], [1]]
+    assert [len(d[1]) for d in dets] == [1, 1, 1, 0]  # the second decode (at 0.7) found nothing
+
+
+def test_keyword_sweep_errors():
+    with pytest.raises(ValueError, match="strictly ascending"):
+        keyword_sweep(lambda items, ts: [[] for _ in items], 1, [0.5, 0.2])
+    with pytest.raises(ValueError, match="strictly ascending"):
+        keyword_sweep(lambda items, ts: [[] for _ in items], 1, [])
+    with pytest.raises(RuntimeError, match="below its decode's threshold"):
+        keyword_sweep(lambda items, ts: [[Det("a", 0.1)] for _ in items], 1, [0.2, 0.4])
+
+
+# --------------------------------------------------------------------------- arithmetic, by hand
+
+
+def test_sweep_arithmetic_by_hand():
+    """_kws_counts / frr_at / det_points on a hand-computed example: 4 positives of "k", 0.5 h of negatives."""
+
+    class E:
+        def __init__(self, keyword):
+            self.keyword = keyword
+
+    entries = [E("k"), E("k"), E("k"), E("k"), E(None), E(None)]
+    scores = {0: [0.9], 1: [0.6], 2: [0.3], 3: [], 4: [0.7, 0.35], 5: [0.25]}
+    sweep = []
+    for t in (0.2, 0.5, 0.8):
+        dets = [[Det("k", s) for s in scores[i] if s >= t] for i in range(6)]
+        sweep.append({"threshold": t, **_kws_counts(dets, entries, 0.5)})
+    # t=0.2: missed 1 (file 3), FA 3 -> 6/h;  t=0.5: missed 2, FA 1 -> 2/h;  t=0.8: missed 3, FA 0
+    assert [(s["missed"], s["frr"], s["false_alarms"], s["fa_per_hour"]) for s in sweep] == \
+        [(1, 0.25, 3, 6.0), (2, 0.5, 1, 2.0), (3, 0.75, 0, 0.0)]
+    assert frr_at(sweep, 1.0) == {"frr": 0.75, "threshold": 0.8, "fa_per_hour": 0.0}
+    assert frr_at(sweep, 0.0) == frr_at(sweep, 0.1) == frr_at(sweep, 1.0)
+    assert frr_at(sweep, 2.0) == {"frr": 0.5, "threshold": 0.5, "fa_per_hour": 2.0}
+    assert frr_at(sweep, 100) == {"frr": 0.25, "threshold": 0.2, "fa_per_hour": 6.0}
+    assert det_points(sweep) == [[0.0, 0.75], [2.0, 0.5], [6.0, 0.25]]
+    assert frr_at([{"threshold": 0.5, "frr": 0.1, "fa_per_hour": 3.0}], 1.0) is None
+
+
+@pytest.fixture(scope="module")
+def hand_sets(tmp_path_factory):
+    """Two sets (positives, negatives) of silent WAVs; the detections come from a stub decoder."""
+    d = tmp_path_factory.mktemp("kwhand")
+    for name in ("c1", "c2", "a1", "j1", "n1", "n2", "n3"):
+        write_wav(d / f"{name}.wav", np.zeros(1600, dtype=np.float32))
+    pos = write_set(d / "pos.jsonl", [
+        {"audio": "c1.wav", "text": "computer", "keyword": "Computer"},
+        {"audio": "c2.wav", "text": "computer", "keyword": "computer"},
+        {"audio": "a1.wav", "text": "athena", "keyword": "athena"},
+        {"audio": "j1.wav", "text": "hey jarvis", "keyword": "hey  jarvis"}])  # not listed: ignored
+    neg = write_set(d / "neg.jsonl", [
+        {"audio": "n1.wav", "text": "lights on", "keyword": None},
+        {"audio": "n2.wav", "text": "what time is it"},
+        {"audio": "n3.wav", "text": "my computer is slow", "keyword": None}])  # holds a keyword: excluded
+    return pos, neg
+
+
+FIXED = {"c1.wav": [("computer", 0.9)], "c2.wav": [("computer", 0.4), ("athena", 0.6)], "a1.wav": [("athena", 0.7)],
+         "n1.wav": [("computer", 0.5), ("athena", 0.3)], "n2.wav": [("computer", 0.2)]}
+
+
+def stub_decode(self, files, items, thresholds):
+    """A detector without resets: the fixed detections at or above the threshold; 900 s per file."""
+    out = []
+    for i, t in zip(items, thresholds):
+        f = files[i]
+        assert f.entry.rel_audio in FIXED, f"{f.entry.rel_audio} should not be decoded"
+        f.seconds = 900.0
+        out.append([WakeWord(0, k, s, 0.0, 1.0) for k, s in FIXED[f.entry.rel_audio] if s >= t])
+    return out
+
+
+def test_keyword_report_by_hand(tiny_ckpt, hand_sets, monkeypatch):
+    """The report's per-keyword and pooled figures on a hand-computed example (negatives: 2 x 900 s = 0.5 h)."""
+    monkeypatch.setattr(KeywordEvaluator, "_decode", stub_decode)
+    cfg = EngineConfig(device="cpu", kws=KwsConfig(wake_threshold=0.3))
+    ev = KeywordEvaluator(load_checkpoint(tiny_ckpt), cfg, EvalOptions(thresholds=(0.1, 0.45, 0.8)),
+                          "computer, athena")
+    r = ev.evaluate(hand_sets)
+    assert r["thresholds"] == [0.1, 0.3, 0.45, 0.8] and r["negative_hours"] == 0.5
+    # decodes (file: thresholds decoded at): c1 0.1 | c2 0.1, 0.45, 0.8 | a1 0.1, 0.8 | n1 0.1, 0.45, 0.8 | n2 0.1, 0.3
+    assert (r["positives"], r["negatives"], r["decodes"], r["files_decoded"]) == (3, 2, 11, 5)
+    assert [f["decodes"] for f in r["files"]] == [1, 3, 2, 3, 2]
+    assert r["sets"][0]["positives"] == {"computer": 2, "athena": 1} and r["sets"][0]["ignored_positives"] == 1
+    assert (r["sets"][1]["negatives"], r["sets"][1]["negative_seconds"], r["sets"][1]["excluded_negatives"]) == \
+        (2, 1800.0, 1)
+
+    def points(k):
+        return [(s["threshold"], s["missed"], s["false_alarms"], s["fa_per_hour"]) for s in k["sweep"]]
+
+    c = r["per_keyword"]["computer"]
+    assert c["positives"] == 2
+    assert points(c) == [(0.1, 0, 2, 4.0), (0.3, 0, 1, 2.0), (0.45, 1, 1, 2.0), (0.8, 1, 0, 0.0)]
+    assert (c["threshold"], c["frr"], c["false_alarms"], c["fa_per_hour"]) == (0.3, 0.0, 1, 2.0)
+    assert c["frr_at_1_fa_per_hour"] == c["frr_at_0.1_fa_per_hour"] == {"frr": 0.5, "threshold": 0.8,
+                                                                          "fa_per_hour": 0.0}
+    assert c["det"] == [[0.0, 0.5], [2.0, 0.5], [2.0, 0.0], [4.0, 0.0]]
+    # athena's detection in a computer positive is neither a hit nor a false alarm
+    a = r["per_keyword"]["athena"]
+    assert points(a) == [(0.1, 0, 1, 2.0), (0.3, 0, 1, 2.0), (0.45, 0, 0, 0.0), (0.8, 1, 0, 0.0)]
+    assert a["frr_at_0.5_fa_per_hour"] == {"frr": 0.0, "threshold": 0.45, "fa_per_hour": 0.0}
+    # all keywords: a positive counts when its own keyword fires
+    al = r["all"]
+    assert points(al) == [(0.1, 0, 3, 6.0), (0.3, 0, 2, 4.0), (0.45, 1, 1, 2.0), (0.8, 2, 0, 0.0)]
+    assert al["frr_at_1_fa_per_hour"]["frr"] == pytest.approx(2 / 3)
+    assert [f["role"] for f in r["files"]] == ["positive"] * 3 + ["negative"] * 2
+    assert r["files"][1]["detections"] == [["computer", 0.4, 0.0, 1.0], ["athena", 0.6, 0.0, 1.0]]
+    # the keywords from the sets: every keyword field, in order (then "hey jarvis" has a positive)
+    ev = KeywordEvaluator(load_checkpoint(tiny_ckpt), cfg, EvalOptions(thresholds=(0.1, 0.45, 0.8)))
+    monkeypatch.setitem(FIXED, "j1.wav", [])
+    r = ev.evaluate(hand_sets)
+    assert [k["keyword"] for k in r["keywords"]] == ["Computer", "athena", "hey jarvis"]
+    assert r["sets"][0]["ignored_positives"] == 0 and r["per_keyword"]["hey jarvis"]["frr"] == 1.0
+
+
+# --------------------------------------------------------------------------- through the engine
+
+
+@pytest.fixture(scope="module")
+def ckpt5(tmp_path_factory):
+    """A random model whose hypotheses repeat "rr" and "vv": runtime keywords that fire at low scores."""
+    return write_checkpoint(tmp_path_factory.mktemp("kwckpt") / "seed5.pt", seed=5)
+
+
+@pytest.fixture(scope="module")
+def engine_sets(tmp_path_factory):
+    d = tmp_path_factory.mktemp("kwengine")
+    rows = [{"audio": Path(write_wav(d / f"f{i}.wav", random_audio(1.2 + 0.3 * i, seed=i))).name, "text": "x",
+             "keyword": ["rr", "vv", None][i % 3]} for i in range(6)]
+    return write_set(d / "set.jsonl", rows), [str(d / r["audio"]) for r in rows]
+
+
+def test_exact_sweep_equals_engine_runs_per_threshold(ckpt5, engine_sets):
+    """The evaluator's detections at each threshold = an engine configured with that wake_threshold."""
+    jsonl, wavs = engine_sets
+    ts = tuple(round(0.09 + 0.01 * i, 2) for i in range(8))
+    kcfg = KwsConfig(refractory_s=0.2, trailing_blanks=1)
+    loaded = load_checkpoint(ckpt5)
+    ev = KeywordEvaluator(loaded, EngineConfig(device="cpu", kws=kcfg), EvalOptions(thresholds=ts, batch_streams=4),
+                          "rr,vv")
+    r = ev.evaluate([jsonl])
+    from streamd.audio.pcm import load_audio
+
+    audio = [load_audio(w) for w in wavs]
+    naive_differs = False
+    low = [[(d[0], d[1]) for d in f["detections"]] for f in r["files"]]
+    assert sum(map(len, low)) > 0
+    for t in ts:
+        rec = Recognizer(loaded, EngineConfig(device="cpu", kws=KwsConfig(refractory_s=0.2, trailing_blanks=1,
+                                                                          wake_words=("rr", "vv"),
+                                                                          wake_threshold=t)))
+        _, events = _feed(rec, audio, 0.1, partials=False)
+        direct = [[(e.keyword, e.score) for e in evs if isinstance(e, WakeWord) and e.keyword in ("rr", "vv")]
+                  for evs in events]
+        entries = [type("E", (), {"keyword": f["keyword"]})() for f in r["files"]]
+        dets = [[Det(k, s) for k, s in f] for f in direct]
+        for name in ("rr", "vv"):
+            mine = [s for s in r["per_keyword"][name]["sweep"] if s["threshold"] == t][0]
+            sel = [i for i, e in enumerate(entries) if e.keyword in (None, name)]
+            want = _kws_counts([[d for d in dets[i] if d.keyword == name] for i in sel], [entries[i] for i in sel],
+                               r["negative_hours"])
+            assert {k: mine[k] for k in want} == want, (t, name)
+        naive_differs |= [[d for d in f if d[1] >= t] for f in low] != direct
+    assert naive_differs  # this set needs the exact sweep
+    assert r["decodes"] > len(wavs)
+
+
+def test_cli_keyword_mode(ckpt5, engine_sets, tmp_path, capsys):
+    jsonl, _ = engine_sets
+    png = tmp_path / "det.png"
+    args = ["eval", "--model", ckpt5, "--device", "cpu", "--set", jsonl, "--keywords", "rr,vv",
+            "--thresholds", "0.1:0.2:0.05"]
+    assert cli_main(args + ["--json", "--det-plot", str(png)]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["mode"] == "keywords" and r["thresholds"] == [0.1, 0.15, 0.2, 0.3]  # the configured 0.3 added
+    for k in ("rr", "vv"):
+        assert {"frr", "fa_per_hour", "frr_at_1_fa_per_hour", "frr_at_0.5_fa_per_hour", "frr_at_0.1_fa_per_hour",
+                "sweep", "det"} <= set(r["per_keyword"][k])
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert cli_main(args[:-2] + ["--keywords"]) == 0  # the sets' keywords
+    out = capsys.readouterr().out
+    assert "runtime keywords: rr (boost 1), vv (boost 1)" in out and "(all keywords)" in out
+    assert "miss@1FA/h" in out and "exact sweep" in out
+
+
+def test_cli_keyword_mode_errors(ckpt5, engine_sets, tmp_path, capsys):
+    jsonl, _ = engine_sets
+    base = ["eval", "--model", ckpt5, "--device", "cpu", "--set", jsonl]
+    for extra, message in [(["--keywords", "rr,hey stream"], "'hey stream' is the model's built-in KWS keyword"),
+                           (["--keywords", "rr,r2d2"], r"keywords\[1\] 'r2d2': characters not in the token table"),
+                           (["--keywords", "rr,RR"], r"keywords\[1\].*duplicate"),
+                           (["--keywords", "zz"], "no positives of the keywords"),
+                           (["--keywords", "rr", "--wake-words", "vv"], "--wake-words would not be used"),
+                           (["--keywords", "rr", "--reliability-plot", "x.png"], "not keyword mode"),
+                           (["--keywords"], None)]:
+        if message is None:  # no set: nothing decoded
+            assert cli_main(["eval", "--model", ckpt5, "--keywords", "rr"]) == 2
+            assert "keyword mode needs --set" in capsys.readouterr().err
+            continue
+        assert cli_main(base + extra) == 2, extra
+        assert re.search(message, capsys.readouterr().err), extra
+    rows = [json.loads(line) for line in Path(jsonl).read_text().splitlines()]
+    for r in rows:
+        (tmp_path / r["audio"]).write_bytes(Path(jsonl).with_name(r["audio"]).read_bytes())
+    positives = write_set(tmp_path / "pos.jsonl", [r for r in rows if r["keyword"]])
+    assert cli_main(["eval", "--model", ckpt5, "--set", positives, "--keywords"]) == 2
+    assert "no negatives" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli_main(base + ["--keywords", "rr", "--thresholds", "0:1.5:0.1"])
+    assert "thresholds must be in (0, 1)" in capsys.readouterr().err
+
+
+def test_cli_det_plot_of_the_built_in_head(tiny_ckpt, engine_sets, tmp_path, capsys):
+    """Without --keywords, --det-plot draws the model's KWS head, one curve per set with keyword fields."""
+    jsonl, _ = engine_sets
+    rows = [json.loads(line) for line in Path(jsonl).read_text().splitlines()]
+    for r in rows:
+        (tmp_path / r["audio"]).write_bytes(Path(jsonl).with_name(r["audio"]).read_bytes())
+        r["keyword"] = "hey stream" if r["keyword"] else None
+    kws = write_set(tmp_path / "kws.jsonl", rows)
+    png = tmp_path / "head.png"
+    assert cli_main(["eval", "--model", tiny_ckpt, "--device", "cpu", "--set", kws, "--det-plot", str(png),
+                     "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["sets"][0]["kws"]["det"]
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    plain = write_set(tmp_path / "plain.jsonl", [{"audio": rows[0]["audio"], "text": "x"}])
+    assert cli_main(["eval", "--model", tiny_ckpt, "--device", "cpu", "--set", plain, "--det-plot", str(png)]) == 2
+    assert "no set has wake-word figures" in capsys.readouterr().err
