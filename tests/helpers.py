@@ -280,3 +280,31 @@ class RefContext:
     def back(self, ys):
         s = self.walk(tuple(ys))[0]
         return self.commit(s) - self.acc(s)
+
+
+def write_wav(path, x, rate=16000, channels=1):
+    """Write a 16-bit PCM WAV file and return its path as a string.
+
+    x: float samples in [-1, 1] ((N,) mono, or (N * channels,) interleaved), or s16le bytes written as they are."""
+    import wave
+
+    pcm = x if isinstance(x, (bytes, bytearray)) else (np.clip(x, -1, 1) * 32767).astype("<i2").tobytes()
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(channels)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes(pcm)
+    return str(path)
+
+
+def dec_init(model):
+    """Decoder state and projected output (J,) of an empty hypothesis (slow references: one at a time)."""
+    st = model.decoder.init_state(1)
+    out, st = model.decoder.step(st, torch.tensor([model.blank_id]))
+    return st, model.decoder_proj(out)[0]
+
+
+def dec_push(model, st, tok):
+    """The decoder after one more token: (state, projected output (J,))."""
+    out, st = model.decoder.step(st, torch.tensor([tok]))
+    return st, model.decoder_proj(out)[0]

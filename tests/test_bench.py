@@ -4,7 +4,7 @@ import json
 
 from helpers import random_audio
 from streamd.bench import main
-from test_cli import write_wav
+from helpers import write_wav
 
 
 def test_bench_engine_json(tiny_ckpt, tmp_path, capsys):

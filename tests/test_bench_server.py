@@ -13,7 +13,7 @@ from helpers import random_audio
 from streamd.bench import main
 from streamd.bench_server import (FBANK_LOOKAHEAD_S, ClientTrace, metrics_url, parse_metrics, partial_latency,
                                   slope_per_minute, summarize, third_p95s)
-from test_cli import write_wav
+from helpers import write_wav
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

@@ -1,24 +1,14 @@
 """streamd transcribe / model-info through main()."""
 
 import json
-import wave
 
-import numpy as np
 import pytest
 
 from helpers import random_audio
 from streamd.cli import main, transcribe_files
 from streamd.config import EngineConfig
 from streamd.engine import Recognizer
-
-
-def write_wav(path, x, rate):
-    with wave.open(str(path), "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(rate)
-        w.writeframes((np.clip(x, -1, 1) * 32767).astype("<i2").tobytes())
-    return str(path)
+from helpers import write_wav
 
 
 @pytest.fixture()

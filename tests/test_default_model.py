@@ -24,7 +24,7 @@ from streamd.events import Final, WakeWord
 from streamd.model.checkpoint import load_checkpoint
 from streamd.train.metrics import word_errors
 from streamd.train.tts import engine_available, list_voices, synthesize
-from test_cli import write_wav
+from helpers import write_wav
 
 MODEL = default_model_path()
 needs_espeak = pytest.mark.skipif(not engine_available("espeak"),

@@ -23,17 +23,7 @@ import pytest
 from helpers import random_audio, write_checkpoint
 from streamd import mic
 from streamd.mic import ConsoleRenderer, MicCapture, MicError, ReplaySource
-
-
-def _write_wav(path, x, rate):
-    import wave
-
-    with wave.open(str(path), "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(rate)
-        w.writeframes((np.clip(x, -1, 1) * 32767).astype("<i2").tobytes())
-    return str(path)
+from helpers import write_wav as _write_wav
 
 
 def _collect(capture: MicCapture) -> list[np.ndarray]:

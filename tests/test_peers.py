@@ -14,7 +14,7 @@ from helpers import random_audio
 from streamd.cli import transcribe_files
 from streamd.config import EngineConfig
 from streamd.engine import Recognizer
-from test_cli import write_wav
+from helpers import write_wav
 
 PEERS = Path(__file__).resolve().parents[1] / "bench" / "peers.py"
 _spec = importlib.util.spec_from_file_location("bench_peers", PEERS)

@@ -37,6 +37,7 @@ from streamd.client import (
 from streamd.config import AppConfig, from_dict
 from streamd.engine import Recognizer
 from streamd.server.app import App
+from helpers import write_wav
 
 TIMEOUT = 60
 
@@ -57,17 +58,6 @@ def make_app(ckpt, **sections) -> App:
 
 def url(app) -> str:
     return f"ws://127.0.0.1:{app.port}/v1/stream"
-
-
-def write_wav(path, x, rate, channels=1):
-    """``x``: float samples in [-1, 1], or s16le bytes written as they are."""
-    pcm = x if isinstance(x, bytes) else (np.clip(x, -1, 1) * 32767).astype("<i2").tobytes()
-    with wave.open(str(path), "wb") as w:
-        w.setnchannels(channels)
-        w.setsampwidth(2)
-        w.setframerate(rate)
-        w.writeframes(pcm)
-    return str(path)
 
 
 @pytest.fixture(scope="module")

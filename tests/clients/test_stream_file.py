@@ -20,22 +20,13 @@ import time
 import wave
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from helpers import random_audio, write_checkpoint
+from helpers import write_wav as _write_wav
 
 ROOT = Path(__file__).resolve().parents[2]
 CLIENT = str(ROOT / "clients" / "stream_file.py")
-
-
-def _write_wav(path, x, rate):
-    with wave.open(str(path), "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(rate)
-        w.writeframes((np.clip(x, -1, 1) * 32767).astype("<i2").tobytes())
-    return str(path)
 
 
 def _run(*args, timeout=120) -> subprocess.CompletedProcess:

@@ -37,6 +37,7 @@ import numpy as np
 import pytest
 
 from helpers import random_audio, write_checkpoint
+from helpers import write_wav as _write_wav
 
 ROOT = Path(__file__).resolve().parents[2]
 WEB = ROOT / "clients" / "web"
@@ -45,15 +46,6 @@ CHROMIUM = next((shutil.which(n) for n in ("chromium", "chromium-browser", "goog
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install -y chromium)")
 
 TONE_HZ = 440.0
-
-
-def _write_wav(path, x, rate):
-    with wave.open(str(path), "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(rate)
-        w.writeframes((np.clip(x, -1, 1) * 32767).astype("<i2").tobytes())
-    return str(path)
 
 
 # ---------------------------------------------------------------------------- Chromium + DevTools

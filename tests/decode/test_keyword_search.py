@@ -7,24 +7,13 @@ import random
 import pytest
 import torch
 
-from helpers import RefContext, make_model, random_batch
+from helpers import RefContext, dec_init, dec_push, make_model, random_batch
 from streamd.config import PhraseSpec
 from streamd.decode.context_graph import ContextGraph
 from streamd.decode.keyword_search import KeywordSearch, KeywordSet, KeywordState, keyword_set
 from streamd.decode.tokens import TokenTable
 
 SEP = 4  # the word separator of the toy vocabulary (tokens 1..5)
-
-
-def dec_init(model):
-    st = model.decoder.init_state(1)
-    out, st = model.decoder.step(st, torch.tensor([model.blank_id]))
-    return st, model.decoder_proj(out)[0]
-
-
-def dec_push(model, st, tok):
-    out, st = model.decoder.step(st, torch.tensor([tok]))
-    return st, model.decoder_proj(out)[0]
 
 
 class RefKeywordStream:

@@ -4,13 +4,12 @@ The references are written straight from the algorithms' descriptions:
 one utterance, one hypothesis at a time, Python lists and dicts.
 """
 
-import math
 import random
 
 import pytest
 import torch
 
-from helpers import RefContext, RefWittenBell, make_model, max_prob, peaky_batch, peaky_model, random_batch, run_chunked
+from helpers import RefContext, RefWittenBell, dec_init, dec_push, make_model, max_prob, peaky_batch, peaky_model, random_batch, run_chunked
 from streamd.decode.beam import BeamSearch
 from streamd.decode.context_graph import ContextGraph
 from streamd.decode.lm import build_ngram
@@ -19,17 +18,6 @@ from streamd.decode.modified_beam import BeamState, ModifiedBeamSearch
 
 
 # ----------------------------------------------------------------- references
-
-
-def dec_init(model):
-    st = model.decoder.init_state(1)
-    out, st = model.decoder.step(st, torch.tensor([model.blank_id]))
-    return st, model.decoder_proj(out)[0]
-
-
-def dec_push(model, st, tok):
-    out, st = model.decoder.step(st, torch.tensor([tok]))
-    return st, model.decoder_proj(out)[0]
 
 
 @torch.no_grad()

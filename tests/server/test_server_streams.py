@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-import wave
 
 import numpy as np
 import pytest
@@ -17,6 +16,7 @@ from streamd.cli import transcribe_files
 from streamd.config import AppConfig, from_dict
 from streamd.engine import Recognizer
 from streamd.server.app import App
+from helpers import write_wav
 
 TIMEOUT = 30
 
@@ -205,15 +205,6 @@ def test_slow_reader_does_not_stall_others(tiny_ckpt):
             lazy.transport.abort()
 
     run(body())
-
-
-def write_wav(path, x, rate):
-    with wave.open(str(path), "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(rate)
-        w.writeframes(pcm16(x))
-    return str(path)
 
 
 @pytest.mark.parametrize("which", ["tiny", "endpoints"])

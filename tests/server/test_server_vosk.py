@@ -16,6 +16,7 @@ from streamd.cli import transcribe_files
 from streamd.config import AppConfig, from_dict
 from streamd.engine import Recognizer
 from streamd.server.app import App
+from helpers import write_wav
 
 TIMEOUT = 30
 
@@ -32,15 +33,6 @@ def ep_ckpt(tmp_path_factory):
 def make_app(ckpt, **server) -> App:
     cfg = from_dict(AppConfig, {"server": {"port": 0, "vosk_port": 0, **server}, "engine": {"device": "cpu"}})
     return App(cfg, recognizer=Recognizer.from_checkpoint(ckpt, cfg.engine))
-
-
-def write_wav(path, x, rate):
-    with wave.open(str(path), "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(rate)
-        w.writeframes((np.clip(x, -1, 1) * 32767).astype("<i2").tobytes())
-    return str(path)
 
 
 def reference_texts(ckpt, path) -> list[str]:

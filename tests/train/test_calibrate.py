@@ -17,7 +17,8 @@ from streamd.model.checkpoint import load_checkpoint
 from streamd.train.calibrate import compare_fits, heldout_mask
 from streamd.train.evaluate import EvalOptions, Evaluator
 from streamd.train.metrics import align_words, ece, normalize_words
-from test_evaluate import _write_set, write_wav
+from helpers import write_wav
+from test_evaluate import _write_set
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny models on 2 shared cores

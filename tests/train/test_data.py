@@ -2,12 +2,12 @@
 
 import json
 import math
-import wave
 
 import numpy as np
 import pytest
 import torch
 
+from helpers import write_wav
 from streamd.audio.fbank import Fbank
 from streamd.audio.pcm import load_audio
 from streamd.audio.resample import resample
@@ -19,16 +19,6 @@ from streamd.train.data import (AsrDataset, LengthBucketSampler, SpecAugmentMask
 
 FB = FbankConfig(num_mel_bins=20)
 TOKENS = TokenTable(default_char_tokens())
-
-
-def write_wav(path, x, rate=16000):
-    """Write float samples x (N,) as 16-bit mono PCM."""
-    pcm = (np.clip(x, -1, 1) * 32767).astype("<i2")
-    with wave.open(str(path), "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(rate)
-        w.writeframes(pcm.tobytes())
 
 
 def make_corpus(root, items, rate=16000, with_duration=True):

@@ -4,7 +4,6 @@ Metrics are tested in test_metrics.py, the recording machinery in test_recording
 
 import itertools
 import json
-import wave
 from pathlib import Path
 
 import numpy as np
@@ -23,6 +22,7 @@ from streamd.model.checkpoint import load_checkpoint
 from streamd.train.evaluate import EvalOptions, Evaluator, read_eval_set
 from streamd.train.metrics import align_words, auc_roc, nce, normalize_words
 from streamd.train.recording import KwsTrackRecorder, MeasureBank, recording_recognizer, replay_kws
+from helpers import write_wav
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -32,15 +32,6 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(n)
-
-
-def write_wav(path, x, rate=16000):
-    with wave.open(str(path), "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(rate)
-        w.writeframes((np.clip(x, -1, 1) * 32767).astype("<i2").tobytes())
-    return str(path)
 
 
 def _levenshtein(r, h):

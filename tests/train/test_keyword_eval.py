@@ -5,14 +5,13 @@ The engine's keyword search is tested in tests/decode; here it is only run throu
 import json
 import random
 import re
-import wave
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
-from helpers import random_audio, write_checkpoint
+from helpers import random_audio, write_checkpoint, write_wav
 from streamd.cli import main as cli_main
 from streamd.config import EngineConfig, KwsConfig
 from streamd.engine import Recognizer
@@ -28,15 +27,6 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(n)
-
-
-def write_wav(path, x, rate=16000):
-    with wave.open(str(path), "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(rate)
-        w.writeframes((np.clip(x, -1, 1) * 32767).astype("<i2").tobytes())
-    return str(path)
 
 
 def write_set(path, rows):

@@ -20,7 +20,7 @@ from streamd.cli import main as cli_main
 from streamd.train import label as lab
 from streamd.train import teachers
 from streamd.train.label import Decision, agree_rule, decide, wer_rule
-from test_cli import write_wav
+from helpers import write_wav
 
 ORDER = ["moonshine-base", "whisper-base", "whisper-tiny.en"]
 
