@@ -274,7 +274,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         if not args.set:
-            from streamd.cli import default_samples
+            from streamd.paths import default_samples
 
             args.set = str(DEFAULT_SET if DEFAULT_SET.is_file() else default_samples())
             if not DEFAULT_SET.is_file():
@@ -298,7 +298,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             import torch
 
-            from streamd.cli import _model_arg
+            from streamd.paths import model_arg
             from streamd.config import EngineConfig
             from streamd.engine import Recognizer
 
@@ -306,7 +306,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             cfg = EngineConfig(device=args.device, num_threads=args.threads)
             if args.method:
                 cfg = dataclasses.replace(cfg, decoding=dataclasses.replace(cfg.decoding, method=args.method))
-            model = _model_arg(args.model)
+            model = model_arg(args.model)
             try:
                 rec = Recognizer.from_checkpoint(model, cfg)
             except (ValueError, OSError) as e:

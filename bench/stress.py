@@ -1056,11 +1056,11 @@ def table(ctx: Ctx) -> str:
 
 
 async def main_async(args: argparse.Namespace) -> int:
-    from streamd.bench import _default_audio
+    from streamd.paths import default_bench_audio
 
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    audio = AudioLoop.from_files(args.audio or _default_audio())
+    audio = AudioLoop.from_files(args.audio or default_bench_audio())
     ctx = Ctx(out_dir, args.model, audio, args.seconds, capacity=args.capacity)
     if args.victim_p95_ms:
         ctx.victim_p95_ms = args.victim_p95_ms

@@ -31,10 +31,11 @@ import random
 import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Sequence
 
 import numpy as np
+
+from .paths import default_bench_audio, model_arg
 
 __all__ = ["main", "bench_engine"]
 
@@ -198,20 +199,6 @@ def bench_engine(model: str, streams: Sequence[int], method: str, device: str, s
     return results, summary
 
 
-def _default_audio() -> list[str]:
-    """The first 16 WAVs of the dev set beside the checkout (the figures in docs/benchmarks.md), else the
-    package's sample recordings (a plain clone)."""
-    from .cli import default_samples
-
-    dev = Path(__file__).resolve().parents[2] / "shared" / "eval" / "dev" / "asr"
-    files = sorted(str(p) for p in dev.glob("*.wav"))[:16]
-    if not files:
-        files = sorted(str(p) for p in default_samples().parent.glob("*.wav"))
-        print(f"streamd bench: no dev set at {dev}: replaying the package's {len(files)} sample recordings "
-              "(pass --audio FILE... for others)", file=sys.stderr)
-    return files
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="streamd bench", description="streamd benchmarks")
     sub = ap.add_subparsers(dest="what", required=True)
@@ -238,9 +225,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return run_from_args(args)
 
-    from .cli import _model_arg
 
-    audio = args.audio or _default_audio()
+    audio = args.audio or default_bench_audio()
     if not audio:
         print("streamd bench: no audio files: pass --audio FILE...", file=sys.stderr)
         return 2
@@ -248,7 +234,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .config import parse_phrases
 
     wake_words = [s.phrase for s in parse_phrases(args.wake_words, "--wake-words")]
-    results, summary = bench_engine(_model_arg(args.model), streams, args.method, args.device, args.seconds, audio,
+    results, summary = bench_engine(model_arg(args.model), streams, args.method, args.device, args.seconds, audio,
                                     beam=args.beam, wake_words=wake_words)
     if args.json:
         for r in results:

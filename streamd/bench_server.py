@@ -585,13 +585,13 @@ def run_from_args(args: argparse.Namespace) -> int:
     """``streamd bench server`` with parsed flags; returns the exit status."""
     from pathlib import Path
 
-    from .bench import _default_audio
+    from .paths import default_bench_audio
 
     err = _usage_error(args)
     if err:
         print(f"streamd bench server: {err}", file=sys.stderr)
         return 2
-    files = args.audio or _default_audio()
+    files = args.audio or default_bench_audio()
     if not files:
         print("streamd bench server: no audio files: pass --audio FILE...", file=sys.stderr)
         return 2
@@ -613,10 +613,10 @@ def run_from_args(args: argparse.Namespace) -> int:
     if args.url:
         result = go(args.url)
     else:
-        from .cli import _model_arg
+        from .paths import model_arg
 
         try:
-            with InProcessServer(_model_arg(args.model), args.device, max(64, args.clients + 1),
+            with InProcessServer(model_arg(args.model), args.device, max(64, args.clients + 1),
                                  args.threads) as url:
                 result = go(url)
         except RuntimeError as e:

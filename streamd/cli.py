@@ -11,132 +11,22 @@ Commands (each one a thin wrapper; the work lives in the library):
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Sequence
 
-from .config import HOTWORDS_HELP, SEARCH_METHODS, WAKE_WORDS_HELP, ConfigError, EngineConfig, load_yaml, parse_phrases
+from .engine_args import add_engine_args, engine_config_from_args, run_guarded
+from .feed import transcribe_files
+from .paths import model_arg
 
-__all__ = ["main", "default_model_path", "transcribe_files", "add_engine_args", "engine_config_from_args",
-           "run_guarded"]
-
-ASSETS = Path(__file__).resolve().parent / "assets"
-
-
-def default_model_path() -> Path:
-    """The checkpoint shipped with the package (``streamd/assets/default.pt``)."""
-    return ASSETS / "default.pt"
-
-
-def default_samples() -> Path:
-    """Manifest of the short sample recordings shipped with the package (``streamd/assets/samples``):
-    demonstration audio for commands run without an evaluation set, not an evaluation set."""
-    return ASSETS / "samples" / "samples.jsonl"
-
-
-def _model_arg(path: str | None) -> str:
-    if path:
-        return path
-    p = default_model_path()
-    if not p.is_file():
-        raise SystemExit(f"streamd: no model given and no default model at {p}; pass --model PATH")
-    return str(p)
-
-
-def add_engine_args(p: argparse.ArgumentParser) -> None:
-    """The engine options every decoding command shares (the YAML file, then flags over it)."""
-    p.add_argument("--config", help="YAML config; its 'engine' section is used")
-    p.add_argument("--method", choices=SEARCH_METHODS)
-    p.add_argument("--beam", type=int)
-    p.add_argument("--lm", help="n-gram for modified_beam shallow fusion: auto (the model's own, default), none "
-                                "or a path (streamd lm)")
-    p.add_argument("--lm-weight", type=float, help="LM weight lambda (default 0.2; 0 disables fusion)")
-    p.add_argument("--lm-bonus", type=float, help="per-token bonus beta added with the LM score")
-    p.add_argument("--wake-words", metavar="LIST", help=WAKE_WORDS_HELP)
-    p.add_argument("--hotwords", metavar="LIST", help=HOTWORDS_HELP)
-
-
-def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
-    """EngineConfig from ``--config`` with the given flags replacing its values (validated again)."""
-    cfg = EngineConfig()
-    if getattr(args, "config", None):
-        cfg = load_yaml(args.config, EngineConfig, section="engine")
-    flags = ("method", "beam", "lm", "lm_weight", "lm_bonus")  # the DecodingConfig fields of add_engine_args
-    over = {k: getattr(args, k) for k in flags if getattr(args, k) is not None}
-    if getattr(args, "hotwords", None) is not None:
-        over["hotwords"] = parse_phrases(args.hotwords, "--hotwords")
-    dec = dataclasses.replace(cfg.decoding, **over)
-    kws = cfg.kws
-    if getattr(args, "wake_words", None) is not None:
-        kws = dataclasses.replace(kws, wake_words=parse_phrases(args.wake_words, "--wake-words"))
-    return dataclasses.replace(cfg, device=args.device or cfg.device, decoding=dec, kws=kws)
-
-
-def run_guarded(prog: str, fn: Callable[[], int | None]) -> int:
-    """``fn()``'s exit status; a ConfigError, ValueError, RuntimeError or OSError (bad input, a config or
-    file problem) is printed as ``PROG: [config error: ]MESSAGE`` on stderr and gives status 2."""
-    try:
-        return int(fn() or 0)
-    except ConfigError as e:
-        print(f"{prog}: config error: {e}", file=sys.stderr)
-        return 2
-    except (ValueError, RuntimeError, OSError) as e:
-        print(f"{prog}: {e}", file=sys.stderr)
-        return 2
-
-
-def transcribe_files(rec, paths: Sequence[str], piece_seconds: float = 0.1, on_event=None) -> dict[str, list]:
-    """Decode files as concurrent streams of ``rec`` (a Recognizer).
-
-    Audio is fed in ``piece_seconds`` pieces at the file's own sample rate,
-    one piece per stream between batch steps, like live clients would; then
-    every stream is finished and drained.  Returns path -> list of events.
-    """
-    from .audio.pcm import load_audio
-
-    audio = {}
-    for p in paths:
-        x, rate = load_audio(p)
-        audio[p] = (x, rate)
-    sids = {}
-    for p, (x, rate) in audio.items():
-        sids[rec.create_stream(sample_rate=rate)] = p
-    events: dict[str, list] = {p: [] for p in paths}
-    pos = {sid: 0 for sid in sids}
-
-    def emit(evs):
-        for ev in evs:
-            p = sids[ev.stream]
-            events[p].append(ev)
-            if on_event is not None:
-                on_event(p, ev)
-
-    live = set(sids)
-    while live:
-        for sid in list(live):
-            x, rate = audio[sids[sid]]
-            n = max(1, int(piece_seconds * rate))
-            piece = x[pos[sid]: pos[sid] + n]
-            pos[sid] += n
-            if piece.size:
-                emit(rec.accept_audio(sid, piece))
-            if pos[sid] >= x.size and rec.has_stream(sid):
-                rec.finish(sid)
-                live.discard(sid)
-            elif not rec.has_stream(sid):
-                live.discard(sid)
-        emit(rec.step())
-    emit(rec.drain())
-    return events
-
+__all__ = ["main"]
 
 def _cmd_transcribe(args: argparse.Namespace) -> int:
     from .engine import Recognizer
 
     cfg = engine_config_from_args(args)
-    rec = Recognizer.from_checkpoint(_model_arg(args.model), cfg)
+    rec = Recognizer.from_checkpoint(model_arg(args.model), cfg)
     for p in args.files:
         if not Path(p).is_file():
             print(f"streamd: {p}: no such file", file=sys.stderr)
@@ -166,7 +56,7 @@ def _cmd_model_info(args: argparse.Namespace) -> int:
     from .decode.calibration import META_KEY, Calibration
     from .model.checkpoint import load_checkpoint
 
-    lm = load_checkpoint(_model_arg(args.path))
+    lm = load_checkpoint(model_arg(args.path))
     from .config import to_dict
 
     info = {"path": lm.path, "parameters": lm.model.num_params(), "tokens": len(lm.tokens),
@@ -215,7 +105,7 @@ def _cmd_mic(args: argparse.Namespace) -> int:
     from .engine import Recognizer
 
     ns = argparse.Namespace(**{**vars(args), "device": args.compute_device})
-    rec = Recognizer.from_checkpoint(_model_arg(args.model), engine_config_from_args(ns))
+    rec = Recognizer.from_checkpoint(model_arg(args.model), engine_config_from_args(ns))
     color = {"auto": None, "always": True, "never": False}[args.color]
     return run_console(rec, capture, color=color)
 

@@ -22,10 +22,10 @@ def test_bench_engine_json(tiny_ckpt, tmp_path, capsys):
 
 
 def test_bench_default_audio_falls_back_to_the_shipped_samples(monkeypatch, tmp_path, capsys):
-    from streamd import bench
-    from streamd.cli import default_samples
+    from streamd import paths
+    from streamd.paths import default_samples
 
-    monkeypatch.setattr(bench, "__file__", str(tmp_path / "a" / "b" / "bench.py"))  # no dev set beside it
-    files = bench._default_audio()
+    monkeypatch.setattr(paths, "__file__", str(tmp_path / "a" / "b" / "paths.py"))  # no dev set beside it
+    files = paths.default_bench_audio()
     assert files == sorted(str(p) for p in default_samples().parent.glob("*.wav")) and len(files) == 6
     assert "sample recordings" in capsys.readouterr().err

@@ -5,7 +5,8 @@ import json
 import pytest
 
 from helpers import random_audio
-from streamd.cli import main, transcribe_files
+from streamd.cli import main
+from streamd.feed import transcribe_files
 from streamd.config import EngineConfig
 from streamd.engine import Recognizer
 from helpers import write_wav

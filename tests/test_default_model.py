@@ -17,7 +17,9 @@ import numpy as np
 import pytest
 from websockets.asyncio.client import connect
 
-from streamd.cli import default_model_path, transcribe_files
+from streamd.paths import default_model_path
+
+from streamd.feed import transcribe_files
 from streamd.config import SEARCH_METHODS, EngineConfig
 from streamd.engine import Recognizer
 from streamd.events import Final, WakeWord

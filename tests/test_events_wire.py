@@ -32,7 +32,7 @@ def test_inverse_on_what_the_engine_emits(tmp_path):
 
     import numpy as np
 
-    from streamd.cli import transcribe_files
+    from streamd.feed import transcribe_files
     from streamd.engine import Recognizer
 
     ckpt = write_checkpoint(tmp_path / "m.pt", seed=3)

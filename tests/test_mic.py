@@ -469,7 +469,7 @@ def ckpt(tmp_path_factory):
 
 
 def _expected(ckpt, wav):
-    from streamd.cli import transcribe_files
+    from streamd.feed import transcribe_files
     from streamd.engine import Recognizer
 
     return transcribe_files(Recognizer.from_checkpoint(ckpt), [wav])[wav]

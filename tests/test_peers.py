@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from helpers import random_audio
-from streamd.cli import transcribe_files
+from streamd.feed import transcribe_files
 from streamd.config import EngineConfig
 from streamd.engine import Recognizer
 from helpers import write_wav

@@ -9,7 +9,7 @@ import random
 import pytest
 import soundfile as sf
 
-from streamd.cli import default_model_path, default_samples
+from streamd.paths import default_model_path, default_samples
 from streamd.config import ConfigError, EngineConfig, PhraseSpec, from_dict
 from streamd.engine import Recognizer
 from streamd.events import Final, WakeWord

@@ -57,7 +57,9 @@ from websockets.http11 import Request, Response
 
 from ..config import AppConfig, AuthConfig, ConfigError, TlsConfig, load_yaml
 from ..events import Done, Error, Event, Partial, WakeWord
+from .commands import Command
 from .metrics import CONTENT_TYPE, Metrics
+from .outbox import Outbox
 from .admission import Admission, CapacityModel, Candidate, Refusal, fair_pick, stream_cost
 from .drain import ThroughputWindow, drain_plan
 from .guard import BadRequest, HostRule, RateLimitedLog, check_request, single_header
@@ -66,7 +68,7 @@ from .protocol import (CLOSE_CODES, SAMPLE_WIDTH, Action, Audio, Close, Finish, 
                        bearer_token, origin_ok, public_model_info, token_ok)
 from .vosk import VoskSession
 
-__all__ = ["App", "Command", "CycleResult", "EngineRunner", "Outbox", "resolve_config", "load_tokens",
+__all__ = ["App", "CycleResult", "EngineRunner", "resolve_config", "load_tokens",
            "make_ssl_context", "default_web_root", "cmd_serve", "cmd_check_config"]
 
 log = logging.getLogger("streamd.server")
@@ -105,23 +107,6 @@ def default_web_root() -> Path:
 
 
 # =========================================================================== engine side (worker thread)
-
-
-@dataclass
-class Command:
-    """One request for the engine, applied in queue order in the worker thread.
-
-    ``op``: open (arg: StreamOptions dict), audio (arg: (bytes, fmt)), samples
-    (arg: float32 (N,) at the stream's rate), reset, finish, close.
-    ``ack``: count it in :attr:`CycleResult.acks` once applied.  ``client``
-    (open): who opened the stream, for the fair share under overload.
-    """
-
-    op: str
-    key: int
-    arg: Any = None
-    ack: bool = False
-    client: str | None = None
 
 
 @dataclass
@@ -359,63 +344,6 @@ class Batcher:
 
 
 # =========================================================================== connection side (event loop)
-
-
-class Outbox:
-    """Bounded FIFO of outgoing text frames for one client.
-
-    A droppable message (a partial) replaces a droppable one still waiting at
-    the tail, so a slow reader gets the newest partial, never a backlog of
-    stale ones.  A ``when_behind`` droppable message (a Vosk partial reply)
-    replaces one only once half the capacity is waiting: a client that reads
-    its replies gets every one.  :meth:`put` returns False when the queue is
-    full (the caller disconnects that client), except for a ``force``d message
-    (a stream's last one), which may exceed the bound.  :meth:`close` queues
-    the final close after everything already queued.
-    """
-
-    def __init__(self, capacity: int):
-        self.capacity = capacity
-        self._items: deque[str] = deque()
-        self._tail_droppable = False
-        self._close: Close | None = None
-        self._event = asyncio.Event()
-        self.dropped = 0
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    def put(self, text: str, droppable: bool = False, when_behind: bool = False, force: bool = False) -> bool:
-        if self._close is not None:
-            return True  # closing: late messages are discarded
-        if droppable and self._items and self._tail_droppable and \
-                (not when_behind or len(self._items) >= max(1, self.capacity // 2)):
-            self._items[-1] = text
-            self.dropped += 1
-            return True
-        if len(self._items) >= self.capacity and not force:
-            return False
-        self._items.append(text)
-        self._tail_droppable = droppable
-        self._event.set()
-        return True
-
-    def close(self, code: int, reason: str) -> None:
-        if self._close is None:
-            self._close = Close(code, reason)
-            self._event.set()
-
-    async def get(self) -> str | Close:
-        while True:
-            if self._items:
-                item = self._items.popleft()
-                if not self._items:
-                    self._tail_droppable = False
-                return item
-            if self._close is not None:
-                return self._close
-            self._event.clear()
-            await self._event.wait()
 
 
 def _stream_class(target: Any) -> str:
@@ -1351,7 +1279,7 @@ def cmd_serve(args: Any) -> int:
     """``streamd serve``: run the daemon until SIGTERM/SIGINT, then drain; 0 on a clean stop."""
     import signal
 
-    from ..cli import default_model_path
+    from ..paths import default_model_path
 
     env = os.environ
     cfg = resolve_config(args.config or env.get("STREAMD_CONFIG") or None,

@@ -4,9 +4,9 @@ Thin I/O around :class:`streamd.server.wyoming.WyomingSession`: a TCP server
 (``asyncio.start_server``), one :class:`WyomingConn` per connection that reads
 events with the ``wyoming`` package's :func:`~wyoming.event.async_read_event`,
 writes them with :func:`~wyoming.event.async_write_event` from a bounded
-outbox (:class:`streamd.server.app.Outbox`), keeps the session's timers (idle
+outbox (:class:`streamd.server.outbox.Outbox`), keeps the session's timers (idle
 timeout, minimum audio rate) and turns its actions into the same engine
-commands as the websocket connections (:class:`streamd.server.app.Command`), so
+commands as the websocket connections (:class:`streamd.server.commands.Command`), so
 Wyoming streams share the engine, its batches, ``limits.max_streams`` and the
 metrics (``stream_class`` / ``route`` label ``wyoming``).
 
@@ -35,7 +35,8 @@ from wyoming.event import async_read_event, async_write_event
 from .. import __version__
 from ..config import ConfigError, ServerConfig
 from ..events import Done, Error, Event
-from .app import Command, Outbox
+from .commands import Command
+from .outbox import Outbox
 from .guard import LOOPBACK_HOSTS
 from .protocol import Action, Audio, Close, Finish, Open, Send
 from .wyoming import Discard, WyomingSession

@@ -63,7 +63,7 @@ import torch
 
 from streamd.audio.pcm import check_sample_rate, load_audio
 from streamd.audio.resample import resample
-from streamd.cli import add_engine_args, engine_config_from_args, run_guarded
+from streamd.engine_args import add_engine_args, engine_config_from_args, run_guarded
 from streamd.config import EngineConfig, PhraseSpec, parse_phrases
 from streamd.decode.calibration import resolve_calibration
 from streamd.decode.confidence import AGGREGATIONS, MEASURE_NAMES, aggregate
@@ -184,7 +184,7 @@ def _budget_key(budget: float) -> str:
 
 def _feed(rec: Recognizer, audio: Sequence[tuple[np.ndarray, int]], piece_seconds: float,
           per_item: Sequence[dict] | None = None, **stream_opts: Any) -> tuple[list[int], list[list[Event]]]:
-    """Decode ``audio`` [(samples, rate)] as concurrent streams, like ``cli.transcribe_files``.
+    """Decode ``audio`` [(samples, rate)] as concurrent streams, like :func:`streamd.feed.transcribe_files`.
 
     One ``piece_seconds`` piece per live stream, then one batch step, until
     every stream is finished; then drain.  ``per_item``: stream options of
@@ -1042,7 +1042,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.model:
         model = args.model
     else:
-        from streamd.cli import default_model_path
+        from streamd.paths import default_model_path
 
         model = str(default_model_path())
         if not Path(model).is_file():
@@ -1052,7 +1052,7 @@ def _run(args: argparse.Namespace) -> int:
         return _run_keywords(args, model, EvalOptions(resample_to=args.resample_to, batch_streams=args.batch_streams,
                                                       limit=args.limit, **extra))
     if not args.sets:
-        from streamd.cli import default_samples
+        from streamd.paths import default_samples
 
         args.sets = [str(default_samples())]
         print(f"streamd eval: no --set given: using the sample recordings {args.sets[0]} "

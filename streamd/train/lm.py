@@ -76,11 +76,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--order", type=int, default=8, help="n-gram order (default 8)")
     ap.add_argument("--min-count", type=int, default=5, help="prune histories seen fewer times (default 5)")
     args = ap.parse_args(argv)
-    from streamd.cli import _model_arg
+    from streamd.paths import model_arg
     from streamd.model.checkpoint import load_checkpoint
 
     t0 = time.monotonic()
-    tokens = load_checkpoint(_model_arg(args.model)).tokens
+    tokens = load_checkpoint(model_arg(args.model)).tokens
     try:
         seqs = encode_all(tokens, generated_sentences(args.sentences, args.seed, slot_focus=args.slot_focus),
                           "generated")

@@ -21,7 +21,7 @@ import pytest
 
 from helpers import random_audio, write_checkpoint
 from streamd import events as E
-from streamd.cli import transcribe_files
+from streamd.feed import transcribe_files
 from streamd.client import (
     Client,
     ConnectError,

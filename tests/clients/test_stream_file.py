@@ -104,7 +104,7 @@ def wavs(tmp_path_factory):
 
 
 def _expected(ckpt, path):
-    from streamd.cli import transcribe_files
+    from streamd.feed import transcribe_files
     from streamd.engine import Recognizer
 
     events = transcribe_files(Recognizer.from_checkpoint(ckpt), [path])[path]

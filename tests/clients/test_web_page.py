@@ -443,7 +443,7 @@ class Daemon:
 def test_page_against_streamd_serve_shows_what_the_engine_decodes(chromium, tmp_path):
     if not _serve_available():
         pytest.skip("streamd serve is not available yet")
-    from streamd.cli import transcribe_files
+    from streamd.feed import transcribe_files
     from streamd.engine import Recognizer
 
     ckpt = write_checkpoint(tmp_path / "m.pt", seed=3)

@@ -250,7 +250,7 @@ def ckpt(tmp_path_factory):
 
 
 def test_two_daemons_behind_nginx_drain_and_rolling_restart(ckpt, tmp_path):
-    from streamd.cli import transcribe_files
+    from streamd.feed import transcribe_files
     from streamd.config import AppConfig, from_dict
     from streamd.engine import Recognizer
 

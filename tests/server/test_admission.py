@@ -20,7 +20,8 @@ from streamd.engine import Recognizer
 from streamd.events import Error, Partial
 from streamd.server.admission import (GROWTH_MIN, MIN_BATCH_UNITS, RETRY_AFTER, Admission, CapacityModel, Candidate, Refusal,
                                       fair_pick, stream_cost)
-from streamd.server.app import Command, EngineRunner
+from streamd.server.app import EngineRunner
+from streamd.server.commands import Command
 from streamd.server.protocol import CLOSE_CODES
 from test_server_http_limits import drain, http_get, make_app, pcm16, run, until
 

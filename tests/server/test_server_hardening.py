@@ -22,7 +22,8 @@ from websockets.datastructures import Headers
 from helpers import random_audio
 from streamd.config import ConfigError, LimitsConfig, ServerConfig, from_dict, AppConfig
 from streamd.events import Done, Final, Partial
-from streamd.server.app import App, Outbox
+from streamd.server.app import App
+from streamd.server.outbox import Outbox
 from streamd.server.drain import ThroughputWindow, drain_plan
 from streamd.server.guard import (BadRequest, HostRule, RateLimitedLog, check_request, host_name, parse_host,
                                   single_header)

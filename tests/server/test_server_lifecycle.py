@@ -436,9 +436,9 @@ def test_resolve_config_precedence(tmp_path):
 
 
 def test_serve_without_model_names_the_options(monkeypatch, tmp_path, capsys):
-    import streamd.cli
+    import streamd.paths
 
-    monkeypatch.setattr(streamd.cli, "default_model_path", lambda: tmp_path / "default.pt")
+    monkeypatch.setattr(streamd.paths, "default_model_path", lambda: tmp_path / "default.pt")
     monkeypatch.delenv("STREAMD_MODEL", raising=False)
     monkeypatch.delenv("STREAMD_CONFIG", raising=False)
     with pytest.raises(SystemExit) as e:

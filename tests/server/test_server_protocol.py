@@ -11,7 +11,7 @@ import pytest
 
 from streamd.config import LimitsConfig
 from streamd.events import Done, Error, Final, Partial, WakeWord, Word
-from streamd.server.app import Outbox
+from streamd.server.outbox import Outbox
 from streamd.server.protocol import (CLOSE_CODES, Audio, Close, Finish, Open, Reset, Send, TokenBucket, V1Session,
                                      bearer_token, origin_ok, token_ok)
 from streamd.server.vosk import VoskSession, classify_text

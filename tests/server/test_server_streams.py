@@ -12,7 +12,7 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
 from helpers import random_audio, write_checkpoint
-from streamd.cli import transcribe_files
+from streamd.feed import transcribe_files
 from streamd.config import AppConfig, from_dict
 from streamd.engine import Recognizer
 from streamd.server.app import App
@@ -262,7 +262,8 @@ def test_no_lost_audio_concurrent_clients_match_transcribe(tiny_ckpt, ep_ckpt, t
 
 def test_engine_runner_commands_and_isolation(tiny_ckpt):
     """The worker-side runner alone: keys map to engine streams; a failing command only fails its stream."""
-    from streamd.server.app import Command, EngineRunner
+    from streamd.server.app import EngineRunner
+    from streamd.server.commands import Command
 
     rec = Recognizer.from_checkpoint(tiny_ckpt, from_dict(AppConfig, {"engine": {"device": "cpu"}}).engine)
     runner = EngineRunner(rec, max_steps=2)

@@ -12,7 +12,7 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
 from helpers import random_audio, write_checkpoint
-from streamd.cli import transcribe_files
+from streamd.feed import transcribe_files
 from streamd.config import AppConfig, from_dict
 from streamd.engine import Recognizer
 from streamd.server.app import App

@@ -24,7 +24,8 @@ from wyoming.wake import Detect, Detection  # noqa: E402
 import streamd  # noqa: E402
 from streamd.audio.pcm import load_audio  # noqa: E402
 from streamd.audio.resample import resample  # noqa: E402
-from streamd.cli import default_model_path, transcribe_files  # noqa: E402
+from streamd.feed import transcribe_files  # noqa: E402
+from streamd.paths import default_model_path
 from streamd.config import AppConfig, ConfigError, LimitsConfig, ServerConfig, from_dict  # noqa: E402
 from streamd.engine import Recognizer  # noqa: E402
 from streamd.events import Done, Error, Final, Partial, WakeWord  # noqa: E402

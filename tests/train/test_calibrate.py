@@ -8,7 +8,7 @@ import torch
 
 from helpers import random_audio, write_checkpoint
 from streamd.cli import main as cli_main
-from streamd.cli import transcribe_files
+from streamd.feed import transcribe_files
 from streamd.config import EngineConfig
 from streamd.decode.calibration import Calibration, fit_isotonic
 from streamd.engine import Recognizer

@@ -13,7 +13,7 @@ import torch
 from helpers import random_audio, write_checkpoint
 from streamd.audio.resample import resample
 from streamd.cli import main as cli_main
-from streamd.cli import transcribe_files
+from streamd.feed import transcribe_files
 from streamd.config import ConfidenceConfig, EngineConfig, KwsConfig
 from streamd.decode.confidence import MEASURE_NAMES
 from streamd.engine import Recognizer
@@ -252,7 +252,7 @@ def test_cli_errors(tiny_ckpt, tmp_path, capsys):
 
 
 def test_eval_without_a_set_uses_the_shipped_samples(tiny_ckpt, capsys):
-    from streamd.cli import default_samples
+    from streamd.paths import default_samples
     from streamd.train.text import is_normalized
 
     entries, has_kws = read_eval_set(default_samples())

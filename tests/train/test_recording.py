@@ -8,7 +8,7 @@ import torch
 
 from helpers import CHARS, random_audio, write_checkpoint
 from streamd.audio.fbank import Fbank, FbankStream
-from streamd.cli import transcribe_files
+from streamd.feed import transcribe_files
 from streamd.config import ConfidenceConfig, DecodingConfig, EngineConfig, KwsConfig
 from streamd.decode.confidence import MEASURE_NAMES, aggregate, frame_confidence
 from streamd.decode.kws import KwsDetector

@@ -1,0 +1,59 @@
+"""The engine options every decoding command shares (``--config``, ``--method``, ``--beam``, the LM, wake words
+and hotwords) and the guard that turns bad input into ``PROG: message`` and status 2.
+
+Used by ``streamd transcribe`` / ``mic`` (the CLI), ``eval``, ``calibrate`` and the benchmarks; imports only
+the configuration, so none of them needs the CLI module.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from typing import Callable
+
+from .config import HOTWORDS_HELP, SEARCH_METHODS, WAKE_WORDS_HELP, ConfigError, EngineConfig, load_yaml, parse_phrases
+
+__all__ = ["add_engine_args", "engine_config_from_args", "run_guarded"]
+
+
+def add_engine_args(p: argparse.ArgumentParser) -> None:
+    """The engine options every decoding command shares (the YAML file, then flags over it)."""
+    p.add_argument("--config", help="YAML config; its 'engine' section is used")
+    p.add_argument("--method", choices=SEARCH_METHODS)
+    p.add_argument("--beam", type=int)
+    p.add_argument("--lm", help="n-gram for modified_beam shallow fusion: auto (the model's own, default), none "
+                                "or a path (streamd lm)")
+    p.add_argument("--lm-weight", type=float, help="LM weight lambda (default 0.2; 0 disables fusion)")
+    p.add_argument("--lm-bonus", type=float, help="per-token bonus beta added with the LM score")
+    p.add_argument("--wake-words", metavar="LIST", help=WAKE_WORDS_HELP)
+    p.add_argument("--hotwords", metavar="LIST", help=HOTWORDS_HELP)
+
+
+def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
+    """EngineConfig from ``--config`` with the given flags replacing its values (validated again)."""
+    cfg = EngineConfig()
+    if getattr(args, "config", None):
+        cfg = load_yaml(args.config, EngineConfig, section="engine")
+    flags = ("method", "beam", "lm", "lm_weight", "lm_bonus")  # the DecodingConfig fields of add_engine_args
+    over = {k: getattr(args, k) for k in flags if getattr(args, k) is not None}
+    if getattr(args, "hotwords", None) is not None:
+        over["hotwords"] = parse_phrases(args.hotwords, "--hotwords")
+    dec = dataclasses.replace(cfg.decoding, **over)
+    kws = cfg.kws
+    if getattr(args, "wake_words", None) is not None:
+        kws = dataclasses.replace(kws, wake_words=parse_phrases(args.wake_words, "--wake-words"))
+    return dataclasses.replace(cfg, device=args.device or cfg.device, decoding=dec, kws=kws)
+
+
+def run_guarded(prog: str, fn: Callable[[], int | None]) -> int:
+    """``fn()``'s exit status; a ConfigError, ValueError, RuntimeError or OSError (bad input, a config or
+    file problem) is printed as ``PROG: [config error: ]MESSAGE`` on stderr and gives status 2."""
+    try:
+        return int(fn() or 0)
+    except ConfigError as e:
+        print(f"{prog}: config error: {e}", file=sys.stderr)
+        return 2
+    except (ValueError, RuntimeError, OSError) as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        return 2
