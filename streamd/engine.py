@@ -56,7 +56,8 @@ from .decode.keyword_search import KeywordHit, KeywordSearch, KeywordSet, Keywor
 from .decode.kws import Detection, KwsDetector, aligned_span
 from .decode.lm import NgramLM, load_lm
 from .decode.modified_beam import ModifiedBeamSearch
-from .decode.tokens import TokenTable, tokens_to_words
+from .tokens import TokenTable
+from .decode.words import tokens_to_words
 from .events import Done, Error, Event, Final, Partial, WakeWord, Word
 from .model.checkpoint import LoadedModel, load_checkpoint
 from .device import resolve_device

@@ -9,7 +9,7 @@ import numpy as np
 import torch
 
 from streamd.config import DecoderConfig, EncoderConfig, ModelConfig
-from streamd.decode.tokens import TokenTable
+from streamd.tokens import TokenTable
 from streamd.model.checkpoint import save_checkpoint
 from streamd.model.transducer import Transducer
 

@@ -401,7 +401,7 @@ def FbankStream_frames(rec, n):
 def _lm_for(ckpt_path, tokens, out_path, order=3):
     """An n-gram over the checkpoint's tokens from a few sentences, written to out_path."""
     from streamd.decode.lm import build_ngram, save_lm
-    from streamd.decode.tokens import TokenTable
+    from streamd.tokens import TokenTable
     table = TokenTable.from_lines(tokens)
     text = ["turn on the lights", "set a timer", "hey stream", "turn off the lights", "what time is it"]
     save_lm(build_ngram([table.encode(t) for t in text], len(table), table.blank_id, order, 1, table.to_lines()),

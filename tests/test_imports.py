@@ -99,3 +99,12 @@ def test_only_main_imports_the_cli():
 def test_the_checker_sees_cycles():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_model_room_does_not_import_the_searches():
+    """Rooms from the ground up: config, events, tokens, audio -> model -> decode -> engine -> server / CLI."""
+    graph = import_graph()
+    for mod, deps in graph.items():
+        if mod.startswith("streamd.model"):
+            assert not {d for d in deps if d.startswith(("streamd.decode", "streamd.engine", "streamd.server",
+                                                          "streamd.train"))}, mod

@@ -269,7 +269,7 @@ class GraphSet:
 def phrase_graph(table, specs, default_boost: float, path: str) -> ContextGraph:
     """The context graph of phrase specs (:class:`~streamd.config.PhraseSpec`) spelled by a token table.
 
-    table: the model's :class:`~streamd.decode.tokens.TokenTable`; a character table matches phrases
+    table: the model's :class:`~streamd.tokens.TokenTable`; a character table matches phrases
     after its word separator (phrases start at word starts), a BPE table's pieces carry the word start.
     ValueError names the entry (``path[i]``) that the table cannot spell."""
     phrases, boosts = [], []

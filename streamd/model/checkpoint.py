@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from ..config import ConfigError, ModelConfig, from_dict, to_dict
-from ..decode.tokens import TokenTable
+from ..tokens import TokenTable
 from .transducer import Transducer
 
 __all__ = ["CheckpointError", "LoadedModel", "save_checkpoint", "load_checkpoint", "copy_with_meta", "FORMAT",

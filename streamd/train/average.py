@@ -30,7 +30,7 @@ import torch
 from torch import Tensor
 
 from ..config import ModelConfig, from_dict
-from ..decode.tokens import TokenTable
+from ..tokens import TokenTable
 from ..model.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from ..model.transducer import Transducer
 

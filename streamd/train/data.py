@@ -51,7 +51,7 @@ from ..audio.fbank import Fbank, num_frames
 from ..audio.pcm import load_audio
 from ..audio.resample import resample
 from ..config import FbankConfig, to_dict
-from ..decode.tokens import TokenTable
+from ..tokens import TokenTable
 from .manifest_lines import iter_audio_lines
 
 __all__ = [

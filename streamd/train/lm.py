@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from streamd.decode.lm import NgramLM, build_ngram, save_lm
-from streamd.decode.tokens import TokenTable
+from streamd.tokens import TokenTable
 from streamd.train.synth import choose_text
 from streamd.train.text import TextGenerator
 

@@ -12,7 +12,7 @@ detector):
   searches carry token confidences untouched, so each token of a ``Final``
   has in ``token_confs`` the tag of the frame that emitted it.
   :func:`tagged_words` groups a Final's tokens into words exactly as the
-  engine does (:func:`~streamd.decode.tokens.tokens_to_words` run on token
+  engine does (:func:`~streamd.decode.words.tokens_to_words` run on token
   positions) and attaches each word's tags; :meth:`MeasureBank.lookup` turns
   tags back into values, from which word confidences for any measure, alpha
   and aggregation are recomputed -- the numbers the engine gives when
@@ -40,7 +40,8 @@ from torch import Tensor
 from streamd.config import EngineConfig, KwsConfig
 from streamd.decode.confidence import MEASURE_NAMES, frame_confidence
 from streamd.decode.kws import Detection, KwsDetector
-from streamd.decode.tokens import TokenTable, tokens_to_words
+from streamd.tokens import TokenTable
+from streamd.decode.words import tokens_to_words
 from streamd.engine import BatchView, Recognizer
 from streamd.events import Final, Word
 from streamd.model.checkpoint import LoadedModel

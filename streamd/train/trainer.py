@@ -52,7 +52,7 @@ from torch import Tensor
 
 from ..device import resolve_device
 from ..config import ConfigError, ModelConfig, from_dict, to_dict
-from ..decode.tokens import TokenTable
+from ..tokens import TokenTable
 from ..model.checkpoint import CheckpointError, LoadedModel, load_checkpoint, save_checkpoint
 from ..model.decoder import grow_context_conv
 from ..model.transducer import Transducer

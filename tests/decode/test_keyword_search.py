@@ -11,7 +11,7 @@ from helpers import RefContext, dec_init, dec_push, make_model, random_batch
 from streamd.config import PhraseSpec
 from streamd.decode.context_graph import ContextGraph
 from streamd.decode.keyword_search import KeywordSearch, KeywordSet, KeywordState, keyword_set
-from streamd.decode.tokens import TokenTable
+from streamd.tokens import TokenTable
 
 SEP = 4  # the word separator of the toy vocabulary (tokens 1..5)
 

@@ -9,7 +9,8 @@ import string
 import pytest
 
 from streamd.decode.confidence import aggregate
-from streamd.decode.tokens import TokenTable, tokens_to_words
+from streamd.tokens import TokenTable
+from streamd.decode.words import tokens_to_words
 from streamd.events import Word
 
 CHARS = ["<blk>", " "] + list(string.ascii_lowercase) + ["'"]

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from helpers import CHARS, tiny_model
-from streamd.decode.tokens import TokenTable
+from streamd.tokens import TokenTable
 from streamd.model.checkpoint import CheckpointError, copy_with_meta, load_checkpoint, save_checkpoint
 
 

@@ -12,7 +12,7 @@ from streamd.audio.fbank import Fbank
 from streamd.audio.pcm import load_audio
 from streamd.audio.resample import resample
 from streamd.config import FbankConfig
-from streamd.decode.tokens import TokenTable
+from streamd.tokens import TokenTable
 from streamd.train.data import (AsrDataset, LengthBucketSampler, SpecAugmentMasks, apply_spec_augment, collate,
                                 default_char_tokens, feature_stats, read_manifest, sample_spec_augment,
                                 sample_spectral_eq)

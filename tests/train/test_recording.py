@@ -12,7 +12,8 @@ from streamd.feed import transcribe_files
 from streamd.config import ConfidenceConfig, DecodingConfig, EngineConfig, KwsConfig
 from streamd.decode.confidence import MEASURE_NAMES, aggregate, frame_confidence
 from streamd.decode.kws import KwsDetector
-from streamd.decode.tokens import WORD_PREFIX, TokenTable, tokens_to_words
+from streamd.tokens import WORD_PREFIX, TokenTable
+from streamd.decode.words import tokens_to_words
 from streamd.engine import BatchView, Recognizer
 from streamd.events import Final
 from streamd.model.checkpoint import load_checkpoint

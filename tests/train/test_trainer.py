@@ -13,7 +13,7 @@ import torch
 import yaml
 
 from streamd.config import ConfigError, DecoderConfig, EncoderConfig, FbankConfig, ModelConfig, from_dict
-from streamd.decode.tokens import TokenTable
+from streamd.tokens import TokenTable
 from streamd.model.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from streamd.model.transducer import Transducer
 from streamd.train.average import average_checkpoints, list_checkpoints, write_averaged_checkpoint

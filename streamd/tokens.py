@@ -1,4 +1,5 @@
-"""Token tables (id <-> text) and grouping of emitted tokens into timed words.
+"""Token tables (id <-> text): the model's output vocabulary, at the ground floor (the model, the searches
+and training all read it).
 
 Two kinds of table, told apart by the tokens themselves:
 
@@ -9,16 +10,14 @@ Two kinds of table, told apart by the tokens themselves:
 
 Multi-character tokens written ``<...>`` (``<blk>``, ``<unk>``, ``<sos/eos>``)
 are special: never produced by :meth:`TokenTable.encode`; the blank id is
-skipped by :meth:`TokenTable.decode` and :func:`tokens_to_words`, other
+skipped by :meth:`TokenTable.decode` and :func:`streamd.decode.words.tokens_to_words`, other
 special tokens are kept as text.
 
 Files: one token per line (the line number is the id), or the k2/icefall
 ``tokens.txt`` form ``<token> <id>`` with ids 0..V-1 (any order).  In the
 one-column form a line holding a single space is the space token.
 
-Words: ``tokens_to_words`` turns the tokens, encoder frames and token
-confidences of one hypothesis into :class:`streamd.events.Word`s; a word
-spans from its first token's frame start to its last token's frame end.
+Timed words from a hypothesis: :mod:`streamd.decode.words`.
 """
 
 from __future__ import annotations
@@ -28,10 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from streamd.decode.confidence import AGGREGATIONS, aggregate
-from streamd.events import Word
-
-__all__ = ["TokenTable", "tokens_to_words", "WORD_PREFIX", "SEPARATORS"]
+__all__ = ["TokenTable", "WORD_PREFIX", "SEPARATORS"]
 
 WORD_PREFIX = "\u2581"  # sentencepiece "▁"
 SEPARATORS: tuple[str, ...] = (" ", WORD_PREFIX, "|")
@@ -218,73 +214,3 @@ class TokenTable:
                     raise ValueError(f"cannot encode word {w!r}: no piece in the token table matches "
                                      f"{s[pos]!r} (at {s[pos:]!r})")
         return out
-
-
-def tokens_to_words(
-    table: TokenTable,
-    tokens: Sequence[int],
-    frames: Sequence[int],
-    confs: Sequence[float],
-    frame_shift_s: float,
-    aggregation: str,
-    time_offset_s: float = 0.0,
-) -> list[Word]:
-    """Group one hypothesis' tokens into words.
-
-    Args:
-        table: the token table.
-        tokens: (N,) emitted token ids in order (blank ids are ignored).
-        frames: (N,) encoder frame index of each token (same time origin as
-            ``time_offset_s``).
-        confs: (N,) token confidences in [0, 1].
-        frame_shift_s: seconds per encoder frame (> 0).
-        aggregation: word confidence from its tokens', one of min/mean/max/prod.
-        time_offset_s: added to every time.
-
-    A char table's separator ends a word and belongs to none; in a bpe table a
-    ``"▁"``-prefixed piece starts a word and the bare ``"▁"`` piece is a
-    boundary.  Word text drops ``"▁"``; ``start = frames[first] * shift +
-    offset``, ``end = (frames[last] + 1) * shift + offset``.  Words with empty
-    text are skipped.
-    """
-    if not len(tokens) == len(frames) == len(confs):
-        raise ValueError(f"tokens, frames and confs must have equal lengths, got "
-                         f"{len(tokens)}, {len(frames)}, {len(confs)}")
-    if not frame_shift_s > 0:
-        raise ValueError(f"frame_shift_s must be > 0, got {frame_shift_s!r}")
-    if aggregation not in AGGREGATIONS:
-        raise ValueError(f"unknown confidence aggregation {aggregation!r}; expected one of {list(AGGREGATIONS)}")
-    ids = [table._check_id(t) for t in tokens]
-    sep = table.separator
-    bpe = table.kind == "bpe"
-    words: list[Word] = []
-    cur: list[int] = []  # positions (into tokens) of the open word's tokens
-
-    def close() -> None:
-        if cur:
-            text = "".join(table.tokens[ids[k]] for k in cur).replace(WORD_PREFIX, "")
-            if text:
-                words.append(Word(
-                    word=text,
-                    start=int(frames[cur[0]]) * frame_shift_s + time_offset_s,
-                    end=(int(frames[cur[-1]]) + 1) * frame_shift_s + time_offset_s,
-                    conf=aggregate([confs[k] for k in cur], aggregation),
-                ))
-            cur.clear()
-
-    for k, t in enumerate(ids):
-        if t == table.blank_id:
-            continue
-        tok = table.tokens[t]
-        if bpe:
-            if tok == WORD_PREFIX:
-                close()
-                continue
-            if tok.startswith(WORD_PREFIX):
-                close()
-        elif tok == sep:
-            close()
-            continue
-        cur.append(k)
-    close()
-    return words
