@@ -38,9 +38,11 @@ its monotonic clock) and asks for decisions.
   :data:`LOOP_LAG_LIMIT` late or live streams' partials come
   :data:`LATE_CHUNKS` chunk late (90th percentiles over :data:`LAG_WINDOW`),
   and beyond ``max(16, 0.25 x demand)`` cost units admitted a second (slow
-  start: the measurements catch up before the next ones).  An idle server
-  always takes one stream.  Per-client quotas (``limits.max_cost_per_client`` by client
-  address, ``limits.max_cost_per_token`` by bearer token, in cost units) give
+  start: the measurements catch up before the next ones; with a faster one
+  up to 114 streams got in where 88 stay real time, docs/benchmarks.md).  An
+  idle server always takes one stream.  Per-client quotas
+  (``limits.max_cost_per_client`` by client address,
+  ``limits.max_cost_per_token`` by bearer token, in cost units) give
   ``client_limit`` (1013).  ``/readyz`` answers 503 ``overloaded`` while a
   greedy stream would be refused.
 * **Fair share** (:func:`fair_pick`): streams on time (a live stream whose
@@ -50,8 +52,8 @@ its monotonic clock) and asks for decisions.
   (:meth:`CapacityModel.step_budget`: a quarter of a chunk's duration), the
   step takes them by per-client water-filling (the client that would have
   taken the least cost in this step goes next) and, within a client, the
-  oldest backlog first; the others wait for the next step.  A client that opened
-  many costly streams then falls behind alone, and its streams end at
+  oldest backlog first; the others wait for the next step.  A client that
+  opened many costly streams then falls behind alone, and its streams end at
   ``limits.max_backlog_seconds`` (``backlog_exceeded``) rather than holding
   unbounded audio.
 """
@@ -69,7 +71,7 @@ __all__ = ["stream_cost", "CapacityModel", "Refusal", "StreamLoad", "Admission",
            "BURST_STEP", "MIN_BATCH_UNITS", "RETRY_AFTER", "WINDOW", "LAG_WINDOW", "LOOP_LAG_LIMIT", "LATE_CHUNKS",
            "GROWTH", "GROWTH_MIN"]
 
-WINDOW = 5.0  # seconds of recent steps behind the scale, of the busy shares and of the audio rates
+WINDOW = 5.0  # seconds of recent cycles behind the scale, and of audio arrivals behind a stream's rate
 RETRY_AFTER = 3.0  # seconds a refused client is told to wait when the live streams fill the model (some must end)
 BURST_STEP = 0.25  # share of a chunk's duration one step may take when more streams are ready (fair_pick)
 MIN_BATCH_UNITS = 16.0  # ... but never fewer cost units than this (a batch of 16 greedy streams)
@@ -322,7 +324,8 @@ class Admission:
             used = self.client_cost(client)
             if used + cost > lim.max_cost_per_client + 1e-9:
                 return Refusal("client_limit", f"client {client} already uses {used:g} of its "
-                                               f"{lim.max_cost_per_client:g} stream units (limits.max_cost_per_client; this stream costs {cost:g}: "
+                                               f"{lim.max_cost_per_client:g} stream units (limits.max_cost_per_client; "
+                                               f"this stream costs {cost:g}: "
                                                f"a greedy stream is 1); close a stream or try again later")
         if token is not None and lim.max_cost_per_token:
             used = self.token_cost(token)
