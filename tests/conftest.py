@@ -24,3 +24,13 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread_module():
+    """One torch thread for a whole test module (tiny models on 2 shared cores: intra-op threads only add
+    contention); use with ``pytestmark = pytest.mark.usefixtures("one_torch_thread_module")``."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)

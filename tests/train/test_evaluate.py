@@ -8,7 +8,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 from helpers import random_audio, write_checkpoint
 from streamd.audio.resample import resample
@@ -25,13 +24,7 @@ from streamd.train.recording import KwsTrackRecorder, MeasureBank, recording_rec
 from helpers import write_wav
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models on 2 shared cores: intra-op threads only add contention."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread_module")
 
 
 def _levenshtein(r, h):

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 from helpers import random_audio, write_checkpoint, write_wav
 from streamd.cli import main as cli_main
@@ -21,12 +20,7 @@ from streamd.train.evaluate import (EvalOptions, KeywordEvaluator, _feed, _kws_c
                                     keyword_sweep)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread_module")
 
 
 def write_set(path, rows):

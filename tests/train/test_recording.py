@@ -22,13 +22,7 @@ from streamd.train.recording import (KwsTrackRecorder, MeasureBank, recording_re
                                      tagged_words)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models on 2 shared cores: intra-op threads only add contention."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread_module")
 
 
 # --------------------------------------------------------------------------- MeasureBank
