@@ -256,7 +256,7 @@ class Recognizer:
                                             seconds_to_frames(kcfg.refractory_s, self.frame_shift_s), sync_free)
         self._phrase_cache: dict[tuple, Any] = {}
         # the config's lists, checked against the token table now (ValueError names the entry)
-        self._default_wake = self._keyword_set(kcfg.wake_words, "kws.wake_words")
+        self._default_wake = self.wake_word_set(kcfg.wake_words, "kws.wake_words")
         self._default_hot = self._hotword_graph(dcfg.hotwords, "decoding.hotwords")
         self.endpointer = Endpointer(self.config.endpoint, self.frame_shift_s)
         self._streams: dict[int, _Stream] = {}
@@ -277,8 +277,9 @@ class Recognizer:
         self._phrase_cache[key] = hit  # most recently used last
         return hit
 
-    def _keyword_set(self, specs: tuple[PhraseSpec, ...], path: str) -> KeywordSet | None:
-        """Runtime wake words as a keyword set (None for no words); ValueError names a bad entry."""
+    def wake_word_set(self, specs: tuple[PhraseSpec, ...], path: str) -> KeywordSet | None:
+        """Runtime wake words as the keyword set streams use (None for no words), built once per list:
+        ValueError names an entry the token table cannot spell or that repeats the model's own wake word."""
         if not specs:
             return None
         head = {w.casefold() for w in self.keywords}
@@ -374,7 +375,7 @@ class Recognizer:
         opts = StreamOptions(**options)
         if opts.method not in self.searches:
             raise ValueError(f"method {opts.method!r} needs a CTC head, which this model does not have")
-        wake = self._default_wake if opts.wake_words is None else self._keyword_set(opts.wake_words, "wake_words")
+        wake = self._default_wake if opts.wake_words is None else self.wake_word_set(opts.wake_words, "wake_words")
         hot = None
         if opts.method in HOTWORD_METHODS:
             hot = self._default_hot if opts.hotwords is None else self._hotword_graph(opts.hotwords, "hotwords")
@@ -396,7 +397,9 @@ class Recognizer:
 
     def backlog(self, sid: int) -> float:
         """Seconds of accepted audio not yet decoded (a Partial's ``backlog`` at this moment)."""
-        st = self._get(sid)
+        return self._backlog(self._get(sid))
+
+    def _backlog(self, st: _Stream) -> float:
         return max(0.0, st.samples_in / st.opts.sample_rate - st.frames_done * self.frame_shift_s)
 
     def _get(self, sid: int) -> _Stream:
@@ -720,7 +723,7 @@ class Recognizer:
                 decoded = st.frames_done * self.frame_shift_s
                 events.append(Partial(st.id, st.segment, self.tokens.decode(hyp.tokens), self._words(hyp),
                                       hyp.tokens, hyp.frames, hyp.confs, st.segment_start * self.frame_shift_s,
-                                      decoded, max(0.0, st.samples_in / st.opts.sample_rate - decoded)))
+                                      decoded, self._backlog(st)))
             if done:
                 close.append((st.id, "eos"))
             elif st.reset_at is not None and st.fbank.frames_taken >= st.reset_at:

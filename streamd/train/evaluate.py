@@ -67,7 +67,6 @@ from streamd.engine_args import add_engine_args, engine_config_from_args, run_gu
 from streamd.config import EngineConfig, PhraseSpec, parse_phrases
 from streamd.decode.calibration import resolve_calibration
 from streamd.decode.confidence import AGGREGATIONS, MEASURE_NAMES, aggregate
-from streamd.decode.keyword_search import keyword_set
 from streamd.engine import Recognizer
 from streamd.events import Error, Event, Final, WakeWord, Word
 from streamd.model.checkpoint import LoadedModel, load_checkpoint
@@ -668,8 +667,7 @@ class KeywordEvaluator:
             if _phrase_key(s.phrase) in builtin:
                 raise ValueError(f"keywords[{i}] {s.phrase!r} is the model's built-in KWS keyword, whose events "
                                  "cannot be told from a runtime keyword's; evaluate it without --keywords")
-        kcfg = self.config.kws
-        keyword_set(self.rec.tokens, specs, kcfg.wake_threshold, kcfg.wake_boost, "keywords")  # ValueError: entry
+        self.rec.wake_word_set(specs, "keywords")  # spelled by the tokens: ValueError names the entry
         return specs
 
     def _decode(self, files: Sequence[_KwFile], items: list[int], thresholds: list[float]) -> list[list[WakeWord]]:
