@@ -308,3 +308,22 @@ def dec_push(model, st, tok):
     """The decoder after one more token: (state, projected output (J,))."""
     out, st = model.decoder.step(st, torch.tensor([tok]))
     return st, model.decoder_proj(out)[0]
+
+
+def app_config(**sections):
+    """An AppConfig for tests: the given sections over the defaults, any free port, CPU."""
+    from streamd.config import AppConfig, from_dict
+
+    data = {k: dict(v) for k, v in sections.items()}
+    data.setdefault("server", {}).setdefault("port", 0)
+    data.setdefault("engine", {}).setdefault("device", "cpu")
+    return from_dict(AppConfig, data)
+
+
+def make_app(ckpt, **sections):
+    """A daemon (streamd.server.app.App, not started) on checkpoint ``ckpt`` with :func:`app_config`."""
+    from streamd.engine import Recognizer
+    from streamd.server.app import App
+
+    cfg = app_config(**sections)
+    return App(cfg, recognizer=Recognizer.from_checkpoint(ckpt, cfg.engine))

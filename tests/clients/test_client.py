@@ -19,7 +19,7 @@ import wave
 import numpy as np
 import pytest
 
-from helpers import random_audio, write_checkpoint
+from helpers import make_app, random_audio, write_checkpoint, write_wav
 from streamd import events as E
 from streamd.feed import transcribe_files
 from streamd.client import (
@@ -36,8 +36,6 @@ from streamd.client import (
 )
 from streamd.config import AppConfig, from_dict
 from streamd.engine import Recognizer
-from streamd.server.app import App
-from helpers import write_wav
 
 TIMEOUT = 60
 
@@ -46,14 +44,6 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 def run(coro):
     return asyncio.run(asyncio.wait_for(coro, TIMEOUT))
-
-
-def make_app(ckpt, **sections) -> App:
-    data = {k: dict(v) for k, v in sections.items()}
-    data.setdefault("server", {}).setdefault("port", 0)
-    data.setdefault("engine", {}).setdefault("device", "cpu")
-    cfg = from_dict(AppConfig, data)
-    return App(cfg, recognizer=Recognizer.from_checkpoint(ckpt, cfg.engine))
 
 
 def url(app) -> str:

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from websockets.asyncio.client import connect
 
-from helpers import random_audio
+from helpers import make_app, random_audio
 from streamd.audio.fbank import FbankStream
 from streamd.config import AppConfig, ConfigError, FbankConfig, LimitsConfig, from_dict
 from streamd.engine import Recognizer
@@ -23,7 +23,7 @@ from streamd.server.admission import (GROWTH_MIN, MIN_BATCH_UNITS, RETRY_AFTER, 
 from streamd.server.app import EngineRunner
 from streamd.server.commands import Command
 from streamd.server.protocol import CLOSE_CODES
-from test_server_http_limits import drain, http_get, make_app, pcm16, run, until
+from test_server_http_limits import drain, http_get, pcm16, run, until
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

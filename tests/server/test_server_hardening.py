@@ -19,7 +19,7 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.datastructures import Headers
 
-from helpers import random_audio
+from helpers import app_config, make_app, random_audio
 from streamd.config import ConfigError, LimitsConfig, ServerConfig, from_dict, AppConfig
 from streamd.events import Done, Final, Partial
 from streamd.server.app import App
@@ -30,7 +30,7 @@ from streamd.server.guard import (BadRequest, HostRule, RateLimitedLog, check_re
 from streamd.server.protocol import (CLOSE_CODES, Audio, Close, Finish, MinAudioRate, Send, TokenBucket, V1Session,
                                      bearer_token, origin_ok, public_model_info)
 from streamd.server.vosk import VoskSession
-from test_server_http_limits import app_config, drain, make_app, pcm16, run, until
+from test_server_http_limits import drain, pcm16, run, until
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

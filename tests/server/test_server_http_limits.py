@@ -15,8 +15,7 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from helpers import random_audio
-from streamd.config import AppConfig, from_dict
+from helpers import app_config, make_app, random_audio
 from streamd.engine import Recognizer
 from streamd.events import Final, Partial
 from streamd.server.app import App, Conn
@@ -30,18 +29,6 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 def run(coro):
     return asyncio.run(asyncio.wait_for(coro, TIMEOUT))
-
-
-def app_config(**sections) -> AppConfig:
-    data = {k: dict(v) for k, v in sections.items()}
-    data.setdefault("server", {}).setdefault("port", 0)
-    data.setdefault("engine", {}).setdefault("device", "cpu")
-    return from_dict(AppConfig, data)
-
-
-def make_app(ckpt, **sections) -> App:
-    cfg = app_config(**sections)
-    return App(cfg, recognizer=Recognizer.from_checkpoint(ckpt, cfg.engine))
 
 
 def pcm16(x):

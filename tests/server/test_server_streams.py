@@ -11,11 +11,10 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from helpers import random_audio, write_checkpoint
+from helpers import make_app, random_audio, write_checkpoint
 from streamd.feed import transcribe_files
 from streamd.config import AppConfig, from_dict
 from streamd.engine import Recognizer
-from streamd.server.app import App
 from helpers import write_wav
 
 TIMEOUT = 30
@@ -26,14 +25,6 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny steps are slowe
 
 def run(coro):
     return asyncio.run(asyncio.wait_for(coro, TIMEOUT))
-
-
-def make_app(ckpt, **sections) -> App:
-    data = {k: dict(v) for k, v in sections.items()}
-    data.setdefault("server", {}).setdefault("port", 0)
-    data.setdefault("engine", {}).setdefault("device", "cpu")
-    cfg = from_dict(AppConfig, data)
-    return App(cfg, recognizer=Recognizer.from_checkpoint(ckpt, cfg.engine))
 
 
 def pcm16(x: np.ndarray) -> bytes:
