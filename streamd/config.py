@@ -385,6 +385,9 @@ class DecodingConfig:
     along a matching path boosted by ``hotword_boost`` (or the phrase's own ``boost``) and the boost taken
     back when the path leaves the phrase; they need ``method: modified_beam`` and apply to the streams
     that decode with it (a start message may replace the list).
+    ``ctc_insertion_penalty``: q >= 0 nats subtracted per token in ``ctc_prefix_beam`` (a prefix scores
+    log P(y) - q |y|): summed over alignments, a token no frame prefers to blank can still outscore the
+    empty prefix in noise; q asks each token for e^q times the evidence (:mod:`streamd.decode.ctc`).
     """
 
     method: str = "greedy"
@@ -396,6 +399,7 @@ class DecodingConfig:
     lm_bonus: float = 0.5
     hotwords: tuple[PhraseSpec, ...] = ()
     hotword_boost: float = 1.5
+    ctc_insertion_penalty: float = 0.2
 
     def __post_init__(self) -> None:
         _one_of(self.method, SEARCH_METHODS, "method")
@@ -409,6 +413,8 @@ class DecodingConfig:
         object.__setattr__(self, "hotwords", parse_phrases(self.hotwords, "hotwords"))
         check_hotword_method(self.hotwords, self.method)
         _check(0.0 <= self.hotword_boost <= 20.0, "hotword_boost", f"must be in [0, 20], got {self.hotword_boost}")
+        _check(0.0 <= self.ctc_insertion_penalty <= 10.0, "ctc_insertion_penalty",
+               f"must be in [0, 10], got {self.ctc_insertion_penalty}")
 
 
 @dataclass(frozen=True)

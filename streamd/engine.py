@@ -246,7 +246,8 @@ class Recognizer:
         }
         if self.model.ctc is not None:
             self.searches["ctc_greedy"] = CtcGreedySearch(mcfg.blank_id, self.measure)
-            self.searches["ctc_prefix_beam"] = CtcPrefixBeamSearch(mcfg.blank_id, self.measure)
+            self.searches["ctc_prefix_beam"] = CtcPrefixBeamSearch(mcfg.blank_id, self.measure,
+                                                                    dcfg.ctc_insertion_penalty)
         self.keywords = tuple(mcfg.keywords)
         kcfg = self.config.kws
         self.kws = KwsDetector(self.keywords, kcfg, self.frame_shift_s) if self.keywords else None

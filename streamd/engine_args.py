@@ -26,6 +26,8 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
                                 "or a path (streamd lm)")
     p.add_argument("--lm-weight", type=float, help="LM weight lambda (default 0.2; 0 disables fusion)")
     p.add_argument("--lm-bonus", type=float, help="per-token bonus beta added with the LM score")
+    p.add_argument("--ctc-insertion-penalty", type=float,
+                   help="ctc_prefix_beam: nats subtracted per token (default in the config)")
     p.add_argument("--wake-words", metavar="LIST", help=WAKE_WORDS_HELP)
     p.add_argument("--hotwords", metavar="LIST", help=HOTWORDS_HELP)
 
@@ -35,7 +37,7 @@ def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
     cfg = EngineConfig()
     if getattr(args, "config", None):
         cfg = load_yaml(args.config, EngineConfig, section="engine")
-    flags = ("method", "beam", "lm", "lm_weight", "lm_bonus")  # the DecodingConfig fields of add_engine_args
+    flags = ("method", "beam", "lm", "lm_weight", "lm_bonus", "ctc_insertion_penalty")  # the DecodingConfig fields of add_engine_args
     over = {k: getattr(args, k) for k in flags if getattr(args, k) is not None}
     if getattr(args, "hotwords", None) is not None:
         over["hotwords"] = parse_phrases(args.hotwords, "--hotwords")

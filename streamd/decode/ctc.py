@@ -33,7 +33,14 @@ in its last token.  Per frame t, for every prefix y in the beam:
 * extend: for each candidate token c (the top ``beam`` non-blank tokens of the
   frame): new[y+c].p_nb ⊕= (p_b if c == last(y) else p_b ⊕ p_nb) + lp[c];
 
-then keep the ``beam`` best prefixes by p_b ⊕ p_nb.  Prefixes are identified
+then keep the ``beam`` best prefixes by p_b ⊕ p_nb.  With an insertion
+penalty q >= 0 (nats), every extension also adds -q, so a prefix's score is
+log P(y) - q |y| (every alignment of y has exactly |y| extensions); q = 0 is
+the plain search.  The penalty answers a property of the sum over
+alignments: where no frame makes a token more likely than blank (greedy
+writes nothing), several frames of a weak token can still add up to a
+prefix more likely than the empty one; q asks each token for e^q times the
+evidence.  Prefixes are identified
 by a rolling int64 hash (h' = h * P + c + 1, wrapping) plus their length.  As
 the beam never holds duplicates, a new prefix gets at most two contributions:
 its own stay and one extension of its parent y[:-1].  Those pairs are found
@@ -363,11 +370,14 @@ class CtcPrefixBeamSearch:
     several = True
     ranks_final = False
 
-    def __init__(self, blank_id: int = 0, measure: Measure | None = None) -> None:
+    def __init__(self, blank_id: int = 0, measure: Measure | None = None, insertion_penalty: float = 0.0) -> None:
         if not isinstance(blank_id, int) or blank_id < 0:
             raise ValueError(f"blank_id: must be an int >= 0, got {blank_id!r}")
+        if not isinstance(insertion_penalty, (int, float)) or not 0.0 <= insertion_penalty < float("inf"):
+            raise ValueError(f"insertion_penalty: must be a finite number >= 0, got {insertion_penalty!r}")
         self.blank_id = blank_id
         self.measure = measure
+        self.insertion_penalty = float(insertion_penalty)
 
     def new_state(self, beam: int, device: torch.device | str = "cpu", graph=None):
         """Fresh state of one stream (the :class:`~streamd.decode.common.Search` interface)."""
@@ -415,6 +425,7 @@ class CtcPrefixBeamSearch:
         lp_blank = lp_all[..., self.blank_id]  # (B, T)
         # candidate extensions of every frame: top kc non-blank tokens (B, T, kc)
         cand_lp_all, cand_all = lp_all.index_fill(-1, torch.tensor([self.blank_id], device=dev), NEG_INF).topk(kc, -1)
+        cand_lp_all = cand_lp_all - self.insertion_penalty  # what an extension by the candidate adds
         cand_ok = torch.arange(kc, device=dev) < state.beams[:, None]  # (B, kc)
         slot = torch.arange(k, device=dev)
         slot_ok = slot < state.beams[:, None]  # (B, K)

@@ -50,8 +50,10 @@ def ref_greedy(lp: list[list[float]], conf: list[float], blank: int, offset: int
     return tuple(toks), tuple(frs), tuple(cfs), trailing
 
 
-def ref_prefix(lp: list[list[float]], conf: list[float], blank: int, beam: int, offset: int = 0) -> list[HypOut]:
-    """Hannun et al. prefix beam search; returns the beam best first (HypOut, score = log(p_b + p_nb))."""
+def ref_prefix(lp: list[list[float]], conf: list[float], blank: int, beam: int, offset: int = 0,
+               penalty: float = 0.0) -> list[HypOut]:
+    """Hannun et al. prefix beam search; returns the beam best first (HypOut, score = log(p_b + p_nb)); every
+    extension adds -penalty."""
     v = len(lp[0]) if lp else 2
     beams = {(): (0.0, NEG)}
     meta = {(): ((), ())}  # prefix -> (frames, confs)
@@ -68,14 +70,19 @@ def ref_prefix(lp: list[list[float]], conf: list[float], blank: int, beam: int, 
             stay[y] = lae(s_b, s_nb)
             for c in cands:
                 z = y + (c,)
-                val = (pb if y and c == y[-1] else tot) + row[c]
+                val = (pb if y and c == y[-1] else tot) + row[c] - penalty
                 nnb[z] = lae(nnb[z], val)
                 ext[z] = val
                 ext_meta[z] = (meta[y][0] + (offset + t,), meta[y][1] + (conf[t],))
         scored = sorted(((lae(nb[z], nnb[z]), z) for z in set(nb) | set(nnb)), key=lambda s: -s[0])
         scored = [(s, z) for s, z in scored if s > NEG][:beam]
         beams = {z: (nb[z], nnb[z]) for _, z in scored}
-        meta = {z: ext_meta[z] if ext.get(z, NEG) > stay.get(z, NEG) else meta[z] for _, z in scored}
+        # a new prefix takes its parent's timing plus frame t; a kept one retimes only its last token, when the
+        # extension's contribution is strictly larger than its stay's
+        meta = {z: meta[z] if ext.get(z, NEG) <= stay.get(z, NEG)
+                else ext_meta[z] if z not in stay
+                else (meta[z][0][:-1] + ext_meta[z][0][-1:], meta[z][1][:-1] + ext_meta[z][1][-1:])
+                for _, z in scored}
     out = [HypOut(z, meta[z][0], meta[z][1], lae(*beams[z])) for z in beams]
     return sorted(out, key=lambda h: -h.score)
 
@@ -235,7 +242,7 @@ def check_prefix(s, st, lp, lengths, beams, conf, dtype_tol=1e-4, offsets=None):
     for i, got in enumerate(got_all):
         n = lengths[i]
         off = offsets[i] if offsets else 0
-        want = ref_prefix(lp[i, :n].double().tolist(), conf[i].tolist(), 0, beams[i], off)
+        want = ref_prefix(lp[i, :n].double().tolist(), conf[i].tolist(), 0, beams[i], off, s.insertion_penalty)
         assert len(got) == len(want)
         for g, w in zip(got, want):
             assert_hyp(g, w, dtype_tol)
@@ -255,6 +262,33 @@ def test_prefix_matches_oracle_whole_and_chunked(device, seed, v, beams):
     for g, mc in [(None, 0), (gen, 1), (gen, 4), (gen, 11)]:
         st = decode(s, s.init_state(torch.tensor(beams), device), lp, lengths, g, mc)
         check_prefix(s, st, lp.cpu(), lengths, beams, conf)
+
+
+@pytest.mark.parametrize("penalty", [0.3, 2.0])
+def test_prefix_insertion_penalty_matches_oracle(penalty):
+    gen = torch.Generator().manual_seed(44)
+    beams, v, n = [4, 2, 3], 6, 30
+    lp = rand_lp(gen, 3, n, v, scale=1.0, dtype=torch.float64)
+    s = CtcPrefixBeamSearch(0, measure, insertion_penalty=penalty)
+    for g, mc in [(None, 0), (gen, 5)]:
+        st = decode(s, s.init_state(torch.tensor(beams), dtype=torch.float64), lp, [n, 17, 29], g, mc)
+        check_prefix(s, st, lp, [n, 17, 29], beams, measure(lp), dtype_tol=1e-9)
+
+
+def test_prefix_insertion_penalty_keeps_a_weak_token_out_of_noise():
+    # no frame prefers the token to blank (greedy writes nothing), but summed over the alignments "t" is
+    # slightly more likely than nothing; a small penalty keeps it out, a clear token stays
+    p_tok = [0.03, 0.19, 0.31, 0.13]
+    rows = [[math.log(1 - p), math.log(p)] for p in p_tok]
+    lp = torch.tensor([[[0.0, NEG]] * 3 + rows + [[0.0, NEG]] * 3], dtype=torch.float64)
+    for penalty, want in [(0.0, (1,)), (0.3, ())]:
+        s = CtcPrefixBeamSearch(0, measure, insertion_penalty=penalty)
+        st = decode(s, s.init_state(torch.tensor([2]), dtype=torch.float64), lp, [10])
+        assert s.best(st)[0].tokens == want
+    clear = torch.tensor([[[0.0, NEG]] * 3 + [[math.log(0.1), math.log(0.9)]] + [[0.0, NEG]] * 3],
+                         dtype=torch.float64)
+    s = CtcPrefixBeamSearch(0, measure, insertion_penalty=1.0)
+    assert s.best(decode(s, s.init_state(torch.tensor([2]), dtype=torch.float64), clear, [7]))[0].tokens == (1,)
 
 
 def test_prefix_float64_exact_scores():
@@ -430,6 +464,9 @@ def test_prefix_specific_errors():
         s.step(st, torch.zeros(1, 3, 1), torch.tensor([3]), torch.tensor([0]))
     with pytest.raises(ValueError, match="n: must be an int >= 1, got 0"):
         s.nbest(st, 0)
+    for bad in (-0.1, float("nan"), float("inf"), "1"):
+        with pytest.raises(ValueError, match="insertion_penalty: must be a finite number >= 0"):
+            CtcPrefixBeamSearch(0, insertion_penalty=bad)
     st64 = s.init_state(torch.tensor([2]), dtype=torch.float64)
     with pytest.raises(ValueError, match="cat: states have different score dtypes"):
         CtcPrefixState.cat([st, st64])
