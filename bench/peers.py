@@ -5,7 +5,7 @@
                           [--systems pocketsphinx,streamd,whisper-base,whisper-tiny.en,moonshine-base]
 
 Every file of the set (``streamd eval``'s JSON-lines format, read with
-:func:`streamd.train.evaluate.read_eval_set`) is loaded once, resampled to
+:func:`streamd.evaluation.sets.read_eval_set`) is loaded once, resampled to
 16 kHz, and decoded file by file by each system, in one run on this machine:
 
 * **pocketsphinx** (pip package ``pocketsphinx`` 5.1.1, its bundled US English
@@ -15,8 +15,9 @@ Every file of the set (``streamd eval``'s JSON-lines format, read with
   ``[NOISE]`` and alternate-pronunciation marks ``word(2)`` removed).
 * **streamd**: one :class:`~streamd.engine.Recognizer` built once; per file
   one stream fed 0.1 s pieces with a batch step after each (as the daemon
-  does), then ``finish()`` and ``drain()``; the hypothesis is every non-empty
-  ``Final`` joined, as in ``streamd eval``.
+  does), then ``finish()`` and ``drain()`` (:func:`streamd.feed.feed_streams`,
+  the loop of ``streamd eval``); the hypothesis is every non-empty ``Final``
+  joined, as in ``streamd eval``.
 * **teachers** (``whisper-base``, ``whisper-tiny.en``, ``moonshine-base``:
   :data:`streamd.train.teachers.TEACHERS`, the models ``streamd label``
   uses; pip extra ``teacher``): one model built once, ``transcribe(x)`` per
@@ -169,23 +170,17 @@ def sphinx_decoder() -> DecodeFn:
 
 
 def streamd_decoder(rec, piece_seconds: float = 0.1, **stream_options) -> DecodeFn:
-    """One stream of ``rec`` (a Recognizer) per call: pieces with a step after each, finish, drain; Finals joined."""
+    """One stream of ``rec`` (a Recognizer) per call, fed like ``streamd eval`` feeds it
+    (:func:`streamd.feed.feed_streams`: pieces with a step after each, finish, drain); Finals joined."""
     from streamd.events import Error, Final
+    from streamd.feed import feed_streams
 
     def decode(x: np.ndarray) -> str:
-        sid = rec.create_stream(sample_rate=RATE, **stream_options)
-        events = []
-        n = max(1, int(piece_seconds * RATE))
-        for i in range(0, x.size, n):
-            events += rec.accept_audio(sid, x[i:i + n])
-            events += rec.step()
-        if rec.has_stream(sid):
-            rec.finish(sid)
-        events += rec.drain()
-        errs = [e for e in events if isinstance(e, Error) and e.stream == sid]
+        _, (events,) = feed_streams(rec, [(x, RATE)], piece_seconds, **stream_options)
+        errs = [e for e in events if isinstance(e, Error)]
         if errs:
             raise RuntimeError(f"{errs[0].code}: {errs[0].message}")
-        return " ".join(e.text for e in events if isinstance(e, Final) and e.stream == sid and e.text)
+        return " ".join(e.text for e in events if isinstance(e, Final) and e.text)
 
     return decode
 
@@ -214,7 +209,7 @@ def load_set(path: str | Path, limit: int | None = None) -> list[Utterance]:
     """The set's files at 16 kHz (ValueError naming the file and line for a malformed set)."""
     from streamd.audio.pcm import load_audio
     from streamd.audio.resample import resample
-    from streamd.train.evaluate import read_eval_set
+    from streamd.evaluation.sets import read_eval_set
 
     entries, _ = read_eval_set(path, limit)
     out = []

@@ -1,52 +1,114 @@
-"""Decode audio files as live streams of one Recognizer: the loop the CLI, evaluation and tests share."""
+"""Feed audio into one Recognizer as live streams: the loops the CLI, evaluation, benchmarks and tests share.
+
+* :func:`feed_streams`: in-memory audio ``[(samples, rate), ...]`` as concurrent streams, one piece per
+  stream between batch steps, like live clients would send it; the one loop behind everything below and
+  behind ``streamd eval`` (:mod:`streamd.evaluation`) and ``bench/peers.py``.
+* :func:`transcribe_files`: audio files through :func:`feed_streams`, events per path.
+* :func:`transcribe_capture`: a live capture (:class:`streamd.capture.MicCapture`) into one stream.
+"""
 
 from __future__ import annotations
 
-from typing import Sequence
+import asyncio
+from typing import Any, Callable, Sequence
 
-__all__ = ["transcribe_files"]
+__all__ = ["feed_streams", "transcribe_files", "transcribe_capture"]
+
+
+def feed_streams(rec, audio: Sequence[tuple[Any, int]], piece_seconds: float = 0.1,
+                 per_item: Sequence[dict] | None = None, on_event: Callable[[int, Any], None] | None = None,
+                 **stream_options: Any) -> tuple[list[int], list[list]]:
+    """Decode ``audio`` [(samples, rate)] as concurrent streams of ``rec`` (a Recognizer).
+
+    One stream per item, created in order at the item's own rate with ``stream_options`` (``per_item[i]``:
+    item ``i``'s options over them).  Then rounds until every stream is finished: each live stream, in item
+    order, gets its next ``piece_seconds`` of audio (and is finished after its last piece), then one batch
+    step; then everything is drained.  A stream the engine closed on its own (an error) is fed no further.
+    ``on_event(i, event)`` sees every event as it comes.  Returns (stream ids, events per item).
+    """
+    sids = [rec.create_stream(sample_rate=rate, **{**stream_options, **(per_item[i] if per_item else {})})
+            for i, (_, rate) in enumerate(audio)]
+    index = {sid: i for i, sid in enumerate(sids)}
+    events: list[list] = [[] for _ in sids]
+    pos = [0] * len(sids)
+
+    def emit(evs) -> None:
+        for ev in evs:
+            i = index[ev.stream]
+            events[i].append(ev)
+            if on_event is not None:
+                on_event(i, ev)
+
+    live = list(range(len(sids)))
+    while live:
+        for i in list(live):
+            sid = sids[i]
+            if not rec.has_stream(sid):
+                live.remove(i)
+                continue
+            x, rate = audio[i]
+            n = max(1, int(piece_seconds * rate))
+            piece = x[pos[i]: pos[i] + n]
+            pos[i] += n
+            if piece.size:
+                emit(rec.accept_audio(sid, piece))
+            if pos[i] >= x.size or not rec.has_stream(sid):
+                if rec.has_stream(sid):
+                    rec.finish(sid)
+                live.remove(i)
+        emit(rec.step())
+    emit(rec.drain())
+    return sids, events
 
 
 def transcribe_files(rec, paths: Sequence[str], piece_seconds: float = 0.1, on_event=None) -> dict[str, list]:
-    """Decode files as concurrent streams of ``rec`` (a Recognizer).
+    """Decode files as concurrent streams of ``rec`` (a Recognizer), through :func:`feed_streams`.
 
     Audio is fed in ``piece_seconds`` pieces at the file's own sample rate,
     one piece per stream between batch steps, like live clients would; then
-    every stream is finished and drained.  Returns path -> list of events.
+    every stream is finished and drained.  Returns path -> list of events
+    (a path given twice is decoded once); ``on_event(path, event)`` sees them as they come.
     """
     from .audio.pcm import load_audio
 
     audio = {}
     for p in paths:
-        x, rate = load_audio(p)
-        audio[p] = (x, rate)
-    sids = {}
-    for p, (x, rate) in audio.items():
-        sids[rec.create_stream(sample_rate=rate)] = p
+        audio[p] = load_audio(p)
+    files = list(audio)
+    _, per_file = feed_streams(rec, [audio[p] for p in files], piece_seconds,
+                               on_event=None if on_event is None else lambda i, ev: on_event(files[i], ev))
     events: dict[str, list] = {p: [] for p in paths}
-    pos = {sid: 0 for sid in sids}
-
-    def emit(evs):
-        for ev in evs:
-            p = sids[ev.stream]
-            events[p].append(ev)
-            if on_event is not None:
-                on_event(p, ev)
-
-    live = set(sids)
-    while live:
-        for sid in list(live):
-            x, rate = audio[sids[sid]]
-            n = max(1, int(piece_seconds * rate))
-            piece = x[pos[sid]: pos[sid] + n]
-            pos[sid] += n
-            if piece.size:
-                emit(rec.accept_audio(sid, piece))
-            if pos[sid] >= x.size and rec.has_stream(sid):
-                rec.finish(sid)
-                live.discard(sid)
-            elif not rec.has_stream(sid):
-                live.discard(sid)
-        emit(rec.step())
-    emit(rec.drain())
+    for p, evs in zip(files, per_file):
+        events[p] = evs
     return events
+
+
+async def transcribe_capture(rec: Any, capture: Any, on_event: Callable[[Any], None],
+                             **stream_options: Any) -> None:
+    """Feed a capture (:class:`streamd.capture.MicCapture`) into one stream of ``rec`` until the capture ends.
+
+    Batch steps run in a worker thread (``asyncio.to_thread``) so that the
+    capture keeps queueing meanwhile; the engine is only ever called by one
+    thread at a time.  At the end the stream is finished and drained.
+    ``on_event`` gets the engine events.  MicError from the capture propagates
+    after the audio received so far has been finalized.
+    """
+    capture.start()
+    sid = rec.create_stream(sample_rate=capture.sample_rate, **stream_options)
+
+    def emit(events) -> None:
+        for ev in events:
+            on_event(ev)
+
+    try:
+        async for block in capture.blocks():
+            emit(rec.accept_audio(sid, block))
+            if not rec.has_stream(sid):
+                return
+            while rec.pending():
+                emit(await asyncio.to_thread(rec.step))
+    finally:
+        if rec.has_stream(sid):
+            rec.finish(sid)
+            emit(await asyncio.to_thread(rec.drain))
+            rec.close(sid)

@@ -1,4 +1,4 @@
-"""Microphone capture (streamd.mic) and ``streamd mic``.
+"""Microphone capture (streamd.capture) and ``streamd mic`` (the console app, streamd.mic).
 
 No sound card here or in CI.  The capture path is tested with injected
 sources (which go through the same callback -> loop -> bounded queue path),
@@ -21,14 +21,16 @@ import numpy as np
 import pytest
 
 from helpers import random_audio, write_checkpoint
-from streamd import mic
-from streamd.mic import ConsoleRenderer, MicCapture, MicError, ReplaySource
+from streamd import capture
+from streamd.capture import MicCapture, MicError, ReplaySource
+from streamd.feed import transcribe_capture
+from streamd.mic import ConsoleRenderer
 from helpers import write_wav as _write_wav
 
 
-def _collect(capture: MicCapture) -> list[np.ndarray]:
+def _collect(cap: MicCapture) -> list[np.ndarray]:
     async def run():
-        return [b async for b in capture.blocks()]
+        return [b async for b in cap.blocks()]
 
     return asyncio.run(run())
 
@@ -186,7 +188,7 @@ def test_bad_source_type():
 def test_wav_source_plays_the_file_at_its_rate(tmp_path):
     x = random_audio(0.55, 22050, seed=4)
     p = _write_wav(tmp_path / "a.wav", x, 22050)
-    cap = MicCapture(sample_rate=22050, source=mic.WavSource(p, speed=0))
+    cap = MicCapture(sample_rate=22050, source=capture.WavSource(p, speed=0))
     got = _collect(cap)
     assert cap.sample_rate == cap.source_rate == 22050
     assert [b.size for b in got] == [2205] * 5 + [x.size - 5 * 2205]
@@ -199,7 +201,7 @@ def test_sources_at_another_rate_are_resampled_to_the_capture_rate(tmp_path, rat
     from streamd.audio.resample import resample
 
     p = _write_wav(tmp_path / "a.wav", random_audio(0.7, rate, seed=5), rate)
-    cap = MicCapture(sample_rate=16000, source=mic.WavSource(p, speed=0, block_seconds=block))
+    cap = MicCapture(sample_rate=16000, source=capture.WavSource(p, speed=0, block_seconds=block))
     got = np.concatenate(_collect(cap))
     assert cap.sample_rate == 16000 and cap.source_rate == rate
     want = resample(load_audio(p)[0], rate, 16000)  # one-shot reference
@@ -209,7 +211,7 @@ def test_sources_at_another_rate_are_resampled_to_the_capture_rate(tmp_path, rat
 
 def test_wav_source_missing_file(tmp_path):
     with pytest.raises(MicError, match="no such file"):
-        mic.WavSource(tmp_path / "nope.wav")
+        capture.WavSource(tmp_path / "nope.wav")
 
 
 # ---------------------------------------------------------------------------- sounddevice adapter (fake hardware)
@@ -300,11 +302,11 @@ DEVICES = [_dev(0, "HDA Intel PCH: ALC3246 Analog", 2), _dev(1, "HDMI out", 0), 
 
 def test_list_devices_reports_inputs_only(monkeypatch):
     monkeypatch.setitem(sys.modules, "sounddevice", _fake_sounddevice(DEVICES, default_in=2))
-    devs = mic.list_devices()
+    devs = capture.list_devices()
     assert [d["index"] for d in devs] == [0, 2]
     assert devs[1] == {"index": 2, "name": "USB Mic", "hostapi": "ALSA", "channels": 1,
                        "default_samplerate": 44100.0, "default": True}
-    assert "* " in mic.format_devices(devs).splitlines()[1]
+    assert "* " in capture.format_devices(devs).splitlines()[1]
 
 
 def test_device_blocks_flow_through_the_queue_and_stop_cleanly(monkeypatch):
@@ -377,7 +379,7 @@ def test_portaudio_library_missing(monkeypatch, tmp_path):
     monkeypatch.delitem(sys.modules, "sounddevice", raising=False)
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(MicError) as e:
-        mic.list_devices()
+        capture.list_devices()
     assert str(e.value).startswith(
         "sounddevice needs the system library libportaudio2 (apt-get install libportaudio2)")
 
@@ -401,7 +403,7 @@ def test_real_portaudio_no_device_message():
     _real_portaudio_without_inputs()
     with pytest.raises(MicError, match="no audio input device found"):
         MicCapture()
-    assert mic.list_devices() == []
+    assert capture.list_devices() == []
 
 
 def test_cli_no_device_exits_2_with_a_clear_message(capsys):
@@ -460,6 +462,31 @@ def test_console_empty_final_only_clears_the_partial():
     assert out.getvalue() == "... a\r     \r"
 
 
+def test_capture_has_no_console_output():
+    """The capture module prints nothing and writes to no terminal: messages are MicError texts and log records."""
+    import ast
+    from pathlib import Path
+
+    tree = ast.parse(Path(capture.__file__).read_text(encoding="utf-8"))
+    calls = [n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)]
+    assert "print" not in calls
+    streams = [n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)
+               and n.attr in ("stdout", "stderr", "isatty", "get_terminal_size")]
+    assert streams == []
+    imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    imported |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    assert not imported & {"sys", "shutil", "signal", "mic", "streamd.mic"}
+
+
+def test_console_app_keeps_the_capture_names():
+    """``streamd.mic`` (the console app) still offers the capture names its importers use: the same objects."""
+    from streamd import mic
+
+    for name in ("MicCapture", "MicError", "ReplaySource", "WavSource", "DeviceSource", "AudioSource",
+                 "NO_INPUT_DEVICE", "list_devices", "format_devices"):
+        assert getattr(mic, name) is getattr(capture, name), name
+
+
 # ---------------------------------------------------------------------------- into the engine
 
 
@@ -515,9 +542,9 @@ def test_transcribe_capture_matches_transcribe_files_for_any_block_size(tmp_path
     wav = _write_wav(tmp_path / "in.wav", random_audio(1.0, 16000, seed=seed), 16000)
     want = [e.to_wire() for e in _expected(ckpt, wav) if type(e).__name__ != "Done"]
     rec = Recognizer.from_checkpoint(ckpt)
-    cap = MicCapture(source=mic.WavSource(wav, speed=0, block_seconds=block), queue_seconds=100)
+    cap = MicCapture(source=capture.WavSource(wav, speed=0, block_seconds=block), queue_seconds=100)
     got = []
-    asyncio.run(mic.transcribe_capture(rec, cap, got.append))
+    asyncio.run(transcribe_capture(rec, cap, got.append))
     # backlog says how the audio was delivered (blocks of `block` s here, the whole file there), so it is the one
     # field allowed to differ; it stays within a block plus a chunk plus the feature window when the loop keeps up
     wire = [e.to_wire() for e in got if type(e).__name__ != "Done"]

@@ -1,7 +1,7 @@
 """``streamd calibrate``: fit the word-confidence calibration on validation sets and store it in a checkpoint.
 
 1. Decode every set through the streaming engine with ``streamd eval``'s
-   machinery (:meth:`~streamd.train.evaluate.Evaluator.word_confidences`):
+   machinery (:meth:`~streamd.evaluation.recognition.Evaluator.word_confidences`):
    per hypothesis word the configured measure's raw confidence and whether the
    alignment with the reference matches it.
 2. Split the words by utterance (:func:`heldout_mask`: a hash of the
@@ -32,7 +32,8 @@ from streamd.engine_args import add_engine_args, engine_config_from_args, run_gu
 from streamd.config import ConfidenceConfig, EngineConfig
 from streamd.decode.calibration import CALIBRATION_KINDS, META_KEY, fit_calibration
 from streamd.model.checkpoint import copy_with_meta, load_checkpoint
-from streamd.train.evaluate import EvalOptions, Evaluator
+from streamd.evaluation.options import EvalOptions
+from streamd.evaluation.recognition import Evaluator
 from streamd.train.metrics import ReliabilityBins, confidence_scores, reliability
 from streamd.train.reliability import plot_reliability, require_matplotlib
 

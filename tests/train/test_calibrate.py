@@ -15,7 +15,8 @@ from streamd.engine import Recognizer
 from streamd.events import Final
 from streamd.model.checkpoint import load_checkpoint
 from streamd.train.calibrate import compare_fits, heldout_mask
-from streamd.train.evaluate import EvalOptions, Evaluator
+from streamd.evaluation.options import EvalOptions
+from streamd.evaluation.recognition import Evaluator
 from streamd.train.metrics import align_words, ece, normalize_words
 from helpers import write_wav
 from test_evaluate import _write_set

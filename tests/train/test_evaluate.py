@@ -18,7 +18,9 @@ from streamd.decode.confidence import MEASURE_NAMES
 from streamd.engine import Recognizer
 from streamd.events import Final, WakeWord
 from streamd.model.checkpoint import load_checkpoint
-from streamd.train.evaluate import EvalOptions, Evaluator, read_eval_set
+from streamd.evaluation.options import EvalOptions
+from streamd.evaluation.recognition import Evaluator
+from streamd.evaluation.sets import read_eval_set
 from streamd.train.metrics import align_words, auc_roc, nce, normalize_words
 from streamd.train.recording import KwsTrackRecorder, MeasureBank, recording_recognizer, replay_kws
 from helpers import write_wav
@@ -58,6 +60,21 @@ def test_read_eval_set_errors(tmp_path):
     p.write_text('{"audio": "a.wav", "text": "hi", "keyword": null}\n{"audio": "a.wav", "text": "x"}\n')
     entries, is_kws = read_eval_set(p, limit=1)
     assert is_kws and len(entries) == 1 and entries[0].keyword is None and entries[0].voice == "unknown"
+
+
+def test_evaluation_package_layout():
+    """Every decode of streamd eval goes through streamd.feed (no second feeding loop), and the sets module
+    stays light (no torch) for scripts that only read sets."""
+    import subprocess
+    import sys
+
+    import streamd.evaluation as pkg
+
+    for path in Path(pkg.__file__).parent.glob("*.py"):
+        src = path.read_text(encoding="utf-8")
+        assert "accept_audio" not in src and ".step()" not in src, path.name
+    code = "import sys, streamd.evaluation.sets; assert 'torch' not in sys.modules, 'torch'"
+    subprocess.run([sys.executable, "-c", code], check=True)
 
 
 # --------------------------------------------------------------------------- through the engine

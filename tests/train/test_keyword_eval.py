@@ -16,8 +16,10 @@ from streamd.config import EngineConfig, KwsConfig
 from streamd.engine import Recognizer
 from streamd.events import WakeWord
 from streamd.model.checkpoint import load_checkpoint
-from streamd.train.evaluate import (EvalOptions, KeywordEvaluator, _feed, _kws_counts, det_points, frr_at,
-                                    keyword_sweep)
+from streamd.evaluation.keywords import KeywordEvaluator, keyword_sweep
+from streamd.evaluation.kws import det_points, frr_at, kws_counts
+from streamd.evaluation.options import EvalOptions
+from streamd.feed import feed_streams
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread_module")
@@ -112,7 +114,7 @@ def test_keyword_sweep_errors():
 
 
 def test_sweep_arithmetic_by_hand():
-    """_kws_counts / frr_at / det_points on a hand-computed example: 4 positives of "k", 0.5 h of negatives."""
+    """kws_counts / frr_at / det_points on a hand-computed example: 4 positives of "k", 0.5 h of negatives."""
 
     class E:
         def __init__(self, keyword):
@@ -123,7 +125,7 @@ def test_sweep_arithmetic_by_hand():
     sweep = []
     for t in (0.2, 0.5, 0.8):
         dets = [[Det("k", s) for s in scores[i] if s >= t] for i in range(6)]
-        sweep.append({"threshold": t, **_kws_counts(dets, entries, 0.5)})
+        sweep.append({"threshold": t, **kws_counts(dets, entries, 0.5)})
     # t=0.2: missed 1 (file 3), FA 3 -> 6/h;  t=0.5: missed 2, FA 1 -> 2/h;  t=0.8: missed 3, FA 0
     assert [(s["missed"], s["frr"], s["false_alarms"], s["fa_per_hour"]) for s in sweep] == \
         [(1, 0.25, 3, 6.0), (2, 0.5, 1, 2.0), (3, 0.75, 0, 0.0)]
@@ -247,7 +249,7 @@ def test_exact_sweep_equals_engine_runs_per_threshold(ckpt5, engine_sets):
         rec = Recognizer(loaded, EngineConfig(device="cpu", kws=KwsConfig(refractory_s=0.2, trailing_blanks=1,
                                                                           wake_words=("rr", "vv"),
                                                                           wake_threshold=t)))
-        _, events = _feed(rec, audio, 0.1, partials=False)
+        _, events = feed_streams(rec, audio, 0.1, partials=False)
         direct = [[(e.keyword, e.score) for e in evs if isinstance(e, WakeWord) and e.keyword in ("rr", "vv")]
                   for evs in events]
         entries = [type("E", (), {"keyword": f["keyword"]})() for f in r["files"]]
@@ -255,7 +257,7 @@ def test_exact_sweep_equals_engine_runs_per_threshold(ckpt5, engine_sets):
         for name in ("rr", "vv"):
             mine = [s for s in r["per_keyword"][name]["sweep"] if s["threshold"] == t][0]
             sel = [i for i, e in enumerate(entries) if e.keyword in (None, name)]
-            want = _kws_counts([[d for d in dets[i] if d.keyword == name] for i in sel], [entries[i] for i in sel],
+            want = kws_counts([[d for d in dets[i] if d.keyword == name] for i in sel], [entries[i] for i in sel],
                                r["negative_hours"])
             assert {k: mine[k] for k in want} == want, (t, name)
         naive_differs |= [[d for d in f if d[1] >= t] for f in low] != direct

@@ -1,0 +1,56 @@
+"""``streamd mic``: live transcription of the microphone (or of ``--wav FILE`` played as the microphone)
+in-process: a capture (:mod:`streamd.capture`) shown by the console app (:func:`streamd.mic.run_console`)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ..engine_args import add_engine_args, engine_config_from_args
+from ..paths import model_arg
+
+__all__ = ["add_parser", "run", "WAV_HINT"]
+
+# what `streamd mic` (not the daemon, which has no --wav) adds to a capture error
+WAV_HINT = "; or play an audio file as the microphone: streamd mic --wav FILE"
+
+
+def run(args: argparse.Namespace) -> int:
+    """Live transcription of the microphone (or of --wav FILE played as the microphone) in-process."""
+    from ..capture import NO_INPUT_DEVICE, MicCapture, MicError, WavSource, format_devices, list_devices
+
+    try:
+        if args.list_devices:
+            devices = list_devices()
+            print(format_devices(devices), file=sys.stdout if devices else sys.stderr)
+            return 0 if devices else 2
+        source = None
+        if args.wav:
+            source = WavSource(args.wav, speed=args.speed)
+        capture = MicCapture(args.input_device, sample_rate=args.rate, source=source)
+    except MicError as e:
+        print(f"streamd mic: {e}{WAV_HINT if str(e) == NO_INPUT_DEVICE else ''}", file=sys.stderr)
+        return 2
+    from ..engine import Recognizer
+    from ..mic import run_console
+
+    ns = argparse.Namespace(**{**vars(args), "device": args.compute_device})
+    rec = Recognizer.from_checkpoint(model_arg(args.model), engine_config_from_args(ns))
+    color = {"auto": None, "always": True, "never": False}[args.color]
+    return run_console(rec, capture, color=color)
+
+
+def add_parser(sub) -> None:
+    c = sub.add_parser("mic", help="live transcription of the microphone in-process")
+    c.add_argument("--device", dest="input_device", metavar="N|NAME", type=lambda v: int(v) if v.lstrip("-").isdigit() else v,
+                   help="input device: PortAudio index or name substring (default: the system default input)")
+    c.add_argument("--list-devices", action="store_true", help="list input devices and exit")
+    c.add_argument("--wav", metavar="FILE", help="play FILE as if it were the microphone (no sound card needed)")
+    c.add_argument("--speed", type=float, default=1.0, help="--wav playback speed (1 = real time, 0 = no pacing)")
+    c.add_argument("--rate", type=int, default=16000, help="capture sample rate in Hz (default 16000)")
+    c.add_argument("--model", help="checkpoint (default: the shipped model)")
+    add_engine_args(c)
+    c.add_argument("--compute-device", help="engine device: auto, cpu, cuda or cuda:N")
+    c.add_argument("--color", choices=("auto", "always", "never"), default="auto",
+                   help="colored words by confidence (auto: when stdout is a terminal)")
+    c.set_defaults(func=run)

@@ -1,0 +1,142 @@
+"""``streamd eval``: the command line of :mod:`streamd.evaluation` (recognition, or keyword mode with
+``--keywords``); reports as text or JSON, optional reliability and DET plots."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Sequence
+
+from streamd.engine_args import add_engine_args, engine_config_from_args, run_guarded
+from streamd.train.reliability import plot_reliability, require_matplotlib
+
+from .keywords import run_keywords
+from .kws import det_curves, plot_det
+from .options import EvalOptions
+from .recognition import run
+from .report import format_keyword_report, format_report, reliability_curves
+
+__all__ = ["build_parser", "main"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="streamd eval", description="Evaluate a model through the streaming engine: "
+                                 "WER, real-time factor, confidence quality (AUC, NCE), wake words (FRR, FA/h).")
+    ap.add_argument("--set", dest="sets", action="append", metavar="PATH.jsonl",
+                    help="evaluation set (JSON lines: audio, text[, voice, keyword]); repeatable "
+                         "(default: the package's sample recordings, a smoke test, not an evaluation)")
+    ap.add_argument("--model", help="checkpoint (default: the shipped model)")
+    add_engine_args(ap)
+    ap.add_argument("--device", help="auto, cpu, cuda or cuda:N")
+    ap.add_argument("--resample-to", type=int, metavar="RATE",
+                    help="downsample the audio to RATE Hz first and stream it at that rate (e.g. 8000)")
+    ap.add_argument("--batch-streams", type=int, default=16, metavar="N", help="concurrent streams (default 16)")
+    ap.add_argument("--rtf-single", action="store_true", help="also time the files one at a time (one stream)")
+    ap.add_argument("--limit", type=int, metavar="N", help="only the first N entries of each set")
+    ap.add_argument("--json", action="store_true", help="one JSON object with every figure")
+    ap.add_argument("--reliability-plot", metavar="PNG", help="write a reliability diagram of word confidence "
+                    "(raw and calibrated, every set) to PNG (needs matplotlib)")
+    ap.add_argument("--keywords", nargs="?", const="", metavar="LIST",
+                    help="keyword mode: evaluate runtime wake words instead of recognition: LIST of comma-separated "
+                         "phrases (without LIST: every 'keyword' of the sets); per keyword the miss rate on its "
+                         "positives and false alarms per hour on all negatives (keyword null) over an exact "
+                         "threshold sweep, and the miss rate at 1, 0.5 and 0.1 FA/h")
+    ap.add_argument("--thresholds", metavar="LO:HI:STEP", type=_threshold_grid,
+                    help="the threshold sweep (default 0.05:0.99:0.01), or a comma-separated list")
+    ap.add_argument("--det-plot", metavar="PNG", help="write a DET plot (miss rate against false alarms per hour, "
+                    "log axis; one curve per keyword, or per set of the built-in head) to PNG (needs matplotlib)")
+    return ap
+
+
+def _threshold_grid(text: str) -> tuple[float, ...]:
+    """``LO:HI:STEP`` (both ends included) or a comma-separated list of thresholds in (0, 1)."""
+    try:
+        if ":" in text:
+            lo, hi, step = (float(x) for x in text.split(":"))
+            if not step > 0 or hi < lo:
+                raise ValueError
+            n = int(round((hi - lo) / step))
+            out = tuple(round(lo + i * step, 6) for i in range(n + 1))
+        else:
+            out = tuple(float(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected LO:HI:STEP or a comma-separated list, got {text!r}") from None
+    if not out or any(not 0 < t < 1 for t in out):
+        raise argparse.ArgumentTypeError(f"thresholds must be in (0, 1), got {text!r}")
+    return tuple(sorted(set(out)))
+
+
+def _run_keywords(args: argparse.Namespace, model: str, options: EvalOptions) -> int:
+    if not args.sets:
+        raise ValueError("keyword mode needs --set: positive sets (keyword fields) and negative sets (keyword null)")
+    if args.wake_words is not None:
+        raise ValueError("keyword mode evaluates the --keywords list; --wake-words would not be used")
+    if args.reliability_plot:
+        raise ValueError("--reliability-plot is for recognition (word confidence), not keyword mode")
+    if args.det_plot:
+        require_matplotlib()
+    report = run_keywords(model, args.sets, engine_config_from_args(args), options, args.keywords or None)
+    if args.det_plot:
+        plot_det(args.det_plot, det_curves(report), report["negative_hours"],
+                 f"runtime wake words: {Path(model).name}, boost {report['wake_boost']:g}, "
+                 f"{report['negative_hours']:.2f} h of negatives")
+    print(json.dumps(report) if args.json else format_keyword_report(report))
+    for e in report["errors"]:
+        print(f"streamd eval: {e}", file=sys.stderr)
+    return 1 if report["errors"] else 0
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.model:
+        model = args.model
+    else:
+        from streamd.paths import default_model_path
+
+        model = str(default_model_path())
+        if not Path(model).is_file():
+            raise ValueError(f"no model given and no default model at {model}; pass --model PATH")
+    extra = {"thresholds": args.thresholds} if args.thresholds else {}
+    if args.keywords is not None:
+        return _run_keywords(args, model, EvalOptions(resample_to=args.resample_to, batch_streams=args.batch_streams,
+                                                      limit=args.limit, **extra))
+    if not args.sets:
+        from streamd.paths import default_samples
+
+        args.sets = [str(default_samples())]
+        print(f"streamd eval: no --set given: using the sample recordings {args.sets[0]} "
+              "(six TTS sentences: a smoke test, not an evaluation)", file=sys.stderr)
+    options = EvalOptions(resample_to=args.resample_to, batch_streams=args.batch_streams,
+                          rtf_single=args.rtf_single, limit=args.limit, **extra)
+    if args.reliability_plot or args.det_plot:
+        require_matplotlib()
+    report = run(model, args.sets, engine_config_from_args(args), options)
+    if args.reliability_plot:
+        plot_reliability(args.reliability_plot, reliability_curves(report),
+                         f"word confidence: {Path(model).name}, {report['method']}")
+    if args.det_plot:
+        curves = det_curves(report)
+        if not curves:
+            raise ValueError("--det-plot: no set has wake-word figures (keyword fields and a model KWS head)")
+        hours = min(r["kws"]["negative_seconds"] for r in report["sets"] if r.get("kws")) / 3600
+        if not hours > 0:
+            raise ValueError("--det-plot: a set with keyword fields has no negatives (keyword null)")
+        plot_det(args.det_plot, curves, hours, f"built-in wake word: {Path(model).name}")
+    if args.json:
+        print(json.dumps(report))
+    else:
+        print(format_report(report))
+    errors = [e for r in report["sets"] for e in r["errors"]]
+    for e in errors:
+        print(f"streamd eval: {e}", file=sys.stderr)
+    return 1 if errors else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return run_guarded("streamd eval", lambda: _run(args))
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
