@@ -13,10 +13,9 @@ RUN pip install "torch==${TORCH_VERSION}" --index-url https://download.pytorch.o
 WORKDIR /opt/streamd
 COPY pyproject.toml README.md ./
 COPY streamd ./streamd
-COPY clients/web ./web
 RUN pip install ".[server]" && rm -rf streamd build \
     && mkdir -p /etc/streamd \
-    && printf 'server:\n  host: 0.0.0.0\n  port: 8765\n  web_root: /opt/streamd/web\n' > /etc/streamd/streamd.yaml \
+    && printf 'server:\n  host: 0.0.0.0\n  port: 8765\n' > /etc/streamd/streamd.yaml \
     && useradd --system --uid 10001 --no-create-home streamd
 
 USER 10001

@@ -6,7 +6,7 @@
     python clients/mic_client.py --wav FILE      # play a file as if it were the microphone
 
 A thin command-line user of :mod:`streamd.client`: ``MicSource`` captures
-(``streamd.mic``: a sounddevice callback hands each block to the event loop
+(``streamd.capture``: a sounddevice callback hands each block to the event loop
 through a bounded queue, never blocking PortAudio's thread; dropped blocks are
 counted), ``Client.stream`` sends it as s16le after ``start`` / ``ready``, and
 the events are printed by ``streamd.mic.ConsoleRenderer`` (the same output as
@@ -34,11 +34,11 @@ import sys
 from pathlib import Path
 
 try:
-    from streamd import mic
+    from streamd import capture, mic
     from streamd.client import Client, ClientError, MicSource
 except ImportError:  # a checkout without streamd installed: the package is next to this folder
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-    from streamd import mic
+    from streamd import capture, mic
     from streamd.client import Client, ClientError, MicSource
 
 HINT = "; or play a file as the microphone with --wav FILE (input devices: --list-devices)"
@@ -64,7 +64,7 @@ async def run(args: argparse.Namespace) -> int:
                 render.event(ev)
                 if ev.get("type") == "error":
                     status = 1
-        except mic.MicError as e:
+        except capture.MicError as e:
             if stream.ready is None:  # the device could not be opened: exit status 2
                 raise
             render.close()  # the device went away: the stream was finished with what was sent
@@ -98,13 +98,13 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         if args.list_devices:
-            devices = mic.list_devices()
+            devices = capture.list_devices()
             if not devices:
-                raise mic.MicError(mic.NO_INPUT_DEVICE)
-            print(mic.format_devices(devices))
+                raise capture.MicError(capture.NO_INPUT_DEVICE)
+            print(capture.format_devices(devices))
             return 0
         return asyncio.run(run(args))
-    except mic.MicError as e:
+    except capture.MicError as e:
         print(f"mic_client: {e}{HINT}", file=sys.stderr)
         return 2
     except (OSError, ValueError) as e:  # e.g. an unreadable --wav file, a bad --rate

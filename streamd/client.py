@@ -28,7 +28,7 @@ Sources: a file path or :class:`FileSource` (WAV through :func:`streamd.audio.pc
 stdlib ``wave`` module, or soundfile when installed; sent at the file's own rate, the server resamples
 any rate 8-48 kHz), :class:`PcmSource` (raw ``s16le`` / ``f32le`` bytes, a binary file object, or an
 iterable or async iterable of byte chunks), :class:`MicSource` (the microphone through
-:mod:`streamd.mic`, sounddevice optional).  Anything with ``sample_rate``, ``format`` and an async
+:mod:`streamd.capture`, sounddevice optional).  Anything with ``sample_rate``, ``format`` and an async
 ``chunks()`` generator of PCM bytes (optionally ``open()`` and ``stop()``) is a source too.
 
 Stream options are the start message's fields (:data:`STREAM_OPTIONS`, from the server's
@@ -258,12 +258,12 @@ class FileSource(PcmSource):
 
 
 class MicSource:
-    """The microphone, through :class:`streamd.mic.MicCapture` (sounddevice and PortAudio, optional).
+    """The microphone, through :class:`streamd.capture.MicCapture` (sounddevice and PortAudio, optional).
 
     ``device``: a PortAudio index or name substring (None: the default input); a device that refuses
     ``sample_rate`` is opened at its own rate and resampled.  ``file``: play an audio file in real time
     as if it were the microphone (at the file's rate; no sound card needed).  Raises
-    :class:`streamd.mic.MicError` (saying what to install or plug in) when there is no usable device.
+    :class:`streamd.capture.MicError` (saying what to install or plug in) when there is no usable device.
     Stop it with :meth:`stop` (e.g. on Ctrl-C): the stream then ends with what was captured.
     ``dropped``: blocks lost because the connection could not keep up.
     """
@@ -272,11 +272,11 @@ class MicSource:
 
     def __init__(self, device: int | str | None = None, *, sample_rate: int = 16000, block_seconds: float = 0.1,
                  file: str | os.PathLike | None = None, queue_seconds: float = 5.0):
-        from . import mic
+        from . import capture
 
-        source = mic.WavSource(file, block_seconds=block_seconds) if file is not None else None
+        source = capture.WavSource(file, block_seconds=block_seconds) if file is not None else None
         rate = source.sample_rate if source is not None else sample_rate
-        self.capture = mic.MicCapture(device, sample_rate=rate, block_seconds=block_seconds, source=source,
+        self.capture = capture.MicCapture(device, sample_rate=rate, block_seconds=block_seconds, source=source,
                                       queue_seconds=queue_seconds)
 
     @property

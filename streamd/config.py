@@ -456,8 +456,8 @@ class ServerConfig:
 
     ``port`` 0 picks a free port (tests).  ``vosk_port`` None disables the
     second, Vosk-only listener; ``wyoming_port`` None disables the Wyoming
-    (Home Assistant) TCP listener.  ``web_root`` "" serves the repository's
-    ``clients/web`` folder at ``GET /``.  ``ping_interval`` / ``ping_timeout``
+    (Home Assistant) TCP listener.  ``web_root`` "" serves the page shipped in
+    the package (``streamd/server/web``) at ``GET /``.  ``ping_interval`` / ``ping_timeout``
     0 disable websocket keepalive.  ``warmup_seconds``: audio decoded once
     with every search method before ``ready`` (0 = none).  ``allowed_hosts``:
     the ``Host`` names (any port) the server answers to, ``*`` = any; empty =

@@ -5,7 +5,7 @@ in-process :class:`~streamd.engine.Recognizer` (:func:`streamd.feed.transcribe_c
 events with :class:`ConsoleRenderer`, which ``clients/mic_client.py`` shares for a daemon's events.
 
 The capture names (``MicCapture``, ``MicError``, the sources, ``list_devices``...) live in
-:mod:`streamd.capture`; they are importable from here too, for existing importers.
+:mod:`streamd.capture`.
 """
 
 from __future__ import annotations
@@ -16,19 +16,7 @@ import signal
 import sys
 from typing import Any, TextIO
 
-from .capture import (  # noqa: F401 - re-exported for existing importers (streamd.mic.MicCapture...)
-    NO_INPUT_DEVICE,
-    PORTAUDIO_MISSING,
-    SOUNDDEVICE_MISSING,
-    AudioSource,
-    DeviceSource,
-    MicCapture,
-    MicError,
-    ReplaySource,
-    WavSource,
-    format_devices,
-    list_devices,
-)
+from .capture import MicCapture, MicError
 from .feed import transcribe_capture
 
 __all__ = ["ConsoleRenderer", "run_console"]

@@ -478,13 +478,13 @@ def test_capture_has_no_console_output():
     assert not imported & {"sys", "shutil", "signal", "mic", "streamd.mic"}
 
 
-def test_console_app_keeps_the_capture_names():
-    """``streamd.mic`` (the console app) still offers the capture names its importers use: the same objects."""
+def test_console_app_does_not_reexport_capture():
+    """One home per name: the capture lives in ``streamd.capture`` only, the console app imports what it uses."""
     from streamd import mic
 
-    for name in ("MicCapture", "MicError", "ReplaySource", "WavSource", "DeviceSource", "AudioSource",
-                 "NO_INPUT_DEVICE", "list_devices", "format_devices"):
-        assert getattr(mic, name) is getattr(capture, name), name
+    assert mic.__all__ == ["ConsoleRenderer", "run_console"]
+    for name in ("ReplaySource", "WavSource", "DeviceSource", "list_devices", "format_devices", "NO_INPUT_DEVICE"):
+        assert not hasattr(mic, name), name
 
 
 # ---------------------------------------------------------------------------- into the engine

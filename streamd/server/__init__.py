@@ -1,21 +1,31 @@
-"""The streamd daemon: websocket server (v1 and Vosk protocols), HTTP probes, metrics, sd_notify.
+"""The streamd daemon: websocket server (v1 and Vosk protocols), Wyoming, HTTP probes, metrics, sd_notify.
 
-Modules:
+Modules, by purpose, from the bottom up (a module imports only those above it in this list):
 
-* :mod:`.protocol`  sans-I/O v1 protocol session, error/close codes, limits (token bucket), auth helpers;
-* :mod:`.vosk`      sans-I/O Vosk-compatible session (lock-step replies);
 * :mod:`.guard`     sans-I/O request checks before any stream (repeated headers, Host allow-list), log rate limit;
-* :mod:`.drain`     sans-I/O drain decisions under load (which streams the grace period can finish);
-* :mod:`.admission` sans-I/O admission by capacity and cost, fair share of bursts, per-client quotas;
+* :mod:`.auth`      sans-I/O tokens (``auth.tokens``, ``auth.token_file``), bearer token, Origin allow-list;
+* :mod:`.states`    session states as data: enums and their tables of allowed transitions;
+* :mod:`.protocol`  sans-I/O v1 protocol session, error/close codes, limits (token bucket, minimum rate);
+* :mod:`.vosk`      sans-I/O Vosk-compatible session (lock-step replies);
 * :mod:`.wyoming`   sans-I/O Wyoming session (Home Assistant: describe, transcribe, detect);
-* :mod:`.wyoming_io` its TCP transport on ``server.wyoming_port`` (the ``wyoming`` package's framing);
-* :mod:`.app`       asyncio I/O: listeners, HTTP routes, the batching task that owns the Recognizer, lifecycle;
+* :mod:`.admission` sans-I/O admission by capacity and cost, fair share of bursts, per-client quotas;
+* :mod:`.drain`     sans-I/O drain decisions under load (which streams the grace period can finish);
+* :mod:`.commands`  the typed engine commands transports submit (open, audio, samples, reset, finish, close);
+* :mod:`.runner`    the engine side: the runner that owns the Recognizer (one worker thread), the batching task;
+* :mod:`.outbox`    a client's bounded queue of outgoing messages;
+* :mod:`.conn`      websocket connections and the daemon's microphone stream (event loop);
+* :mod:`.wyoming_io` the Wyoming TCP transport on ``server.wyoming_port`` (the ``wyoming`` package's framing);
+* :mod:`.settings`  configuration resolution (file, environment, flags), TLS context, check-config checks;
+* :mod:`.static`    the browser page (package data ``streamd/server/web``) and static file lookup;
 * :mod:`.metrics`   Prometheus metrics (one registry per server);
-* :mod:`.notify`    systemd notify protocol.
+* :mod:`.notify`    systemd notify protocol;
+* :mod:`.exhaustion` out of file descriptors: counted, logged once per interval;
+* :mod:`.app`       the App: listeners, HTTP routes, routing of engine results, lifecycle;
+* :mod:`.serve`     the ``streamd serve`` / ``streamd check-config`` commands.
 
 This package imports nothing heavy at import time; :func:`add_subcommands`
 registers ``streamd serve`` and ``streamd check-config`` (the work happens in
-:mod:`.app`, imported when the command runs, so ``websockets`` stays an
+:mod:`.serve`, imported when the command runs, so ``websockets`` stays an
 optional dependency of the other commands).  docs/protocol.md is the wire
 reference.
 """
@@ -30,13 +40,13 @@ __all__ = ["add_subcommands"]
 
 
 def _serve(args: Any) -> int:
-    from .app import cmd_serve
+    from .serve import cmd_serve
 
     return cmd_serve(args)
 
 
 def _check_config(args: Any) -> int:
-    from .app import cmd_check_config
+    from .serve import cmd_check_config
 
     return cmd_check_config(args)
 

@@ -1,18 +1,31 @@
-"""asyncio I/O layer of ``streamd serve``: listeners, HTTP routes, the batching task, lifecycle.
+"""The daemon of ``streamd serve``: listeners, HTTP routes, the routing of engine results, lifecycle.
+
+The server package by purpose, from the bottom up (lower modules never import higher ones):
+
+* sans-I/O rules: :mod:`.protocol`, :mod:`.vosk`, :mod:`.wyoming` (sessions, their :mod:`.states`),
+  :mod:`.guard` (request checks), :mod:`.auth` (tokens, origins), :mod:`.admission`, :mod:`.drain`;
+* :mod:`.commands` (what transports ask of the engine) and :mod:`.runner` (the engine side: the
+  :class:`~.runner.EngineRunner` that owns the Recognizer in one worker thread, the
+  :class:`~.runner.Batcher` task that feeds it);
+* the transports: :mod:`.conn` (websocket connections, the microphone), :mod:`.wyoming_io`, with
+  :mod:`.outbox`;
+* :mod:`.settings` (configuration, TLS), :mod:`.static` (the browser page), :mod:`.metrics`,
+  :mod:`.notify`, :mod:`.exhaustion`;
+* this module: the :class:`App` that ties them together; :mod:`.serve`: the commands.
 
 Threads and tasks
 -----------------
 * The event loop runs the websockets server (``websockets.asyncio.server``),
   one handler task per connection, and one sender task per connection that
-  drains its bounded :class:`Outbox`.  It never calls the model.
-* ONE batching task (:class:`Batcher`) owns the Recognizer.  Connections
-  append :class:`Command` s (open / audio / samples / reset / finish / close)
-  to its queue; whenever there is work it runs :meth:`EngineRunner.cycle` in a
+  drains its bounded :class:`~.outbox.Outbox`.  It never calls the model.
+* ONE batching task (:class:`~.runner.Batcher`) owns the Recognizer.  Connections
+  submit typed :mod:`.commands` (open / audio / samples / reset / finish / close)
+  to its queue; whenever there is work it runs :meth:`~.runner.EngineRunner.cycle` in a
   single worker thread (``run_in_executor`` on a one-thread executor): apply
   every queued command in order, then ``step()`` while chunks are ready (at
   most ``max_steps_per_cycle``).  Commands arriving meanwhile wait for the
   next cycle, which is what batches streams together under load.
-* Back on the loop, the cycle's results are routed: stream creations
+* Back on the loop, the cycle's results are routed (:meth:`App._route`): stream creations
   (``ready``), then engine events (partial, final, wake, error, done), then
   acknowledgements of applied frames (Vosk lock-step replies).  Routing only
   appends to outboxes: a slow client never stalls the others; its partials
@@ -31,477 +44,50 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import errno
 import functools
-import hashlib
 import itertools
 import json
 import logging
 import math
-import mimetypes
-import os
 import secrets
-import ssl
 import time
-from collections import deque
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
-from urllib.parse import unquote
+from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-import numpy as np
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
-from ..config import AppConfig, AuthConfig, ConfigError, TlsConfig, load_yaml
-from ..events import Done, Error, Event, Partial, WakeWord
-from .commands import Command
-from .metrics import CONTENT_TYPE, Metrics
-from .outbox import Outbox
-from .admission import Admission, CapacityModel, Candidate, Refusal, fair_pick, stream_cost
+from ..config import AppConfig, ConfigError
+from ..events import Done, Error, Partial, WakeWord
+from .admission import Admission, Refusal, stream_cost
+from .auth import RequestInfo, authorize, check_wyoming_auth, load_tokens
+from .commands import CloseStream, Command, OpenStream
+from .conn import Conn, MicStream, discard, run_mic
 from .drain import ThroughputWindow, drain_plan
-from .guard import BadRequest, HostRule, RateLimitedLog, check_request, single_header
+from .exhaustion import ACCEPT_ERROR_LOG_SECONDS, RESOURCE_ERRNOS, ResourceErrors
+from .guard import BadRequest, HostRule, RateLimitedLog, check_request
+from .metrics import CONTENT_TYPE, Metrics
 from .notify import Notifier, watchdog_interval
-from .protocol import (CLOSE_CODES, SAMPLE_WIDTH, Action, Audio, Close, Finish, Open, Reset, Send, V1Session,
-                       bearer_token, origin_ok, public_model_info, token_ok)
+from .protocol import CLOSE_CODES, V1Session, public_model_info
+from .runner import Batcher, CycleResult, EngineRunner, RouteTarget, release_memory
+from .settings import check_app_config, make_ssl_context, resolve_config
+from .static import StaticFiles, content_type, default_web_root
 from .vosk import VoskSession
 
-__all__ = ["App", "CycleResult", "EngineRunner", "resolve_config", "load_tokens",
-           "make_ssl_context", "default_web_root", "cmd_serve", "cmd_check_config"]
+if TYPE_CHECKING:
+    from .wyoming_io import WyomingServer
+
+# the App and what other code and tests import from here (their homes are the modules above)
+__all__ = ["App", "CycleResult", "EngineRunner", "Conn", "MicStream", "resolve_config", "load_tokens",
+           "make_ssl_context", "check_app_config", "default_web_root", "release_memory",
+           "RESOURCE_ERRNOS", "ACCEPT_ERROR_LOG_SECONDS"]
 
 log = logging.getLogger("streamd.server")
 
 V1_PATH, VOSK_PATH, EVENTS_PATH = "/v1/stream", "/vosk", "/v1/events"
 PROBE_PATHS = ("/healthz", "/readyz")  # answered whatever the Host (load balancers probe by any name)
-# OSError numbers of resource exhaustion (out of file descriptors / buffers / memory): logged at most
-# once per ACCEPT_ERROR_LOG_SECONDS with a count, never as one traceback per failed accept()
-RESOURCE_ERRNOS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
-ACCEPT_ERROR_LOG_SECONDS = 10.0
-ON_TIME_CHUNKS = 2.0  # a stream with at most this many chunks of audio undecoded is on time (admission.fair_pick)
-FBANK_LOOKAHEAD_S = 0.015  # a partial ending at t needed the audio up to t + 15 ms (25 ms window, 10 ms hop)
-
-
-def release_memory() -> None:
-    """Return the allocator's free memory to the OS (glibc ``malloc_trim``; a no-op elsewhere).  Called in
-    the engine thread when the last stream has ended, so that RSS goes back down after a load."""
-    global _malloc_trim
-    if _malloc_trim is None:
-        try:
-            import ctypes
-
-            _malloc_trim = ctypes.CDLL("libc.so.6").malloc_trim
-        except (OSError, AttributeError):
-            _malloc_trim = False
-    if _malloc_trim:
-        _malloc_trim(0)
-
-
-_malloc_trim: Any = None
-
-
-def default_web_root() -> Path:
-    """``clients/web`` of the repository this package lives in."""
-    return Path(__file__).resolve().parents[2] / "clients" / "web"
-
-
-# =========================================================================== engine side (worker thread)
-
-
-@dataclass
-class CycleResult:
-    """What one cycle produced, keyed by connection key."""
-
-    opened: list[tuple[int, str | None]] = field(default_factory=list)  # key, error message or None
-    events: list[tuple[int, Event]] = field(default_factory=list)
-    acks: dict[int, int] = field(default_factory=dict)
-    steps: list[tuple[int, float, float]] = field(default_factory=list)  # batch size, seconds, audio seconds
-    step_costs: list[float] = field(default_factory=list)  # cost units of each step's batch (admission)
-    audio_seconds: float = 0.0  # accepted this cycle
-    pending: bool = False  # the engine still has ready chunks
-
-
-class EngineRunner:
-    """Owns the Recognizer; :meth:`cycle` is only ever called from the single worker thread.
-
-    ``max_backlog``: seconds of received audio a stream may have waiting (``limits.max_backlog_seconds``;
-    0 = no bound): audio beyond it ends the stream with ``backlog_exceeded``.  ``budget``: cost units one
-    step may take (set by the event loop from the capacity model; None = no limit): when the ready streams
-    cost more, :func:`.admission.fair_pick` chooses the step's streams."""
-
-    def __init__(self, rec: Any, max_steps: int = 4, max_backlog: float = 0.0):
-        self.rec = rec
-        self.max_steps = max_steps
-        self.max_backlog = max_backlog
-        self.budget: float | None = None
-        self.model_info = rec.model_info
-        self.chunk_seconds = float(self.model_info["chunk_seconds"])
-        self._sid: dict[int, int] = {}  # key -> engine stream id
-        self._key: dict[int, int] = {}  # engine stream id -> key
-        self._cost: dict[int, float] = {}  # engine stream id -> cost units
-        self._client: dict[int, str] = {}  # engine stream id -> client (fair share)
-        self._opened = itertools.count()
-        self._seq: dict[int, int] = {}  # engine stream id -> open order
-
-    def calibrate(self, large: int = 16, reps: int = 3) -> CapacityModel:
-        """Time greedy steps of 1 and ``large`` throwaway streams (quiet noise; median of ``reps`` each) and
-        build the capacity model from them.  Only on an idle recognizer (before any client stream)."""
-        rec = self.rec
-        rng = np.random.default_rng(0)
-        chunk = int(round(self.chunk_seconds * 16000))
-        timings = []
-        for n in (1, large):
-            ids = [rec.create_stream(method="greedy", partials=True) for _ in range(n)]
-            try:
-                times = []
-                for r in range(reps + 1):  # the first step (a fresh batch) is not timed
-                    for sid in ids:
-                        rec.accept_audio(sid, (0.01 * rng.standard_normal(chunk + (400 if r == 0 else 0)))
-                                         .astype(np.float32))
-                    t0 = time.perf_counter()
-                    rec.step()
-                    if r:
-                        times.append(time.perf_counter() - t0)
-            finally:
-                for sid in ids:
-                    if rec.has_stream(sid):
-                        rec.close(sid)
-            timings.append((float(n), sorted(times)[len(times) // 2]))
-        return CapacityModel.from_timings(self.chunk_seconds, timings[0], timings[1])
-
-    def _pick(self) -> list[int] | None:
-        """The streams of the next step under the budget (None: every ready stream)."""
-        budget = self.budget
-        if budget is None:
-            return None
-        rec = self.rec
-        ready = rec.ready_streams()
-        if len(ready) < 2:
-            return None
-        cands = [Candidate(sid, self._client.get(sid, f"stream {sid}"), self._cost.get(sid, 1.0), rec.backlog(sid),
-                           self._seq.get(sid, 0)) for sid in ready]
-        only = fair_pick(cands, budget, rec.config.max_batch, ON_TIME_CHUNKS * self.chunk_seconds)
-        return None if only is not None and len(only) == len(ready) else only
-
-    def cycle(self, cmds: list[Command]) -> CycleResult:
-        res = CycleResult()
-        for c in cmds:
-            try:
-                self._apply(c, res)
-            except Exception as e:  # noqa: BLE001 - a bug must not take other streams down
-                log.exception("engine command %s for stream key %d failed", c.op, c.key)
-                self._drop(c.key, close=True)
-                res.events.append((c.key, Error(-1, "internal", f"{c.op} failed: {type(e).__name__}: {e}")))
-            if c.ack:
-                res.acks[c.key] = res.acks.get(c.key, 0) + 1
-        rec = self.rec
-        for _ in range(self.max_steps):
-            if not rec.pending():
-                break
-            only = self._pick()
-            ready = rec.ready_streams() if only is None else only
-            batch = min(len(ready), rec.config.max_batch)
-            cost = sum(self._cost.get(sid, 1.0) for sid in ready[:batch])
-            t0 = time.perf_counter()
-            try:
-                evs = rec.step() if only is None else rec.step(only)
-            except Exception as e:  # noqa: BLE001 - the engine isolates streams itself; guard against bugs
-                log.exception("engine step failed")
-                for sid in ready:
-                    key = self._key.get(sid)
-                    if key is not None:
-                        self._drop(key, close=True)
-                        res.events.append((key, Error(sid, "internal", f"decoding failed: {type(e).__name__}: {e}")))
-                break
-            res.steps.append((batch, time.perf_counter() - t0, batch * self.chunk_seconds))
-            res.step_costs.append(cost)
-            self._emit(evs, res)
-            if only is not None:  # behind: let the queued commands (a real-time stream's audio) in before more
-                break
-        res.pending = rec.pending()
-        return res
-
-    def _apply(self, c: Command, res: CycleResult) -> None:
-        rec = self.rec
-        if c.op == "open":
-            try:
-                sid = rec.create_stream(**c.arg)
-            except ValueError as e:
-                res.opened.append((c.key, str(e)))
-                return
-            self._sid[c.key], self._key[sid] = sid, c.key
-            opts = rec.stream_options(sid)
-            self._cost[sid] = stream_cost(opts.method, opts.beam)
-            self._client[sid] = c.client if c.client is not None else f"stream {c.key}"
-            self._seq[sid] = next(self._opened)
-            res.opened.append((c.key, None))
-            return
-        sid = self._sid.get(c.key)
-        if sid is None or not rec.has_stream(sid):
-            self._drop(c.key)
-            return  # stream already ended (error, done, closed): nothing to do
-        if c.op == "audio":
-            data, fmt = c.arg
-            evs = rec.accept_pcm(sid, data, fmt)
-            if not evs:
-                res.audio_seconds += len(data) / SAMPLE_WIDTH[fmt] / rec.stream_options(sid).sample_rate
-            self._emit(evs or self._bound(c.key, sid), res)
-        elif c.op == "samples":
-            evs = rec.accept_audio(sid, c.arg)
-            if not evs:
-                res.audio_seconds += c.arg.size / rec.stream_options(sid).sample_rate
-            self._emit(evs or self._bound(c.key, sid), res)
-        elif c.op == "reset":
-            rec.reset(sid)
-        elif c.op == "finish":
-            rec.finish(sid)
-        elif c.op == "close":
-            self._drop(c.key, close=True)
-        else:
-            raise ValueError(f"unknown command {c.op!r}")
-
-    def _bound(self, key: int, sid: int) -> list[Event]:
-        """``limits.max_backlog_seconds``: the stream's end (an Error) once its undecoded audio exceeds it."""
-        backlog = self.rec.backlog(sid)
-        if not self.max_backlog or backlog <= self.max_backlog:
-            return []
-        self.rec.close(sid)
-        return [Error(sid, "backlog_exceeded",
-                      f"{backlog:.1f} s of this stream's audio wait to be decoded, more than the "
-                      f"{self.max_backlog:g} s the server holds (limits.max_backlog_seconds): the server is "
-                      f"overloaded or the audio comes faster than it can be decoded; reconnect later or send "
-                      f"at real time", fatal=True)]
-
-    def _drop(self, key: int, close: bool = False) -> None:
-        sid = self._sid.pop(key, None)
-        if sid is not None:
-            self._key.pop(sid, None)
-            self._cost.pop(sid, None)
-            self._client.pop(sid, None)
-            self._seq.pop(sid, None)
-            if close and self.rec.has_stream(sid):
-                self.rec.close(sid)
-
-    def _emit(self, evs: list[Event], res: CycleResult) -> None:
-        for ev in evs:
-            key = self._key.get(ev.stream)
-            if key is None:
-                continue
-            res.events.append((key, ev))
-            if isinstance(ev, Done) or (isinstance(ev, Error) and ev.fatal):
-                self._drop(key)  # the engine has closed that stream
-
-
-class Batcher:
-    """The one task that feeds the engine: command queue in, routed results out."""
-
-    def __init__(self, runner: EngineRunner, executor: ThreadPoolExecutor, route: Callable[[CycleResult], None]):
-        self.runner = runner
-        self.executor = executor
-        self.route = route
-        self._queue: list[Command] = []
-        self._wake = asyncio.Event()
-        self.cycle_started: float | None = None  # monotonic start of the cycle in flight (watchdog)
-        self.cycles = 0
-        # (now, cost units, seconds from the cycle's start to its results routed, steps): the admission's
-        # capacity model learns the engine's and the event loop's time per stream from it
-        self.observe: Callable[[float, float, float, int], None] | None = None
-
-    def submit(self, cmd: Command) -> None:
-        self._queue.append(cmd)
-        self._wake.set()
-
-    def stalled(self, limit: float) -> bool:
-        t = self.cycle_started
-        return t is not None and time.monotonic() - t > limit
-
-    async def run(self) -> None:
-        loop = asyncio.get_running_loop()
-        pending = False
-        while True:
-            if not self._queue and not pending:
-                self._wake.clear()
-                await self._wake.wait()
-            cmds, self._queue = self._queue, []
-            self.cycle_started = started = time.monotonic()
-            try:
-                res = await loop.run_in_executor(self.executor, self.runner.cycle, cmds)
-            except Exception as e:  # noqa: BLE001 - a bug in the cycle itself: fail its streams, keep serving
-                log.exception("engine cycle failed")
-                res = CycleResult(events=[(k, Error(-1, "internal", f"engine cycle failed: {type(e).__name__}: {e}"))
-                                          for k in dict.fromkeys(c.key for c in cmds)])
-            self.cycle_started = None
-            self.cycles += 1
-            pending = res.pending
-            try:
-                self.route(res)
-            except Exception:  # noqa: BLE001 - routing bugs must not stop the engine task
-                log.exception("routing engine results failed")
-            if self.observe is not None and res.step_costs:
-                now = time.monotonic()
-                self.observe(now, sum(res.step_costs), now - started, len(res.step_costs))
-
-
-# =========================================================================== connection side (event loop)
-
-
-def _stream_class(target: Any) -> str:
-    """``stream_class`` label of a route target: v1, vosk, mic or wyoming."""
-    if isinstance(target, MicStream):
-        return "mic"
-    if getattr(target, "stream_class", None):
-        return target.stream_class  # e.g. wyoming_io.WyomingConn
-    return "vosk" if isinstance(target.proto, VoskSession) else "v1"
-
-
-class Conn:
-    """One websocket client: protocol session, outbox, sender task, engine key."""
-
-    def __init__(self, app: "App", ws: ServerConnection, key: int, proto: V1Session | VoskSession | None):
-        self.app = app
-        self.ws = ws
-        self.key = key
-        self.proto = proto
-        self.outbox = Outbox(app.config.limits.outbox_messages)
-        self.sender: asyncio.Task | None = None
-        self.aborted = False
-        self.decoded = 0.0  # stream seconds decoded so far (the latest partial's / final's end)
-        info = getattr(ws, "streamd", None)
-        self.client: str = info.client if info is not None else ""  # admission: quotas, fair share
-        self.token: str | None = info.token if info is not None else None
-        self.arrivals: deque[tuple[float, float]] = deque()  # (audio seconds so far, arrival): partial lag
-
-    def start(self) -> None:
-        self.sender = asyncio.get_running_loop().create_task(self._send_loop())
-
-    async def _send_loop(self) -> None:
-        try:
-            while True:
-                item = await self.outbox.get()
-                if isinstance(item, Close):
-                    await self.ws.close(item.code, item.reason)
-                    return
-                await self.ws.send(item)
-        except ConnectionClosed:
-            return
-
-    def send(self, message: dict, droppable: bool = False, when_behind: bool = False, last: bool = False) -> None:
-        if message.get("type") == "error":
-            self.app.metrics.errors.labels(message.get("code", "?")).inc()
-        before = self.outbox.dropped
-        if not self.outbox.put(json.dumps(message), droppable, when_behind, force=last):
-            self.abort("slow_consumer", f"client is not reading: {self.outbox.capacity} messages queued")
-        self.app.metrics.dropped_partials.inc(self.outbox.dropped - before)
-
-    def abort(self, code: str, message: str) -> None:
-        """Disconnect at once (slow consumer): the sender may be stuck writing to this client."""
-        if self.aborted:
-            return
-        self.aborted = True
-        log.warning("closing connection %s: %s", self.key, message)
-        self.app.metrics.errors.labels(code).inc()
-        if self.proto is not None:
-            self.proto.fail(code, message)  # marks the session closed
-        self.app.submit(Command("close", self.key))
-        if self.sender is not None:
-            self.sender.cancel()
-        asyncio.get_running_loop().create_task(self.ws.close(CLOSE_CODES[code], code))
-
-    def perform(self, actions: list[Action]) -> None:
-        """Execute a protocol session's actions, in order."""
-        for a in actions:
-            if self.aborted:
-                return
-            if isinstance(a, Send):
-                self.send(a.message, a.droppable, a.when_behind, a.last)
-            elif isinstance(a, Audio):
-                self.app.submit(Command("audio", self.key, (a.data, a.fmt), ack=a.ack))
-                now = time.monotonic()
-                self.app.admission.note_audio(self.key, self.proto.audio_seconds, now)
-                self.arrivals.append((self.proto.audio_seconds, now))
-            elif isinstance(a, Open):
-                refusal = self.app.admit(self.key, a.options, self.client, self.token)
-                if refusal is not None:  # at capacity, or this client's quota: the session ends here
-                    self.perform(self.proto.fail(refusal.code, refusal.message, {"retry_after": refusal.retry_after}))
-                    return
-                self.app.submit(Command("open", self.key, a.options, client=self.client))
-            elif isinstance(a, Reset):
-                self.app.submit(Command("reset", self.key))
-            elif isinstance(a, Finish):
-                self.app.submit(Command("finish", self.key))
-            elif isinstance(a, Close):
-                self.outbox.close(a.code, a.reason)
-                self.app.submit(Command("close", self.key))
-
-    # route targets for engine results
-    def on_opened(self, error: str | None) -> None:
-        self.perform(self.proto.opened(error))
-
-    def on_event(self, ev: Event) -> None:
-        end = getattr(ev, "end", None)  # partial / final / wake: decoded at least this far
-        if isinstance(end, float) and end > self.decoded:
-            self.decoded = end
-        if isinstance(ev, Partial):  # its lag: from the arrival of the audio that completed its chunk
-            need = ev.end + FBANK_LOOKAHEAD_S
-            while self.arrivals and self.arrivals[0][0] < need - 1e-9:
-                self.arrivals.popleft()
-            if self.arrivals:
-                now = time.monotonic()
-                self.app.admission.note_lag(self.key, now - self.arrivals[0][1], now)
-        self.perform(self.proto.event(ev))
-
-    def on_applied(self, n: int) -> None:
-        if isinstance(self.proto, VoskSession):
-            self.perform(self.proto.applied(n))
-
-
-class MicStream:
-    """The daemon's microphone stream: its events go to every ``/v1/events`` subscriber."""
-
-    def __init__(self, app: "App", key: int):
-        self.app = app
-        self.key = key
-        self.done = asyncio.Event()
-
-    def on_opened(self, error: str | None) -> None:
-        if error is not None:
-            self.app.broadcast({"type": "error", "code": "mic_error", "message": f"microphone stream: {error}"})
-            self._end()
-
-    def on_event(self, ev: Event) -> None:
-        msg = ev.to_wire()
-        self.app.broadcast(msg, droppable=msg["type"] == "partial")
-        if isinstance(ev, Done) or (isinstance(ev, Error) and ev.fatal):
-            self._end()
-
-    def _end(self) -> None:
-        self.done.set()
-        self.app.mics.pop(self.key, None)
-        self.app._update_gauge()
-
-    def on_applied(self, n: int) -> None:
-        pass
-
-
-async def _discard(ws: ServerConnection) -> None:
-    """Read and drop messages until the connection is closed."""
-    try:
-        while True:
-            await ws.recv()
-    except ConnectionClosed:
-        return
-
-
-# =========================================================================== the application
-
-
-@dataclass
-class _ReqInfo:
-    route: str  # v1 | vosk | events
-    authorized: bool
-    client: str = ""  # the peer's address (per-client quota, fair share)
-    token: str | None = None  # an id of the bearer token used (per-token quota), never the token itself
 
 
 class App:
@@ -512,7 +98,7 @@ class App:
     worker thread after the listeners are up, and ``server.warmup_seconds`` of
     audio go through it once (``/readyz`` answers 503 and new streams get
     ``loading`` meanwhile).  ``mic_factory(config.mic)`` builds
-    the capture (:class:`streamd.mic.MicCapture`: ``start()``, ``sample_rate``,
+    the capture (:class:`streamd.capture.MicCapture`: ``start()``, ``sample_rate``,
     ``async blocks()`` of float32 mono samples) when ``config.mic.enabled``.
     ``tokens`` default to ``auth.tokens`` plus ``auth.token_file``.
 
@@ -531,7 +117,9 @@ class App:
         self.notifier = notifier or Notifier(None)
         self.tokens = load_tokens(config.auth) if tokens is None else tuple(tokens)
         self.metrics = Metrics()
+        # the browser page: the package's own (importlib.resources), or server.web_root
         self.web_root = Path(config.server.web_root) if config.server.web_root else default_web_root()
+        self.static = StaticFiles(self.web_root)
         self.executor = ThreadPoolExecutor(1, thread_name_prefix="streamd-engine")
         self.loading = True
         self.draining = False
@@ -547,28 +135,37 @@ class App:
         self.servers: list[Server] = []
         self.port: int | None = None
         self.vosk_port: int | None = None
-        self.wyoming: Any = None  # wyoming_io.WyomingServer on server.wyoming_port (imported when enabled)
+        self.wyoming: WyomingServer | None = None  # on server.wyoming_port (wyoming_io imported when enabled)
         self.wyoming_port: int | None = None
         self.hosts = HostRule.for_server(config.server.host, config.server.allowed_hosts)
         self.throughput = ThroughputWindow()  # recent decoding speed: what a drain can still finish
         self.admission = Admission(config.limits)  # quotas now; the capacity model after the calibration (start)
         self._had_streams = False
-        self._resource_log = RateLimitedLog(ACCEPT_ERROR_LOG_SECONDS)
-        self._loop_handler: tuple[Any, Any] | None = None  # (loop, the exception handler before ours)
+        self.resource_errors = ResourceErrors(self.metrics, ACCEPT_ERROR_LOG_SECONDS)
 
     # ------------------------------------------------------------------ plumbing
 
+    @property
+    def _resource_log(self) -> RateLimitedLog:
+        return self.resource_errors.log
+
     def submit(self, cmd: Command) -> None:
-        if cmd.op == "open":
+        """Queue an engine command (the admission counts every stream from its open to its close)."""
+        if isinstance(cmd, OpenStream):
             load = self.admission.streams.get(cmd.key)
             if load is None:  # a stream no admission rule saw (microphone, Wyoming): counted all the same
-                self.admission.reserve(cmd.key, time.monotonic(), self._cost_of(cmd.arg), "local", force=True)
+                self.admission.reserve(cmd.key, time.monotonic(), self._cost_of(cmd.options), "local", force=True)
             if cmd.client is None:
-                cmd.client = load.client if load is not None else "local"
-        elif cmd.op == "close":
+                cmd = dataclasses.replace(cmd, client=load.client if load is not None else "local")
+        elif isinstance(cmd, CloseStream):
             self.admission.release(cmd.key)
         if self.batcher is not None:
             self.batcher.submit(cmd)
+
+    @property
+    def default_method(self) -> str:
+        """The search a stream gets when it names none: the loaded engine's (greedy before it is loaded)."""
+        return self.rec.config.decoding.method if self.rec is not None else "greedy"
 
     def _cost_of(self, options: Mapping[str, Any] | None) -> float:
         """Cost units of a stream with these options (the engine's defaults for what they leave out)."""
@@ -591,8 +188,8 @@ class App:
         r = self.admission.check(time.monotonic(), self._cost_of(None))
         return None if r is None else (r.code, r.message)
 
-    def _targets(self) -> dict[int, Any]:
-        t: dict[int, Any] = dict(self.conns)
+    def _targets(self) -> dict[int, RouteTarget]:
+        t: dict[int, RouteTarget] = dict(self.conns)
         t.update(self.mics)
         if self.wyoming is not None:
             t.update(self.wyoming.streams)
@@ -612,7 +209,7 @@ class App:
             if isinstance(ev, WakeWord):
                 self.metrics.wake_events.labels(ev.keyword).inc()
             elif isinstance(ev, Partial) and key in targets:
-                self.metrics.backlog.labels(_stream_class(targets[key])).observe(ev.backlog)
+                self.metrics.backlog.labels(targets[key].stream_class).observe(ev.backlog)
             if key in targets:
                 targets[key].on_event(ev)
         for key, n in res.acks.items():
@@ -633,7 +230,8 @@ class App:
         for sub in list(self.subscribers):
             sub.send(message, droppable)
 
-    def _update_gauge(self) -> None:
+    def streams_changed(self) -> None:
+        """A stream started or ended: the gauge, and the memory given back once the last one is over."""
         n = self.stream_count() + len(self.mics)
         self.metrics.active_streams.set(n)
         if n == 0 and self._had_streams and self.batcher is not None:
@@ -671,15 +269,9 @@ class App:
         if request.method != "GET":
             raise BadRequest(405, "method_not_allowed", f"{request.method} cannot open a websocket (GET)",
                              allow="GET")
-        origin = single_header(request.headers, "Origin")
-        if not origin_ok(origin, single_header(request.headers, "Host"), self.config.auth.allowed_origins):
-            raise BadRequest(403, "origin_not_allowed", f"origin {origin[:100]!r} is not allowed (auth.allowed_origins)")
-        given = bearer_token(request.headers, request.path)
-        authorized = token_ok(given, self.tokens)
         peer = conn.remote_address
-        token_id = hashlib.sha256(given.encode()).hexdigest()[:16] if authorized and self.tokens and given else None
-        conn.streamd = _ReqInfo(route, authorized, str(peer[0]) if peer else "",  # type: ignore[attr-defined]
-                                token_id)
+        conn.streamd = authorize(route, request.path, request.headers,  # type: ignore[attr-defined]
+                                 str(peer[0]) if peer else "", self.tokens, self.config.auth.allowed_origins)
         return None
 
     def _bad_request(self, conn: ServerConnection, request: Request, e: BadRequest) -> Response:
@@ -728,18 +320,15 @@ class App:
             return conn.respond(200, "ready\n")
         if path == "/metrics":
             return self._respond(conn, 200, self.metrics.render(), CONTENT_TYPE)
-        file = self._static_file(path)
+        file = self.static.find(path)
         if file is None:
             return conn.respond(404, f"not found: {path}\n")
         try:
             body = await asyncio.to_thread(file.read_bytes)
         except OSError as e:  # e.g. out of file descriptors: an answer, not a traceback
-            self._resource_error("reading a static file", e)
+            self.resource_errors.report("reading a static file", e)
             return conn.respond(503, f"cannot read {path}: {e.strerror or e}\n")
-        ctype = mimetypes.guess_type(file.name)[0] or "application/octet-stream"
-        if ctype.startswith("text/") or ctype in ("application/javascript", "application/json"):
-            ctype += "; charset=utf-8"
-        return self._respond(conn, 200, body, ctype)
+        return self._respond(conn, 200, body, content_type(file.name))
 
     async def _vosk_http(self, conn: ServerConnection, request: Request) -> Response | None:
         """process_request of the Vosk port: every path is the Vosk protocol (after the header checks)."""
@@ -749,24 +338,9 @@ class App:
         except BadRequest as e:
             return self._bad_request(conn, request, e)
 
-    def _static_file(self, path: str) -> Path | None:
-        root = self.web_root.resolve()
-        if not root.is_dir():
-            return None
-        rel = unquote(path).lstrip("/") or "index.html"
-        try:
-            p = (root / rel).resolve()
-            if p != root and root not in p.parents:
-                return None  # path traversal
-            if p.is_dir():
-                p = p / "index.html"
-            return p if p.is_file() else None
-        except (OSError, ValueError):  # e.g. an encoded NUL byte
-            return None
-
     # ------------------------------------------------------------------ websocket handlers
 
-    def _refusal(self, info: _ReqInfo, count: int) -> tuple[str, str] | tuple[str, str, dict] | None:
+    def _refusal(self, info: RequestInfo, count: int) -> tuple[str, str] | tuple[str, str, dict] | None:
         if not info.authorized:
             return ("unauthorized", "missing or invalid token: send 'Authorization: Bearer TOKEN' or ?token=TOKEN")
         if self.draining:
@@ -791,7 +365,7 @@ class App:
             pass
 
     async def _handler(self, ws: ServerConnection) -> None:
-        info: _ReqInfo = getattr(ws, "streamd", _ReqInfo("vosk", False))
+        info: RequestInfo = getattr(ws, "streamd", RequestInfo("vosk", False))
         self.metrics.connections.labels(info.route).inc()
         if info.route == "events":
             await self._serve_events(ws, info)
@@ -800,7 +374,7 @@ class App:
         if refusal:
             await self._refuse(ws, *refusal)
             return
-        key = next(self._keys)
+        key = self.new_key()
         if info.route == "v1":
             dec = self.rec.config.decoding
             proto: V1Session | VoskSession = V1Session(secrets.token_hex(8), self.config.limits, self.model_info,
@@ -810,50 +384,25 @@ class App:
         conn = Conn(self, ws, key, proto)
         self.conns[key] = conn
         done = self.conn_done[key] = asyncio.Event()
-        self._update_gauge()
+        self.streams_changed()
         conn.start()
         try:
-            if await self._read_loop(conn):
+            if await conn.read_loop():
                 # input is over (eof, error, draining): keep reading and discarding, or a client that is
                 # still sending would block the closing handshake until close_timeout
-                rest = asyncio.ensure_future(_discard(ws))
+                rest = asyncio.ensure_future(discard(ws))
                 await asyncio.wait({conn.sender, rest}, return_when=asyncio.FIRST_COMPLETED)
                 rest.cancel()
         finally:
             if not conn.sender.done():
                 conn.sender.cancel()
-            self.submit(Command("close", key))
+            self.submit(CloseStream(key))
             del self.conns[key]
             self.conn_done.pop(key, None)
             done.set()
-            self._update_gauge()
+            self.streams_changed()
 
-    async def _read_loop(self, conn: Conn) -> bool:
-        """Feed client messages to the session until its input closes; False if the client went away.
-
-        Two timers, both decided by the session: ``idle_timeout`` after the last message
-        (``proto.timeout()``) and the session's own ``proto.deadline()`` (``proto.tick(now)``: the
-        minimum audio rate), whichever comes first."""
-        ws, proto = conn.ws, conn.proto
-        idle = self.config.limits.idle_timeout
-        last = time.monotonic()
-        conn.perform(proto.tick(last))  # starts the session's clock
-        while not proto.input_closed and not conn.aborted:
-            ends = [t for t in (last + idle if idle else None, proto.deadline()) if t is not None]
-            wait = max(0.0, min(ends) - time.monotonic()) if ends else None
-            try:
-                msg = await asyncio.wait_for(ws.recv(), wait)
-            except asyncio.TimeoutError:
-                now = time.monotonic()
-                conn.perform(proto.timeout() if idle and now >= last + idle else proto.tick(now))
-                continue
-            except ConnectionClosed:
-                return False
-            last = time.monotonic()
-            conn.perform(proto.receive(msg, last))
-        return True
-
-    async def _serve_events(self, ws: ServerConnection, info: _ReqInfo) -> None:
+    async def _serve_events(self, ws: ServerConnection, info: RequestInfo) -> None:
         refusal = self._refusal(info, len(self.subscribers))
         if refusal is None and not self.config.mic.enabled:
             refusal = ("no_mic", "no microphone stream: start the server with --mic (mic.enabled)")
@@ -873,55 +422,6 @@ class App:
             if not sub.sender.done():
                 sub.sender.cancel()
 
-    # ------------------------------------------------------------------ microphone
-
-    async def _run_mic(self) -> None:
-        """Capture -> one engine stream; after a capture error, retry as a new stream.
-
-        The wait starts at ``mic.retry_seconds`` and doubles after each try that delivered no audio, up to
-        ``mic.retry_max_seconds``; a try that delivered audio starts it over.  A failure is logged and
-        broadcast when its message is new; the same failure again is logged at debug level only (a daemon
-        waiting for a microphone to be plugged in does not fill the journal)."""
-        mcfg = self.config.mic
-        wait, last_error, tries = mcfg.retry_seconds, None, 0
-        while True:
-            key = None
-            ended = delivered = False
-            try:
-                capture = self.mic_factory(mcfg)
-                capture.start()  # the actual rate is known once started
-                key = next(self._keys)
-                self.mics[key] = MicStream(self, key)
-                self._update_gauge()
-                self.submit(Command("open", key, {"sample_rate": int(capture.sample_rate),
-                                                  "partials": mcfg.partials, "keywords": mcfg.keywords}))
-                async for block in capture.blocks():
-                    delivered = True
-                    self.submit(Command("samples", key, np.asarray(block, dtype=np.float32).reshape(-1)))
-                ended = True
-            except asyncio.CancelledError:
-                ended = True  # draining
-            except Exception as e:  # noqa: BLE001 - MicError (no device, device lost) or a broken source
-                message = f"microphone: {e}"
-                if delivered:
-                    wait, last_error, tries = mcfg.retry_seconds, None, 0
-                tries += 1
-                retry = f"; trying again in {wait:g} s" if mcfg.retry_seconds and not self.draining else ""
-                if message != last_error:
-                    log.error("%s%s", message, retry)
-                    self.broadcast({"type": "error", "code": "mic_error", "message": message})
-                else:
-                    log.debug("%s (%d tries)%s", message, tries, retry)
-                last_error = message
-                self.metrics.errors.labels("mic_error").inc()
-            finally:
-                if key is not None:
-                    self.submit(Command("finish", key))
-            if ended or not mcfg.retry_seconds or self.draining:
-                return
-            await asyncio.sleep(wait)
-            wait = min(wait * 2, max(mcfg.retry_max_seconds, mcfg.retry_seconds))
-
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
@@ -930,14 +430,12 @@ class App:
         s, lim = cfg.server, cfg.limits
         ssl_ctx = make_ssl_context(cfg.tls)
         if s.wyoming_port is not None:
-            from .wyoming_io import check_wyoming_auth
-
             check_wyoming_auth(s, self.tokens)  # before anything listens
         common = dict(max_size=max(2 * lim.max_message_bytes, 2 * lim.max_text_bytes),
                       open_timeout=lim.open_timeout or None, ping_interval=s.ping_interval or None,
                       ping_timeout=s.ping_timeout or None, close_timeout=s.close_timeout, compression=None,
                       ssl=ssl_ctx)
-        self._install_loop_handler()
+        self.resource_errors.install()
         main = await serve(self._handler, s.host, s.port, process_request=self._http, **common)
         self.servers.append(main)
         self.port = main.sockets[0].getsockname()[1]
@@ -995,7 +493,7 @@ class App:
         if cfg.mic.enabled:
             if self.mic_factory is None:
                 raise ConfigError("mic.enabled: no microphone capture available")
-            self._mic_task = loop.create_task(self._run_mic())
+            self._mic_task = loop.create_task(run_mic(self, self.mic_factory))
 
     async def _watch_loop_lag(self, interval: float = 0.1) -> None:
         """How late this event loop wakes up (its own saturation: reading and answering every client), for the
@@ -1087,55 +585,8 @@ class App:
         self._tasks.clear()
         await asyncio.get_running_loop().run_in_executor(None, self.executor.shutdown)
         self.notifier.close()
-        self._restore_loop_handler()
+        self.resource_errors.restore()
         log.info("stopped")
-
-    # ------------------------------------------------------------------ resource exhaustion
-
-    def _install_loop_handler(self) -> None:
-        """Route the loop's exception handler through :meth:`_loop_exception` (restored by :meth:`close`)."""
-        loop = asyncio.get_running_loop()
-        if self._loop_handler is None:
-            self._loop_handler = (loop, loop.get_exception_handler())
-            loop.set_exception_handler(self._loop_exception)
-
-    def _restore_loop_handler(self) -> None:
-        if self._loop_handler is not None:
-            loop, previous = self._loop_handler
-            self._loop_handler = None
-            if not loop.is_closed():
-                loop.set_exception_handler(previous)
-
-    def _loop_exception(self, loop: asyncio.AbstractEventLoop, context: dict) -> None:
-        """Out of file descriptors (``accept()`` failing on the listening socket, and the like): counted and
-        logged at most once per interval; everything else goes to the previous handler."""
-        exc = context.get("exception")
-        if isinstance(exc, OSError) and exc.errno in RESOURCE_ERRNOS:
-            self._resource_error(context.get("message") or "event loop", exc)
-            return
-        previous = self._loop_handler[1] if self._loop_handler else None
-        if previous is not None:
-            previous(loop, context)
-        else:
-            loop.default_exception_handler(context)
-
-    def _resource_error(self, what: str, exc: OSError) -> None:
-        if exc.errno not in RESOURCE_ERRNOS:
-            log.warning("%s: %s", what, exc)
-            return
-        self.metrics.errors.labels("resource_exhausted").inc()
-        if self._resource_log.hit():
-            log.error("%s: %s (out of file descriptors or memory: raise LimitNOFILE= / ulimit -n or lower "
-                      "limits.max_streams; further failures are counted, one line per %g s)",
-                      what, exc, self._resource_log.interval)
-            asyncio.get_running_loop().call_later(self._resource_log.interval, self._flush_resource_log)
-
-    def _flush_resource_log(self) -> None:
-        n = self._resource_log.flush()
-        if n:
-            log.error("%d more failures for lack of file descriptors or memory in the last %g s", n,
-                      self._resource_log.interval)
-            asyncio.get_running_loop().call_later(self._resource_log.interval, self._flush_resource_log)
 
     async def __aenter__(self) -> "App":
         try:
@@ -1157,170 +608,3 @@ class App:
             raise
         await stop.wait()
         await self.shutdown()
-
-
-# =========================================================================== configuration and commands
-
-
-def resolve_config(path: str | None, flags: Mapping[str, Any] | None = None,
-                   env: Mapping[str, str] | None = None) -> AppConfig:
-    """YAML file (or defaults), then environment (STREAMD_HOST/PORT/MODEL/DEVICE), then flags.
-
-    ``flags`` keys: host, port, model, device, vosk_port, wyoming_port, wake_words, hotwords, mic, mic_device
-    (None = not given).
-    Errors are ConfigError naming the key path, variable or flag.
-    """
-    env = os.environ if env is None else env
-    flags = dict(flags or {})
-    cfg = load_yaml(path, AppConfig) if path else AppConfig()
-    server, engine, mic = cfg.server, cfg.engine, cfg.mic
-
-    def put(obj, name, value, source):
-        try:
-            return dataclasses.replace(obj, **{name: value})
-        except (ConfigError, TypeError) as e:
-            raise ConfigError(f"{source}: {e}") from None
-
-    def env_int(name):
-        v = env.get(name)
-        if not v:
-            return None
-        try:
-            return int(v)
-        except ValueError:
-            raise ConfigError(f"{name}: expected an integer, got {v!r}") from None
-
-    for var, section, name, conv in (("STREAMD_HOST", "server", "host", str), ("STREAMD_PORT", "server", "port", None),
-                                     ("STREAMD_MODEL", "engine", "model", str),
-                                     ("STREAMD_DEVICE", "engine", "device", str)):
-        value = env_int(var) if conv is None else env.get(var) or None
-        if value is None:
-            continue
-        if section == "server":
-            server = put(server, name, value, var)
-        else:
-            engine = put(engine, name, value, var)
-    for flag, name in (("host", "host"), ("port", "port"), ("vosk_port", "vosk_port"),
-                       ("wyoming_port", "wyoming_port")):
-        if flags.get(flag) is not None:
-            server = put(server, name, flags[flag], "--" + flag.replace("_", "-"))
-    for flag in ("model", "device"):
-        if flags.get(flag) is not None:
-            engine = put(engine, flag, flags[flag], f"--{flag}")
-    if flags.get("wake_words") is not None:
-        engine = dataclasses.replace(engine, kws=put(engine.kws, "wake_words", flags["wake_words"], "--wake-words"))
-    if flags.get("hotwords") is not None:
-        engine = dataclasses.replace(engine, decoding=put(engine.decoding, "hotwords", flags["hotwords"], "--hotwords"))
-    if flags.get("mic"):
-        mic = put(mic, "enabled", True, "--mic")
-    if flags.get("mic_device") is not None:
-        d = flags["mic_device"]
-        mic = put(mic, "device", int(d) if str(d).isdigit() else d, "--mic-device")
-    return dataclasses.replace(cfg, server=server, engine=engine, mic=mic)
-
-
-def load_tokens(auth: AuthConfig) -> tuple[str, ...]:
-    """``auth.tokens`` plus the non-empty, non-comment lines of ``auth.token_file``."""
-    tokens = list(auth.tokens)
-    if auth.token_file:
-        try:
-            lines = Path(auth.token_file).read_text(encoding="utf-8").splitlines()
-        except OSError as e:
-            raise ConfigError(f"auth.token_file: cannot read {auth.token_file!r}: {e.strerror or e}") from None
-        for i, line in enumerate(lines, 1):
-            t = line.strip()
-            if t and not t.startswith("#"):
-                if len(t) < 8:
-                    raise ConfigError(f"auth.token_file: line {i}: token shorter than 8 characters")
-                tokens.append(t)
-    return tuple(tokens)
-
-
-def make_ssl_context(tls: TlsConfig) -> ssl.SSLContext | None:
-    """Server TLS context from ``tls.cert`` / ``tls.key`` (None when TLS is off)."""
-    if not tls.enabled:
-        return None
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    for name, p in (("cert", tls.cert), ("key", tls.key)):
-        if not Path(p).is_file():
-            raise ConfigError(f"tls.{name}: no such file {p!r}")
-    try:
-        ctx.load_cert_chain(tls.cert, tls.key)
-    except (ssl.SSLError, OSError) as e:
-        raise ConfigError(f"tls.cert: cannot load certificate {tls.cert!r} / key {tls.key!r}: {e}") from None
-    return ctx
-
-
-def check_app_config(cfg: AppConfig) -> None:
-    """Checks that need the file system (model and LM files, token file, TLS files)."""
-    if cfg.engine.model and not Path(cfg.engine.model).is_file():
-        raise ConfigError(f"engine.model: no such file {cfg.engine.model!r}")
-    lm = cfg.engine.decoding.lm
-    if lm not in ("auto", "none") and not Path(lm).is_file():
-        raise ConfigError(f"engine.decoding.lm: no such file {lm!r}")
-    tokens = load_tokens(cfg.auth)
-    make_ssl_context(cfg.tls)
-    if cfg.server.wyoming_port is not None:
-        from .wyoming_io import check_wyoming_auth
-
-        check_wyoming_auth(cfg.server, tokens)
-
-
-def _mic_factory():
-    try:
-        from ..mic import MicCapture
-    except ImportError as e:
-        raise ConfigError(f"--mic: microphone capture is unavailable ({e}); install the 'mic' extra") from None
-    return lambda m: MicCapture(m.device, m.sample_rate, m.block_seconds)
-
-
-def cmd_serve(args: Any) -> int:
-    """``streamd serve``: run the daemon until SIGTERM/SIGINT, then drain; 0 on a clean stop."""
-    import signal
-
-    from ..paths import default_model_path
-
-    env = os.environ
-    cfg = resolve_config(args.config or env.get("STREAMD_CONFIG") or None,
-                         {"host": args.host, "port": args.port, "model": args.model, "device": args.device,
-                          "vosk_port": args.vosk_port, "mic": args.mic, "mic_device": args.mic_device,
-                          "wyoming_port": getattr(args, "wyoming_port", None),
-                          "wake_words": getattr(args, "wake_words", None), "hotwords": getattr(args, "hotwords", None)},
-                         env)
-    logging.basicConfig(level=cfg.server.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    if cfg.server.log_level != "debug":  # two lines per connection at info: a flood (and CPU) under load
-        logging.getLogger("websockets").setLevel(logging.WARNING)
-    model = cfg.engine.model or str(default_model_path())
-    if not Path(model).is_file():
-        what = f"model {model!r} not found" if cfg.engine.model else f"no default model at {model}"
-        raise SystemExit(f"streamd serve: {what}; pass --model PATH or set STREAMD_MODEL (or engine.model)")
-    tokens = load_tokens(cfg.auth)
-    make_ssl_context(cfg.tls)  # fail before listening
-    mic_factory = _mic_factory() if cfg.mic.enabled else None
-
-    async def main() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        app = App(cfg, model_path=model, mic_factory=mic_factory, notifier=Notifier.from_env(), tokens=tokens)
-        await app.run(stop)
-
-    asyncio.run(main())
-    return 0
-
-
-def cmd_check_config(args: Any) -> int:
-    """``streamd check-config FILE``: OK (exit 0) or the error with its key path (exit 2)."""
-    import sys
-
-    import yaml
-
-    try:
-        check_app_config(load_yaml(args.file, AppConfig))
-    except (ConfigError, OSError, yaml.YAMLError) as e:
-        print(f"{args.file}: {e}", file=sys.stderr)
-        return 2
-    print("OK")
-    return 0

@@ -1,6 +1,6 @@
 """Sans-I/O core of the v1 streaming protocol (``/v1/stream``) and shared limits.
 
-No sockets, no asyncio, no clock: the I/O layer (:mod:`streamd.server.app`)
+No sockets, no asyncio, no clock: the I/O layer (:mod:`streamd.server.conn`)
 feeds each connection's :class:`V1Session` with what it received (text or
 bytes, plus ``now`` from its monotonic clock) and with engine events, and
 executes the *actions* the session returns, in order:
@@ -16,28 +16,29 @@ Every protocol error becomes ``[Send(error), Close(code)]`` where the close
 code comes from :data:`CLOSE_CODES`; the session is then closed and ignores
 further input.  Limits are enforced here (message sizes, the audio rate token
 bucket, the minimum audio rate); time only enters through the ``now`` arguments
-(and :meth:`SessionBase.tick` / :meth:`SessionBase.deadline` for the transport's timer).  docs/protocol.md is
-the user-facing description of every message, field and code.
+(and :meth:`SessionBase.tick` / :meth:`SessionBase.deadline` for the transport's timer).  The session's
+states are :class:`V1State`, its allowed transitions the table :data:`V1_TRANSITIONS` (:mod:`.states`).
+docs/protocol.md is the user-facing description of every message, field and code.
 """
 
 from __future__ import annotations
 
-import hmac
 import json
 import math
 from dataclasses import dataclass
 from pathlib import PurePath
-from typing import Any, Iterable, Mapping
-from urllib.parse import parse_qs, urlsplit
+from typing import Any, Mapping
 
 from ..audio.pcm import MAX_SAMPLE_RATE, MIN_SAMPLE_RATE, SUPPORTED_FORMATS
 from ..config import ConfigError, LimitsConfig, PhraseSpec, check_hotword_method, parse_phrases
 from ..events import Done, Error, Event, Final, Partial, WakeWord
-from .guard import BadRequest, single_header
+from .auth import bearer_token, origin_ok, token_ok  # noqa: F401 - their home until auth.py; still importable here
+from .states import SessionState, Transitions
 
 __all__ = [
     "CLOSE_CODES", "SAMPLE_WIDTH", "Send", "Open", "Audio", "Reset", "Finish", "Close", "Action",
-    "ProtocolError", "SessionBase", "TokenBucket", "V1Session", "error_actions", "parse_json_object",
+    "ProtocolError", "SessionBase", "TokenBucket", "V1Session", "V1State", "V1_TRANSITIONS", "error_actions",
+    "parse_json_object",
     "check_sample_rate_field",
     "bearer_token", "token_ok", "origin_ok",
     "MinAudioRate", "public_model_info",
@@ -239,54 +240,6 @@ class MinAudioRate:
         return None
 
 
-def bearer_token(headers: Mapping[str, str], path: str) -> str | None:
-    """The client's token: ``Authorization: Bearer T`` header, else the ``?token=T`` query parameter.
-
-    A repeated Authorization header or ``token`` parameter is ambiguous: :class:`~.guard.BadRequest` (400).
-    """
-    auth = single_header(headers, "Authorization")
-    if auth:
-        scheme, _, value = auth.strip().partition(" ")
-        if scheme.lower() == "bearer" and value.strip():
-            return value.strip()
-    query = parse_qs(path.split("#", 1)[0].partition("?")[2])
-    vals = query.get("token")
-    if vals and len(vals) > 1:
-        raise BadRequest(400, "bad_header", f"the token query parameter is given {len(vals)} times")
-    return vals[0] if vals else None
-
-
-def token_ok(given: str | None, accepted: Iterable[str]) -> bool:
-    """Constant-time comparison against every accepted token (no tokens configured: always ok)."""
-    accepted = list(accepted)
-    if not accepted:
-        return True
-    if given is None:
-        return False
-    g = given.encode()
-    ok = False
-    for t in accepted:
-        ok |= hmac.compare_digest(g, t.encode())
-    return ok
-
-
-def origin_ok(origin: str | None, host: str | None, allowed: Iterable[str]) -> bool:
-    """Origin allow-list: no Origin header (not a browser) passes; ``*`` any; ``self`` same host:port."""
-    if origin is None:
-        return True
-    for a in allowed:
-        if a == "*" or a == origin:
-            return True
-        if a == "self" and host:
-            try:
-                netloc = urlsplit(origin).netloc
-            except ValueError:  # e.g. an unclosed "[": matches nothing
-                continue
-            if netloc and netloc.lower() == host.lower():
-                return True
-    return False
-
-
 def public_model_info(info: Mapping[str, Any], show_paths: bool = False) -> dict:
     """``ready.model`` as sent to clients: ``path`` and ``lm.path`` reduced to file names unless
     ``server.show_model_paths`` (the fields stay: the v1 protocol only adds fields)."""
@@ -304,21 +257,23 @@ def public_model_info(info: Mapping[str, Any], show_paths: bool = False) -> dict
 # --------------------------------------------------------------------------- sessions
 
 class SessionBase:
-    """What every wire protocol's session shares: the end of its state machine and the
+    """What every websocket protocol's session shares: the end of its state machine and the
     decisions the I/O layer asks of it (a failure, an idle timeout, a server drain).
 
-    States: ``INITIAL_STATE`` (before the stream is configured) -> ``streaming`` ->
-    ``ending`` (input closed: eof received or server draining) -> ``closed`` (Close emitted).
-    Subclasses set ``self.state``, ``self.limits`` and ``self._shutdown`` in ``__init__``, and add
-    the seconds of audio they accept to ``self.audio_seconds``.
+    States (each subclass's enum and its :class:`~.states.Transitions` table, ``state``):
+    ``INITIAL_STATE`` (before the stream is configured) -> ``streaming`` -> ``ending`` (input closed:
+    eof received or server draining) -> ``closed`` (Close emitted); any state but ``closed`` may go to
+    ``closed`` (a failure).  Subclasses set ``self.limits`` and ``self._shutdown`` in ``__init__``, and
+    add the seconds of audio they accept to ``self.audio_seconds``.
 
     Timers: the I/O layer calls :meth:`tick` once when the connection opens (it starts the clock of
     the minimum audio rate, ``limits.min_audio_rate``) and again at :meth:`deadline`; :meth:`receive`
     checks the same rule first.  A stream that falls short fails with ``audio_too_slow``.
     """
 
-    INITIAL_STATE: str  # each protocol's name for "connected, stream not configured yet"
-    state: str
+    State: type[SessionState]  # the protocol's enum: INITIAL_STATE, STREAMING, ENDING, CLOSED
+    INITIAL_STATE: SessionState  # each protocol's name for "connected, stream not configured yet"
+    state: Any  # a Transitions descriptor on each subclass: reads as a State member
     limits: LimitsConfig
     _shutdown: bool
     audio_seconds: float = 0.0  # audio accepted so far (subclasses add to it)
@@ -326,11 +281,11 @@ class SessionBase:
     @property
     def input_closed(self) -> bool:
         """No more client input is expected (eof, server draining, or closed)."""
-        return self.state in ("ending", "closed")
+        return self.state in (self.State.ENDING, self.State.CLOSED)
 
     @property
     def closed(self) -> bool:
-        return self.state == "closed"
+        return self.state == self.State.CLOSED
 
     def receive(self, message: str | bytes, now: float) -> list[Action]:
         """One websocket message from the client at time ``now`` (seconds, any monotonic origin).
@@ -364,9 +319,9 @@ class SessionBase:
 
     def fail(self, code: str, message: str, extra: Mapping[str, Any] | None = None) -> list[Action]:
         """Error event (with ``extra`` fields) then close (idempotent)."""
-        if self.state == "closed":
+        if self.state == self.State.CLOSED:
             return []
-        self.state = "closed"
+        self.state = self.State.CLOSED
         return error_actions(code, message, extra)
 
     def timeout(self) -> list[Action]:
@@ -398,9 +353,9 @@ class SessionBase:
         """The server is draining: finish the stream with what was received, then close 1001."""
         if self.state == self.INITIAL_STATE:
             return self.fail("shutting_down", "server is shutting down; no new streams")
-        if self.state == "streaming":
+        if self.state == self.State.STREAMING:
             self._shutdown = True
-            self.state = "ending"
+            self.state = self.State.ENDING
             return [Finish()]
         return []
 
@@ -415,14 +370,36 @@ def _phrase_wire(spec: PhraseSpec) -> str | dict:
     return {"phrase": spec.phrase, **extra} if extra else spec.phrase
 
 
+class V1State(SessionState):
+    """States of a ``/v1/stream`` session."""
+
+    AWAIT_START = "await_start"  # connected, no start message yet
+    STREAMING = "streaming"  # after a valid start: audio, reset, eof expected
+    ENDING = "ending"  # eof received or server draining: input closed, the last final and done owed
+    CLOSED = "closed"  # Close emitted: everything else is ignored
+
+
+V1_TRANSITIONS: Transitions[V1State] = Transitions("V1Session", V1State.AWAIT_START, {
+    V1State.AWAIT_START: {V1State.STREAMING,  # start
+                          V1State.CLOSED},  # a protocol error, idle timeout, refusal, drain
+    V1State.STREAMING: {V1State.ENDING,  # eof, drain
+                        V1State.CLOSED},  # a protocol error, a fatal engine error, done, abort
+    V1State.ENDING: {V1State.CLOSED},  # done, a fatal engine error, the grace period over
+    V1State.CLOSED: set(),
+})
+
+
 class V1Session(SessionBase):
     """One ``/v1/stream`` connection: start -> ready, audio, reset, eof -> final, done, close 1000.
 
-    States: ``await_start`` -> ``streaming`` (after a valid start) -> ``ending``
-    (eof received or server draining: input closed) -> ``closed`` (Close emitted).
+    States (:class:`V1State`, allowed transitions :data:`V1_TRANSITIONS`): ``await_start`` ->
+    ``streaming`` (after a valid start) -> ``ending`` (eof received or server draining: input closed)
+    -> ``closed`` (Close emitted).
     """
 
-    INITIAL_STATE = "await_start"
+    State = V1State
+    INITIAL_STATE = V1State.AWAIT_START
+    state = V1_TRANSITIONS
 
     def __init__(self, session_id: str, limits: LimitsConfig, model_info: Mapping[str, Any],
                  default_method: str = "greedy", default_beam: int = 4):
@@ -432,7 +409,6 @@ class V1Session(SessionBase):
         self.methods = tuple(model_info.get("methods", ()))
         self.default_method = default_method
         self.default_beam = default_beam
-        self.state = self.INITIAL_STATE
         self.options: dict[str, Any] = {}
         self.format = "s16le"
         self.sample_rate = 16000
@@ -459,7 +435,7 @@ class V1Session(SessionBase):
                 raise ProtocolError("bad_message", f"{kind}: unknown field {extra[0]!r}")
             if kind == "reset":
                 return [Reset()]
-            self.state = "ending"
+            self.state = V1State.ENDING
             return [Finish()]
         raise ProtocolError("bad_message", f"unknown message type {kind!r} (expected start, reset or eof)")
 
@@ -497,7 +473,7 @@ class V1Session(SessionBase):
             raise ProtocolError("bad_message", f"start: {e}") from None
         self.sample_rate, self.format = rate, fmt
         self.options = {"sample_rate": rate, "method": method, "beam": beam, **flags, **phrases}
-        self.state = "streaming"
+        self.state = V1State.STREAMING
         return [Open(dict(self.options))]
 
     def _binary(self, data: bytes, now: float) -> list[Action]:
@@ -526,7 +502,7 @@ class V1Session(SessionBase):
 
     def opened(self, error: str | None = None) -> list[Action]:
         """The engine created the stream (``error``: why it could not)."""
-        if self.state == "closed":
+        if self.state == V1State.CLOSED:
             return []
         if error is not None:
             return self.fail("bad_message", f"start: {error}")
@@ -537,7 +513,7 @@ class V1Session(SessionBase):
 
     def event(self, ev: Event) -> list[Action]:
         """An engine event for this stream -> messages (and the close after Done or a fatal Error)."""
-        if self.state == "closed":
+        if self.state == V1State.CLOSED:
             return []
         if isinstance(ev, Partial):
             return [Send(ev.to_wire(), droppable=True)]
@@ -548,7 +524,7 @@ class V1Session(SessionBase):
                 return self.fail(ev.code, ev.message)
             return [Send(ev.to_wire())]
         if isinstance(ev, Done):
-            self.state = "closed"
+            self.state = V1State.CLOSED
             if self._shutdown:
                 return [Send(ev.to_wire()), Close(1001, "shutting_down")]
             return [Send(ev.to_wire()), Close(1000, "done")]

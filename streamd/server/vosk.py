@@ -44,8 +44,9 @@ from ..config import LimitsConfig
 from ..events import Done, Error, Event, Final, Partial, Word
 from .protocol import (Action, Audio, Close, Finish, Open, ProtocolError, Send, SessionBase, TokenBucket,
                        check_sample_rate_field)
+from .states import SessionState, Transitions
 
-__all__ = ["VoskSession", "Segment", "classify_text", "vosk_result"]
+__all__ = ["VoskSession", "VoskState", "VOSK_TRANSITIONS", "Segment", "classify_text", "vosk_result"]
 
 _EOF_RE = re.compile(r"""^\s*\{\s*['"]?eof['"]?\s*:""")
 VOSK_WORD_KEYS = ("conf", "start", "end", "word")  # Vosk's word entry: the v1 word's other fields stay out
@@ -103,15 +104,36 @@ def vosk_result(segments: Sequence[Segment], words: bool = True, max_alternative
     return {"alternatives": alts[:max_alternatives]}
 
 
-class VoskSession(SessionBase):
-    """One Vosk connection.  States: config -> streaming -> ending -> closed."""
+class VoskState(SessionState):
+    """States of a Vosk session."""
 
-    INITIAL_STATE = "config"
+    CONFIG = "config"  # connected, no audio yet: a config message may come
+    STREAMING = "streaming"  # the engine stream is open (first audio frame, or eof)
+    ENDING = "ending"  # eof received or server draining: input closed, the final result owed
+    CLOSED = "closed"  # Close emitted: everything else is ignored
+
+
+VOSK_TRANSITIONS: Transitions[VoskState] = Transitions("VoskSession", VoskState.CONFIG, {
+    VoskState.CONFIG: {VoskState.STREAMING,  # the first audio frame, or eof (which then ends it)
+                       VoskState.CLOSED},  # a protocol error, idle timeout, refusal, drain
+    VoskState.STREAMING: {VoskState.ENDING,  # eof, drain
+                          VoskState.CLOSED},  # a protocol error, a fatal engine error, abort
+    VoskState.ENDING: {VoskState.CLOSED},  # the final result sent, a fatal engine error, the grace period over
+    VoskState.CLOSED: set(),
+})
+
+
+class VoskSession(SessionBase):
+    """One Vosk connection.  States (:class:`VoskState`, allowed transitions :data:`VOSK_TRANSITIONS`):
+    config -> streaming -> ending -> closed."""
+
+    State = VoskState
+    INITIAL_STATE = VoskState.CONFIG
+    state = VOSK_TRANSITIONS
 
     def __init__(self, limits: LimitsConfig, default_sample_rate: int = 8000):
         self.limits = limits
         self.sample_rate = default_sample_rate
-        self.state = self.INITIAL_STATE
         self.bucket = TokenBucket(limits.max_realtime, limits.burst_seconds)
         self.audio_seconds = 0.0
         self.owed = 0  # frames sent to the engine whose reply is still due
@@ -126,7 +148,7 @@ class VoskSession(SessionBase):
     def _open(self) -> list[Action]:
         if self.state != self.INITIAL_STATE:
             return []
-        self.state = "streaming"
+        self.state = VoskState.STREAMING
         options = {"sample_rate": self.sample_rate, "partials": True, "keywords": False}
         if self.max_alternatives > 0:
             options.update(method="modified_beam", beam=max(self.max_alternatives, 4))
@@ -138,7 +160,7 @@ class VoskSession(SessionBase):
         kind, cfg = classify_text(text)
         if kind == "eof":
             actions = self._open()
-            self.state = "ending"
+            self.state = VoskState.ENDING
             return actions + [Finish()]
         if self.state != self.INITIAL_STATE:  # a config after audio is ignored, as in Vosk
             return []
@@ -185,7 +207,7 @@ class VoskSession(SessionBase):
 
     def applied(self, n: int) -> list[Action]:
         """``n`` of this session's frames went through a batch cycle: one reply each, in order."""
-        if self.state == "closed":
+        if self.state == VoskState.CLOSED:
             return []
         out: list[Action] = []
         for _ in range(min(n, self.owed)):
@@ -199,7 +221,7 @@ class VoskSession(SessionBase):
         return out
 
     def event(self, ev: Event) -> list[Action]:
-        if self.state == "closed":
+        if self.state == VoskState.CLOSED:
             return []
         if isinstance(ev, Partial):
             self.partial = ev.text
@@ -225,6 +247,6 @@ class VoskSession(SessionBase):
         """Every undelivered result merged with the last segment: Vosk's single FinalResult."""
         segments = list(self.results) + ([self.last] if self.last is not None else [])
         self.results.clear()
-        self.state = "closed"
+        self.state = VoskState.CLOSED
         final = self._result(segments)
         return [Send(final, last=True), Close(1001, "shutting_down") if self._shutdown else Close(1000, "done")]

@@ -52,9 +52,10 @@ from ..config import LimitsConfig
 from ..events import Done, Error, Event, Final, Partial, WakeWord
 from .protocol import (Action, Audio, Close, Finish, MinAudioRate, Open, ProtocolError, Send, TokenBucket,
                        check_sample_rate_field)
+from .states import SessionState, Transitions
 
-__all__ = ["WyomingSession", "Discard", "PROGRAM", "LANGUAGES", "APPEND_ONLY_METHODS", "wake_words",
-           "info_event", "normalize_name"]
+__all__ = ["WyomingSession", "WyomingState", "WYOMING_TRANSITIONS", "Discard", "PROGRAM", "LANGUAGES",
+           "APPEND_ONLY_METHODS", "wake_words", "info_event", "normalize_name"]
 
 PROGRAM = "streamd"  # name of both programs in ``info`` (select-program, transcribe.name)
 LANGUAGES = ("en",)  # what the models speak; a transcribe language must have one of these as primary subtag
@@ -113,15 +114,53 @@ def _error(code: str, message: str) -> Send:
     return _send(WyomingError(text=message, code=code).event())
 
 
+class WyomingState(SessionState):
+    """States of a Wyoming connection."""
+
+    IDLE = "idle"  # no request: describe, transcribe, detect or audio may come
+    ARMED = "armed"  # transcribe / detect received: the next audio starts that request's stream
+    STREAMING = "streaming"  # the engine stream is open, audio expected
+    ENDING = "ending"  # audio-stop received (or the server draining): the result is owed
+    FAILED = "failed"  # the request failed: chunks are dropped until audio-stop or the next request
+    CLOSED = "closed"  # Close emitted: everything else is ignored
+
+
+_W = WyomingState
+WYOMING_TRANSITIONS: Transitions[WyomingState] = Transitions("WyomingSession", _W.IDLE, {
+    _W.IDLE: {_W.ARMED,  # transcribe, detect
+              _W.STREAMING,  # audio-start / a first audio-chunk (an ASR request)
+              _W.FAILED,  # that audio's format refused
+              _W.CLOSED},  # idle timeout, client gone, drain, the grace period over
+    _W.ARMED: {_W.ARMED,  # transcribe / detect again
+               _W.STREAMING, _W.FAILED, _W.CLOSED},
+    _W.STREAMING: {_W.ARMED,  # audio-start again during a wake stream: it starts over
+                   _W.ENDING,  # audio-stop, drain
+                   _W.IDLE,  # the engine ended the stream (done): its result sent
+                   _W.FAILED,  # bad audio, rate limit, refused stream, a fatal engine error
+                   _W.CLOSED},
+    _W.ENDING: {_W.IDLE,  # the result sent (or the request failed meanwhile): the next request may come
+                _W.CLOSED},  # the result sent while draining / after the client left; the grace period over
+    _W.FAILED: {_W.IDLE,  # audio-stop
+                _W.ARMED,  # the next request
+                _W.STREAMING,  # the next audio-start
+                _W.FAILED,  # that one refused too
+                _W.CLOSED},
+    _W.CLOSED: set(),
+})
+
+
 class WyomingSession:
     """One Wyoming TCP connection.
 
-    States: ``idle`` -> ``armed`` (transcribe / detect received) -> ``streaming`` (engine stream open,
-    audio expected) -> ``ending`` (audio-stop received: the result is owed) -> ``idle`` again;
-    ``failed`` (a request failed: chunks are dropped until audio-stop or the next request);
-    ``closed`` (Close emitted).  ``model_info`` is read at each describe and detect, so wake words the
-    engine adds later are offered and detected.
+    States (:class:`WyomingState`, allowed transitions :data:`WYOMING_TRANSITIONS`): ``idle`` ->
+    ``armed`` (transcribe / detect received) -> ``streaming`` (engine stream open, audio expected) ->
+    ``ending`` (audio-stop received: the result is owed) -> ``idle`` again; ``failed`` (a request
+    failed: chunks are dropped until audio-stop or the next request); ``closed`` (Close emitted).
+    ``model_info`` is read at each describe and detect, so wake words the engine adds later are offered
+    and detected.
     """
+
+    state = WYOMING_TRANSITIONS
 
     def __init__(self, limits: LimitsConfig, model_info: Mapping[str, Any] | Callable[[], Mapping[str, Any]],
                  version: str, default_method: str = "greedy"):
@@ -129,7 +168,6 @@ class WyomingSession:
         self._model_info = model_info
         self.version = version
         self.streaming_words = default_method in APPEND_ONLY_METHODS
-        self.state = "idle"
         self.mode = "asr"  # asr | wake
         self.names: tuple[str, ...] = ()  # wake words asked for (empty: every one)
         self.rate = 16000
@@ -152,17 +190,17 @@ class WyomingSession:
 
     @property
     def closed(self) -> bool:
-        return self.state == "closed"
+        return self.state == WyomingState.CLOSED
 
     @property
     def stream_live(self) -> bool:
         """An engine stream is open for this connection (it counts toward max_streams)."""
-        return self.state in ("streaming", "ending")
+        return self.state in (WyomingState.STREAMING, WyomingState.ENDING)
 
     @property
     def expects_input(self) -> bool:
         """The idle timer runs: the server owes nothing (``ending`` waits for the engine, not the client)."""
-        return self.state not in ("ending", "closed")
+        return self.state not in (WyomingState.ENDING, WyomingState.CLOSED)
 
     # ----------------------------------------------------------------- client -> server
 
@@ -186,20 +224,22 @@ class WyomingSession:
     def frame_error(self, code: str, message: str) -> list[Action]:
         """The transport could not read an event (malformed or over a size limit): error; if a stream is
         being fed, the frame may have been audio, so that request fails rather than go on with a gap."""
-        if self.state == "streaming":
+        if self.state == WyomingState.STREAMING:
             return self._fail(code, message)
         return [] if self.closed else [_error(code, message)]
 
     def open_refused(self, code: str, message: str) -> list[Action]:
         """The transport refused the stream (``too_many_streams``, ``shutting_down``) before the engine saw it."""
-        if self.state != "streaming":
+        if self.state != WyomingState.STREAMING:
             return []
-        self.state = "failed"
+        self.state = WyomingState.FAILED
         return [_error(code, message)] + self._maybe_close()
 
     def client_eof(self) -> list[Action]:
         """The client closed its side: a result still owed is sent before closing, anything else ends now."""
-        if self.state == "ending":
+        if self.closed:
+            return []
+        if self.state == WyomingState.ENDING:
             self._close_after_result = True
             return []
         return self._close([Discard()] if self.stream_live else [])
@@ -208,21 +248,21 @@ class WyomingSession:
         """No event for ``idle_timeout`` seconds while the client owed one: close (an idle connection quietly)."""
         if not self.expects_input:
             return []
-        if self.state == "idle":
+        if self.state == WyomingState.IDLE:
             return self._close([])
         out: list[Action] = [_error("idle_timeout", f"no event for {self.limits.idle_timeout:g} s (idle_timeout)")]
         return self._close(out + ([Discard()] if self.stream_live else []))
 
     def tick(self, now: float) -> list[Action]:
         """Timer at ``now``: a stream being fed must keep ``limits.min_audio_rate`` (window from its start)."""
-        if self.state != "streaming":
+        if self.state != WyomingState.STREAMING:
             return []
         problem = self.min_rate.check(self.audio_seconds, now)
         return self._fail("audio_too_slow", problem.replace("with eof", "with audio-stop")) if problem else []
 
     def deadline(self) -> float | None:
         """When the transport must call :meth:`tick` next (None: no timer needed)."""
-        return self.min_rate.due() if self.state == "streaming" else None
+        return self.min_rate.due() if self.state == WyomingState.STREAMING else None
 
     def fail(self, code: str, message: str) -> list[Action]:
         """End the connection now with an error (e.g. the server's grace period is over); a live stream is
@@ -231,16 +271,22 @@ class WyomingSession:
             return []
         return self._close([_error(code, message)] + ([Discard()] if self.stream_live else []))
 
+    def connection_lost(self) -> None:
+        """The transport has ended the connection (the client is gone or was cut off): closed, nothing to
+        send; the transport forgets the engine stream itself."""
+        if not self.closed:
+            self.state = WyomingState.CLOSED
+
     def shutdown(self) -> list[Action]:
         """The server is draining: a stream being fed is finished as if audio-stop came (its result is sent),
         then the connection closes; an idle one closes now."""
         if self.closed:
             return []
         self._shutdown = True
-        if self.state == "streaming":
-            self.state = "ending"
+        if self.state == WyomingState.STREAMING:
+            self.state = WyomingState.ENDING
             return [Finish()]
-        if self.state == "ending":
+        if self.state == WyomingState.ENDING:
             return []
         return self._close([])
 
@@ -266,7 +312,7 @@ class WyomingSession:
                                        t.language.replace("_", "-").split("-")[0].lower() not in LANGUAGES):
             raise ProtocolError("unsupported_language", f"transcribe: language {t.language!r} is not supported; "
                                                         f"this server speaks {', '.join(LANGUAGES)}")
-        self.mode, self.names, self.state = "asr", (), "armed"
+        self.mode, self.names, self.state = "asr", (), WyomingState.ARMED
         return []
 
     def _on_detect(self, event: WyomingEvent, now: float) -> list[Action]:
@@ -287,30 +333,30 @@ class WyomingSession:
         self.names = tuple(dict.fromkeys(known[normalize_name(n)] for n in names))
         if self.stream_live:  # re-armed during a wake stream (a satellite after a detection): it goes on
             return []
-        self.mode, self.state = "wake", "armed"
+        self.mode, self.state = "wake", WyomingState.ARMED
         return []
 
     def _on_audio_start(self, event: WyomingEvent, now: float) -> list[Action]:
         start = _parse(AudioStart, event)
         out: list[Action] = []
         if self.stream_live:
-            if self.mode != "wake" or self.state != "streaming":
+            if self.mode != "wake" or self.state != WyomingState.STREAMING:
                 raise ProtocolError("bad_event", "audio-start while an audio stream is open: send audio-stop "
                                                  "first and wait for its result")
             out.append(Discard())  # wake: a new audio-start starts over, as openWakeWord does
-            self.state = "armed"
+            self.state = WyomingState.ARMED
         return out + self._start(start.rate, start.width, start.channels, start.timestamp, now)
 
     def _on_audio_chunk(self, event: WyomingEvent, now: float) -> list[Action]:
         chunk = _parse(AudioChunk, event)
         out: list[Action] = []
-        if self.state == "failed":
+        if self.state == WyomingState.FAILED:
             return []  # the request already failed with an error; its audio goes nowhere
-        if self.state == "ending":
+        if self.state == WyomingState.ENDING:
             raise ProtocolError("bad_event", "audio-chunk after audio-stop: start a new stream with audio-start")
-        if self.state in ("idle", "armed"):  # no audio-start: the chunk's own format starts the stream
+        if self.state in (WyomingState.IDLE, WyomingState.ARMED):  # no audio-start: the chunk starts the stream
             out += self._start(chunk.rate, chunk.width, chunk.channels, chunk.timestamp, now)
-            if self.state != "streaming":
+            if self.state != WyomingState.STREAMING:
                 return out
         late = self.tick(now)  # a window that ended before this chunk is judged without it
         if late:
@@ -336,14 +382,14 @@ class WyomingSession:
         return out + [Audio(samples.astype("<f4").tobytes(), "f32le")]  # downmixed stereo
 
     def _on_audio_stop(self, event: WyomingEvent, now: float) -> list[Action]:
-        if self.state == "failed":
-            self.state = "idle"
+        if self.state == WyomingState.FAILED:
+            self.state = WyomingState.IDLE
             return self._maybe_close()
-        if self.state != "streaming":
-            if self.state == "ending":
+        if self.state != WyomingState.STREAMING:
+            if self.state == WyomingState.ENDING:
                 raise ProtocolError("bad_event", "audio-stop sent twice")
             raise ProtocolError("bad_event", "audio-stop without audio-start")
-        self.state = "ending"
+        self.state = WyomingState.ENDING
         return [Finish()]
 
     def _check_no_stream(self, what: str) -> None:
@@ -352,7 +398,7 @@ class WyomingSession:
 
     def _start(self, rate: Any, width: Any, channels: Any, timestamp: Any, now: float) -> list[Action]:
         """Open the engine stream for the armed request (ASR when nothing was asked)."""
-        if self.state == "idle":
+        if self.state == WyomingState.IDLE:
             self.mode, self.names = "asr", ()
         try:
             rate = check_sample_rate_field(rate, "rate")
@@ -361,7 +407,7 @@ class WyomingSession:
             if isinstance(channels, bool) or not isinstance(channels, int) or not 1 <= channels <= MAX_CHANNELS:
                 raise ProtocolError("bad_format", f"channels must be 1 or {MAX_CHANNELS}, got {channels!r}")
         except ProtocolError as e:
-            self.state = "failed"
+            self.state = WyomingState.FAILED
             return [_error(e.code, e.message)]
         self.rate, self.channels = rate, channels
         self.t0_ms = timestamp if isinstance(timestamp, int) and not isinstance(timestamp, bool) else 0
@@ -369,7 +415,7 @@ class WyomingSession:
         self.min_rate = MinAudioRate(self.limits.min_audio_rate, self.limits.min_audio_window)
         self.audio_seconds, self.detected = 0.0, False
         self.finals, self.sent, self.segment, self.chunked = [], [], None, False
-        self.state = "streaming"
+        self.state = WyomingState.STREAMING
         self.min_rate.check(0.0, now)  # starts its first window
         if self.mode == "wake":
             options = {"sample_rate": rate, "partials": False, "keywords": True}
@@ -380,7 +426,7 @@ class WyomingSession:
     def _fail(self, code: str, message: str) -> list[Action]:
         """The request cannot go on: error, forget its stream; chunks are dropped until audio-stop."""
         out: list[Action] = [_error(code, message)] + ([Discard()] if self.stream_live else [])
-        self.state = "failed" if self.state in ("streaming", "armed", "idle", "failed") else "idle"
+        self.state = WyomingState.IDLE if self.state == WyomingState.ENDING else WyomingState.FAILED
         return out + self._maybe_close()
 
     def _maybe_close(self) -> list[Action]:
@@ -389,7 +435,7 @@ class WyomingSession:
         return []
 
     def _close(self, out: list[Action]) -> list[Action]:
-        self.state = "closed"
+        self.state = WyomingState.CLOSED
         return out + [Close(1001 if self._shutdown else 1000, "shutting_down" if self._shutdown else "done")]
 
     # ----------------------------------------------------------------- engine -> client
@@ -452,7 +498,7 @@ class WyomingSession:
                    _send(TranscriptStop().event())]
         else:
             out = [] if self.detected else [_send(NotDetected().event())]
-        self.state = "idle"
+        self.state = WyomingState.IDLE
         return out + self._maybe_close()
 
 

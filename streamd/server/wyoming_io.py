@@ -6,9 +6,10 @@ events with the ``wyoming`` package's :func:`~wyoming.event.async_read_event`,
 writes them with :func:`~wyoming.event.async_write_event` from a bounded
 outbox (:class:`streamd.server.outbox.Outbox`), keeps the session's timers (idle
 timeout, minimum audio rate) and turns its actions into the same engine
-commands as the websocket connections (:class:`streamd.server.commands.Command`), so
+commands as the websocket connections (:mod:`streamd.server.commands`), so
 Wyoming streams share the engine, its batches, ``limits.max_streams`` and the
-metrics (``stream_class`` / ``route`` label ``wyoming``).
+metrics (``stream_class`` / ``route`` label ``wyoming``).  What it needs of the
+daemon is :class:`WyomingHost` (a structural type the App satisfies).
 
 Reading guards what the package's reader does not: the header line is bounded
 by ``limits.max_text_bytes``, ``data_length`` by ``max_text_bytes`` and
@@ -16,7 +17,7 @@ by ``limits.max_text_bytes``, ``data_length`` by ``max_text_bytes`` and
 thrown away, then reported as ``too_large``), and an unreadable event (not
 JSON, no ``type``) is reported as ``bad_event`` while the connection goes on.
 
-Wyoming has no authentication and no TLS: :func:`check_wyoming_auth` refuses
+Wyoming has no authentication and no TLS: :func:`.auth.check_wyoming_auth` refuses
 to open the port on a non-loopback address when the websocket ports require
 tokens, since it would let anyone around them.
 """
@@ -27,38 +28,50 @@ import asyncio
 import json
 import logging
 import time
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Protocol
 
 from wyoming.event import Event as WyomingEvent
 from wyoming.event import async_read_event, async_write_event
 
 from .. import __version__
-from ..config import ConfigError, ServerConfig
 from ..events import Done, Error, Event
-from .commands import Command
+from .auth import check_wyoming_auth  # noqa: F401 - its home until auth.py; still importable here
+from .commands import CloseStream, Command, FeedPcm, FinishStream, OpenStream
 from .outbox import Outbox
-from .guard import LOOPBACK_HOSTS
 from .protocol import Action, Audio, Close, Finish, Open, Send
 from .wyoming import Discard, WyomingSession
 
 if TYPE_CHECKING:
-    from .app import App
+    from ..config import AppConfig
+    from .metrics import Metrics
 
-__all__ = ["WyomingServer", "WyomingConn", "check_wyoming_auth"]
+__all__ = ["WyomingHost", "WyomingServer", "WyomingConn", "check_wyoming_auth"]
 
 log = logging.getLogger("streamd.server.wyoming")
 
 _SKIP_PIECE = 1 << 16  # bytes read at a time when throwing an over-size frame away
 
 
-def check_wyoming_auth(server: ServerConfig, tokens: Iterable[str]) -> None:
-    """ConfigError when the Wyoming port would bypass token auth (tokens set, non-loopback ``server.host``)."""
-    if server.wyoming_port is None or not list(tokens):
-        return
-    if server.host.lower() not in LOOPBACK_HOSTS and not server.host.startswith("127."):
-        raise ConfigError(f"server.wyoming_port: the Wyoming protocol has no authentication, so on "
-                          f"{server.host!r} it would let anyone around auth.tokens; listen on 127.0.0.1 "
-                          "(server.host) or turn the Wyoming port off")
+class WyomingHost(Protocol):
+    """What the Wyoming listener needs of the daemon (:class:`~streamd.server.app.App`)."""
+
+    config: AppConfig
+    metrics: Metrics
+    model_info: dict  # what describe reports (read at every describe)
+    draining: bool
+
+    @property
+    def default_method(self) -> str: ...  # the search a stream gets (transcript streaming needs an append-only one)
+
+    def submit(self, cmd: Command) -> None: ...
+
+    def new_key(self) -> int: ...
+
+    def stream_count(self) -> int: ...
+
+    def capacity_refusal(self) -> tuple[str, str] | None: ...
+
+    def streams_changed(self) -> None: ...
 
 
 class _TooLarge(Exception):
@@ -125,8 +138,7 @@ class WyomingConn:
         self.reader = reader
         self.writer = writer
         app = self.app
-        default_method = app.rec.config.decoding.method if app.rec is not None else "greedy"
-        self.proto = WyomingSession(app.config.limits, lambda: app.model_info, __version__, default_method)
+        self.proto = WyomingSession(app.config.limits, lambda: app.model_info, __version__, app.default_method)
         self.outbox = Outbox(app.config.limits.outbox_messages)
         self.key: int | None = None  # engine key of the live stream
         self.sender: asyncio.Task | None = None
@@ -161,7 +173,7 @@ class WyomingConn:
         self.aborted = True
         log.warning("closing wyoming connection: %s", message)
         self.app.metrics.errors.labels(code).inc()
-        self.proto.state = "closed"
+        self.proto.connection_lost()
         self._drop_stream()
         if self.sender is not None:
             self.sender.cancel()
@@ -182,14 +194,14 @@ class WyomingConn:
                     continue
                 self.key = app.new_key()
                 self.server.streams[self.key] = self
-                app.submit(Command("open", self.key, a.options))
-                app._update_gauge()
+                app.submit(OpenStream(self.key, a.options))
+                app.streams_changed()
             elif isinstance(a, Audio):
                 if self.key is not None:
-                    app.submit(Command("audio", self.key, (a.data, a.fmt)))
+                    app.submit(FeedPcm(self.key, a.data, a.fmt))
             elif isinstance(a, Finish):
                 if self.key is not None:
-                    app.submit(Command("finish", self.key))
+                    app.submit(FinishStream(self.key))
             elif isinstance(a, Discard):
                 self._drop_stream()
             elif isinstance(a, Close):
@@ -202,8 +214,8 @@ class WyomingConn:
             return
         self.server.streams.pop(key, None)
         if not engine_closed:
-            self.app.submit(Command("close", key))
-        self.app._update_gauge()
+            self.app.submit(CloseStream(key))
+        self.app.streams_changed()
 
     # route targets for engine results (App._route)
     def on_opened(self, error: str | None) -> None:
@@ -223,7 +235,7 @@ class WyomingServer:
     """The Wyoming listener of an :class:`~streamd.server.app.App`; ``streams`` maps the engine key of every
     live Wyoming stream to its connection (the App routes engine results through it)."""
 
-    def __init__(self, app: "App"):
+    def __init__(self, app: WyomingHost):
         self.app = app
         self.streams: dict[int, WyomingConn] = {}
         self.conns: set[WyomingConn] = set()
@@ -294,7 +306,7 @@ class WyomingServer:
         except Exception:  # noqa: BLE001 - a bug must not take the listener down
             log.exception("wyoming connection failed")
         finally:
-            conn.proto.state = "closed"
+            conn.proto.connection_lost()
             conn._drop_stream()
             if conn.sender is not None and not conn.sender.done():
                 conn.sender.cancel()

@@ -391,7 +391,7 @@ def test_source_failure_and_stop_end_the_stream_with_what_was_sent(ckpt, wavs):
 def test_mic_source_plays_a_file_as_the_microphone(ckpt, wavs, engine_events):
     async def body():
         async with make_app(ckpt) as app, Client(url(app)) as c:
-            src = MicSource(file=wavs[2])  # through streamd.mic's capture path, in real time
+            src = MicSource(file=wavs[2])  # through streamd.capture's path, in real time
             s = c.stream(src)
             return [ev async for ev in s], s, src
 

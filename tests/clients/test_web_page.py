@@ -1,10 +1,10 @@
-"""The browser demo page (clients/web) in real headless Chromium, driven over the DevTools protocol.
+"""The browser demo page (streamd/server/web, package data) in real headless Chromium, driven over the DevTools protocol.
 
 Chromium captures a fake microphone that plays a WAV file (a 440 Hz tone
 over speech-like noise, looped).  Two servers:
 
 * a stand-in (test double of the daemon, for page behaviour only): serves
-  clients/web, records the start message and the audio the page sends, and
+  the page's files, records the start message and the audio the page sends, and
   answers with scripted partial / final / wake / error events, so the
   rendering (confidence colors, tooltips, wake highlight, errors, stop ->
   eof -> done) is checked against known input;
@@ -40,7 +40,7 @@ from helpers import random_audio, write_checkpoint
 from helpers import write_wav as _write_wav
 
 ROOT = Path(__file__).resolve().parents[2]
-WEB = ROOT / "clients" / "web"
+WEB = ROOT / "streamd" / "server" / "web"  # the page: package data of streamd.server
 CHROMIUM = next((shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome") if shutil.which(n)), None)
 
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install -y chromium)")
@@ -240,7 +240,7 @@ LAST = [{"type": "final", "segment": 1, "text": "and more", "start": 1.1, "end":
 
 
 class StandIn:
-    """Serves clients/web and speaks v1: ready, SCRIPT after 0.5 s of audio, LAST after eof, close 1000.
+    """Serves the page (WEB) and speaks v1: ready, SCRIPT after 0.5 s of audio, LAST after eof, close 1000.
 
     A start with method "explode" gets an error and close 1003 instead; with
     ``refuse`` the websocket handshake is answered with HTTP 403.

@@ -67,8 +67,9 @@ def test_manifests_fit_the_daemon():
     assert dep["spec"]["selector"]["matchLabels"].items() <= labels.items()
     assert svc["spec"]["selector"].items() <= labels.items()
     assert [(p["port"], p["targetPort"]) for p in svc["spec"]["ports"]] == [(cfg.server.port, "http")]
-    # the image: same port, user and config path (web_root too)
+    # the image: same port, user and config path; the browser page is the installed package's (no web_root)
     dockerfile = (ROOT / "Dockerfile").read_text()
     assert re.search(rf"^EXPOSE {cfg.server.port}$", dockerfile, re.M)
     assert re.search(rf"^USER {pod['spec']['securityContext']['runAsUser']}$", dockerfile, re.M)
-    assert '"--config", "/etc/streamd/streamd.yaml"' in dockerfile and cfg.server.web_root in dockerfile
+    assert '"--config", "/etc/streamd/streamd.yaml"' in dockerfile
+    assert cfg.server.web_root == "" and "web_root" not in dockerfile and "COPY streamd ./streamd" in dockerfile

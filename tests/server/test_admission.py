@@ -20,8 +20,8 @@ from streamd.engine import Recognizer
 from streamd.events import Error, Partial
 from streamd.server.admission import (GROWTH_MIN, MIN_BATCH_UNITS, RETRY_AFTER, Admission, CapacityModel, Candidate,
                                       Refusal, fair_pick, stream_cost)
-from streamd.server.app import EngineRunner
-from streamd.server.commands import Command
+from streamd.server.runner import EngineRunner
+from streamd.server.commands import FeedPcm, OpenStream
 from streamd.server.protocol import CLOSE_CODES
 from test_server_http_limits import drain, http_get, pcm16, run, until
 
@@ -321,21 +321,21 @@ def rec(tiny_ckpt):
 def test_runner_ends_a_stream_past_the_backlog_bound(rec):
     runner = EngineRunner(rec, max_steps=1, max_backlog=2.0)
     x = pcm16(random_audio(1.5, seed=1))
-    res = runner.cycle([Command("open", 1, {}), Command("open", 2, {}), Command("audio", 1, (x, "s16le")),
-                        Command("audio", 2, (x, "s16le")), Command("audio", 1, (x, "s16le"))])
+    res = runner.cycle([OpenStream(1, {}), OpenStream(2, {}), FeedPcm(1, x, "s16le"),
+                        FeedPcm(2, x, "s16le"), FeedPcm(1, x, "s16le")])
     errs = [(k, e) for k, e in res.events if isinstance(e, Error)]
     assert [(k, e.code, e.fatal) for k, e in errs] == [(1, "backlog_exceeded", True)]
     assert "limits.max_backlog_seconds" in errs[0][1].message and "3.0 s" in errs[0][1].message
     assert rec.num_streams == 1  # stream 2 (1.5 s behind) goes on; stream 1's audio is freed
-    assert [k for k, _ in runner.cycle([Command("audio", 1, (x, "s16le"))]).events] == [2]  # key 1 gone: no-op
+    assert [k for k, _ in runner.cycle([FeedPcm(1, x, "s16le")]).events] == [2]  # key 1 gone: no-op
 
 
 def test_runner_steps_the_fair_pick_under_a_budget(rec):
     runner = EngineRunner(rec, max_steps=1)
     x = pcm16(random_audio(rec.chunk_frames * rec.frame_shift_s * 4, seed=2))  # 3 chunks ready
-    cmds = [Command("open", 1, {"method": "greedy"}, client="victim")]
-    cmds += [Command("open", 10 + i, {"method": "modified_beam", "beam": 64}, client="adversary") for i in range(4)]
-    cmds += [Command("audio", k, (x, "s16le")) for k in (1, 10, 11, 12, 13)]
+    cmds = [OpenStream(1, {"method": "greedy"}, client="victim")]
+    cmds += [OpenStream(10 + i, {"method": "modified_beam", "beam": 64}, client="adversary") for i in range(4)]
+    cmds += [FeedPcm(k, x, "s16le") for k in (1, 10, 11, 12, 13)]
     runner.budget = 1.0 + 10.6 + 1  # the victim and one adversary stream per step
     res = runner.cycle(cmds)
     stepped = {k for k, e in res.events if isinstance(e, Partial)}

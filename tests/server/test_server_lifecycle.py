@@ -261,14 +261,14 @@ def gated(blocks, gate: threading.Event, fail_after: int | None = None):
     gate.wait(10)
     for i, b in enumerate(blocks):
         if fail_after is not None and i == fail_after:
-            from streamd.mic import MicError
+            from streamd.capture import MicError
 
             raise MicError("input device 'fake' stopped delivering audio (device lost or unplugged?)")
         yield b
 
 
 def test_mic_events_broadcast(tiny_ckpt):
-    from streamd.mic import MicCapture, ReplaySource
+    from streamd.capture import MicCapture, ReplaySource
 
     rate = 16000
     x = random_audio(2.0, rate=rate, seed=11)
@@ -320,7 +320,7 @@ def test_mic_events_broadcast(tiny_ckpt):
 def test_mic_retries_back_off_and_log_a_repeated_error_once(tiny_ckpt, caplog):
     """No input device: the daemon keeps trying, waiting twice as long each time up to retry_max_seconds,
     and the same error is logged (and sent to subscribers) once, not at every try."""
-    from streamd.mic import NO_INPUT_DEVICE, MicError
+    from streamd.capture import NO_INPUT_DEVICE, MicError
 
     calls = []
 

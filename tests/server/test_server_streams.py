@@ -254,7 +254,7 @@ def test_no_lost_audio_concurrent_clients_match_transcribe(tiny_ckpt, ep_ckpt, t
 def test_engine_runner_commands_and_isolation(tiny_ckpt):
     """The worker-side runner alone: keys map to engine streams; a failing command only fails its stream."""
     from streamd.server.app import EngineRunner
-    from streamd.server.commands import Command
+    from streamd.server.commands import CloseStream, FeedPcm, FinishStream, OpenStream
 
     rec = Recognizer.from_checkpoint(tiny_ckpt, from_dict(AppConfig, {"engine": {"device": "cpu"}}).engine)
     runner = EngineRunner(rec, max_steps=2)
@@ -267,10 +267,10 @@ def test_engine_runner_commands_and_isolation(tiny_ckpt):
         return real_accept(sid, data, fmt)
 
     rec.accept_pcm = flaky_accept
-    res = runner.cycle([Command("open", 7, {"sample_rate": 16000}), Command("open", 8, {"sample_rate": 16000}),
-                        Command("open", 9, {"sample_rate": 5}),
-                        Command("audio", 7, (x, "s16le"), ack=True), Command("audio", 8, (x[:1002], "s16le"), ack=True),
-                        Command("finish", 7)])
+    res = runner.cycle([OpenStream(7, {"sample_rate": 16000}), OpenStream(8, {"sample_rate": 16000}),
+                        OpenStream(9, {"sample_rate": 5}),
+                        FeedPcm(7, x, "s16le", ack=True), FeedPcm(8, x[:1002], "s16le", ack=True),
+                        FinishStream(7)])
     assert res.opened[:2] == [(7, None), (8, None)] and res.opened[2][0] == 9 and "sample_rate" in res.opened[2][1]
     assert res.acks == {7: 1, 8: 1} and res.audio_seconds == pytest.approx(1.0)
     errs = [(k, e.code) for k, e in res.events if type(e).__name__ == "Error"]
@@ -282,4 +282,4 @@ def test_engine_runner_commands_and_isolation(tiny_ckpt):
         events += res.events
     kinds = [type(e).__name__ for k, e in events if k == 7]
     assert kinds[-2:] == ["Final", "Done"] and rec.num_streams == 0
-    assert runner.cycle([Command("audio", 7, (x, "s16le")), Command("close", 8)]).events == []  # gone: no-op
+    assert runner.cycle([FeedPcm(7, x, "s16le"), CloseStream(8)]).events == []  # gone: no-op

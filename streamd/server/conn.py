@@ -1,0 +1,282 @@
+"""The connection side of ``streamd serve`` (event loop): one object per stream source.
+
+* :class:`Conn`: one websocket client (``/v1/stream``, ``/vosk``, or a ``/v1/events`` subscriber): its
+  sans-I/O protocol session (:mod:`.protocol`, :mod:`.vosk`), its bounded :class:`~.outbox.Outbox` and
+  the sender task that drains it, its read loop with the session's timers, and the translation of the
+  session's actions into engine :mod:`.commands`;
+* :class:`MicStream` and :func:`run_mic`: the daemon's own microphone as one engine stream whose events
+  go to every ``/v1/events`` subscriber.
+
+Both are route targets of the daemon (:class:`~.runner.RouteTarget`: ``on_opened``, ``on_event``,
+``on_applied``).  What they need of the daemon is :class:`ConnHost` (a structural type the
+:class:`~.app.App` satisfies): this module never imports the App.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections import deque
+from typing import TYPE_CHECKING, Any, Callable, Mapping, MutableMapping, Protocol
+
+import numpy as np
+from websockets.asyncio.server import ServerConnection
+from websockets.exceptions import ConnectionClosed
+
+from ..events import Done, Error, Event, Partial
+from .commands import CloseStream, Command, FeedPcm, FeedSamples, FinishStream, OpenStream, ResetStream
+from .outbox import Outbox
+from .protocol import CLOSE_CODES, Action, Audio, Close, Finish, Open, Reset, Send, V1Session
+from .vosk import VoskSession
+
+if TYPE_CHECKING:
+    from ..config import AppConfig
+    from .admission import Admission, Refusal
+    from .metrics import Metrics
+
+__all__ = ["ConnHost", "Conn", "MicStream", "run_mic", "discard", "FBANK_LOOKAHEAD_S"]
+
+log = logging.getLogger("streamd.server")
+
+FBANK_LOOKAHEAD_S = 0.015  # a partial ending at t needed the audio up to t + 15 ms (25 ms window, 10 ms hop)
+
+
+class ConnHost(Protocol):
+    """What a connection or the microphone stream needs of the daemon (:class:`~.app.App`)."""
+
+    config: AppConfig
+    metrics: Metrics
+    admission: Admission
+    draining: bool
+    mics: MutableMapping[int, MicStream]  # microphone streams not yet done
+
+    def submit(self, cmd: Command) -> None: ...
+
+    def admit(self, key: int, options: Mapping[str, Any] | None, client: str,
+              token: str | None = None) -> Refusal | None: ...
+
+    def new_key(self) -> int: ...
+
+    def broadcast(self, message: dict, droppable: bool = False) -> None: ...
+
+    def streams_changed(self) -> None: ...
+
+
+class Conn:
+    """One websocket client: protocol session, outbox, sender task, engine key."""
+
+    def __init__(self, app: ConnHost, ws: ServerConnection, key: int, proto: V1Session | VoskSession | None):
+        self.app = app
+        self.ws = ws
+        self.key = key
+        self.proto = proto
+        self.outbox = Outbox(app.config.limits.outbox_messages)
+        self.sender: asyncio.Task | None = None
+        self.aborted = False
+        self.decoded = 0.0  # stream seconds decoded so far (the latest partial's / final's end)
+        info = getattr(ws, "streamd", None)  # the request's .auth.RequestInfo
+        self.client: str = info.client if info is not None else ""  # admission: quotas, fair share
+        self.token: str | None = info.token if info is not None else None
+        self.arrivals: deque[tuple[float, float]] = deque()  # (audio seconds so far, arrival): partial lag
+
+    @property
+    def stream_class(self) -> str:
+        """``stream_class`` label of this connection's stream: v1 or vosk."""
+        return "vosk" if isinstance(self.proto, VoskSession) else "v1"
+
+    def start(self) -> None:
+        self.sender = asyncio.get_running_loop().create_task(self._send_loop())
+
+    async def _send_loop(self) -> None:
+        try:
+            while True:
+                item = await self.outbox.get()
+                if isinstance(item, Close):
+                    await self.ws.close(item.code, item.reason)
+                    return
+                await self.ws.send(item)
+        except ConnectionClosed:
+            return
+
+    async def read_loop(self) -> bool:
+        """Feed client messages to the session until its input closes; False if the client went away.
+
+        Two timers, both decided by the session: ``idle_timeout`` after the last message
+        (``proto.timeout()``) and the session's own ``proto.deadline()`` (``proto.tick(now)``: the
+        minimum audio rate), whichever comes first."""
+        ws, proto = self.ws, self.proto
+        idle = self.app.config.limits.idle_timeout
+        last = time.monotonic()
+        self.perform(proto.tick(last))  # starts the session's clock
+        while not proto.input_closed and not self.aborted:
+            ends = [t for t in (last + idle if idle else None, proto.deadline()) if t is not None]
+            wait = max(0.0, min(ends) - time.monotonic()) if ends else None
+            try:
+                msg = await asyncio.wait_for(ws.recv(), wait)
+            except asyncio.TimeoutError:
+                now = time.monotonic()
+                self.perform(proto.timeout() if idle and now >= last + idle else proto.tick(now))
+                continue
+            except ConnectionClosed:
+                return False
+            last = time.monotonic()
+            self.perform(proto.receive(msg, last))
+        return True
+
+    def send(self, message: dict, droppable: bool = False, when_behind: bool = False, last: bool = False) -> None:
+        if message.get("type") == "error":
+            self.app.metrics.errors.labels(message.get("code", "?")).inc()
+        before = self.outbox.dropped
+        if not self.outbox.put(json.dumps(message), droppable, when_behind, force=last):
+            self.abort("slow_consumer", f"client is not reading: {self.outbox.capacity} messages queued")
+        self.app.metrics.dropped_partials.inc(self.outbox.dropped - before)
+
+    def abort(self, code: str, message: str) -> None:
+        """Disconnect at once (slow consumer): the sender may be stuck writing to this client."""
+        if self.aborted:
+            return
+        self.aborted = True
+        log.warning("closing connection %s: %s", self.key, message)
+        self.app.metrics.errors.labels(code).inc()
+        if self.proto is not None:
+            self.proto.fail(code, message)  # marks the session closed
+        self.app.submit(CloseStream(self.key))
+        if self.sender is not None:
+            self.sender.cancel()
+        asyncio.get_running_loop().create_task(self.ws.close(CLOSE_CODES[code], code))
+
+    def perform(self, actions: list[Action]) -> None:
+        """Execute a protocol session's actions, in order."""
+        for a in actions:
+            if self.aborted:
+                return
+            if isinstance(a, Send):
+                self.send(a.message, a.droppable, a.when_behind, a.last)
+            elif isinstance(a, Audio):
+                self.app.submit(FeedPcm(self.key, a.data, a.fmt, ack=a.ack))
+                now = time.monotonic()
+                self.app.admission.note_audio(self.key, self.proto.audio_seconds, now)
+                self.arrivals.append((self.proto.audio_seconds, now))
+            elif isinstance(a, Open):
+                refusal = self.app.admit(self.key, a.options, self.client, self.token)
+                if refusal is not None:  # at capacity, or this client's quota: the session ends here
+                    self.perform(self.proto.fail(refusal.code, refusal.message, {"retry_after": refusal.retry_after}))
+                    return
+                self.app.submit(OpenStream(self.key, a.options, client=self.client))
+            elif isinstance(a, Reset):
+                self.app.submit(ResetStream(self.key))
+            elif isinstance(a, Finish):
+                self.app.submit(FinishStream(self.key))
+            elif isinstance(a, Close):
+                self.outbox.close(a.code, a.reason)
+                self.app.submit(CloseStream(self.key))
+
+    # route targets for engine results
+    def on_opened(self, error: str | None) -> None:
+        self.perform(self.proto.opened(error))
+
+    def on_event(self, ev: Event) -> None:
+        end = getattr(ev, "end", None)  # partial / final / wake: decoded at least this far
+        if isinstance(end, float) and end > self.decoded:
+            self.decoded = end
+        if isinstance(ev, Partial):  # its lag: from the arrival of the audio that completed its chunk
+            need = ev.end + FBANK_LOOKAHEAD_S
+            while self.arrivals and self.arrivals[0][0] < need - 1e-9:
+                self.arrivals.popleft()
+            if self.arrivals:
+                now = time.monotonic()
+                self.app.admission.note_lag(self.key, now - self.arrivals[0][1], now)
+        self.perform(self.proto.event(ev))
+
+    def on_applied(self, n: int) -> None:
+        if isinstance(self.proto, VoskSession):
+            self.perform(self.proto.applied(n))
+
+
+async def discard(ws: ServerConnection) -> None:
+    """Read and drop messages until the connection is closed."""
+    try:
+        while True:
+            await ws.recv()
+    except ConnectionClosed:
+        return
+
+
+class MicStream:
+    """The daemon's microphone stream: its events go to every ``/v1/events`` subscriber."""
+
+    stream_class = "mic"  # streamd_backlog_seconds label
+
+    def __init__(self, app: ConnHost, key: int):
+        self.app = app
+        self.key = key
+        self.done = asyncio.Event()
+
+    def on_opened(self, error: str | None) -> None:
+        if error is not None:
+            self.app.broadcast({"type": "error", "code": "mic_error", "message": f"microphone stream: {error}"})
+            self._end()
+
+    def on_event(self, ev: Event) -> None:
+        msg = ev.to_wire()
+        self.app.broadcast(msg, droppable=msg["type"] == "partial")
+        if isinstance(ev, Done) or (isinstance(ev, Error) and ev.fatal):
+            self._end()
+
+    def _end(self) -> None:
+        self.done.set()
+        self.app.mics.pop(self.key, None)
+        self.app.streams_changed()
+
+    def on_applied(self, n: int) -> None:
+        pass
+
+
+async def run_mic(app: ConnHost, factory: Callable[[Any], Any]) -> None:
+    """Capture (``factory(config.mic)``) -> one engine stream; after a capture error, retry as a new stream.
+
+    The wait starts at ``mic.retry_seconds`` and doubles after each try that delivered no audio, up to
+    ``mic.retry_max_seconds``; a try that delivered audio starts it over.  A failure is logged and
+    broadcast when its message is new; the same failure again is logged at debug level only (a daemon
+    waiting for a microphone to be plugged in does not fill the journal)."""
+    mcfg = app.config.mic
+    wait, last_error, tries = mcfg.retry_seconds, None, 0
+    while True:
+        key = None
+        ended = delivered = False
+        try:
+            capture = factory(mcfg)
+            capture.start()  # the actual rate is known once started
+            key = app.new_key()
+            app.mics[key] = MicStream(app, key)
+            app.streams_changed()
+            app.submit(OpenStream(key, {"sample_rate": int(capture.sample_rate),
+                                        "partials": mcfg.partials, "keywords": mcfg.keywords}))
+            async for block in capture.blocks():
+                delivered = True
+                app.submit(FeedSamples(key, np.asarray(block, dtype=np.float32).reshape(-1)))
+            ended = True
+        except asyncio.CancelledError:
+            ended = True  # draining
+        except Exception as e:  # noqa: BLE001 - MicError (no device, device lost) or a broken source
+            message = f"microphone: {e}"
+            if delivered:
+                wait, last_error, tries = mcfg.retry_seconds, None, 0
+            tries += 1
+            retry = f"; trying again in {wait:g} s" if mcfg.retry_seconds and not app.draining else ""
+            if message != last_error:
+                log.error("%s%s", message, retry)
+                app.broadcast({"type": "error", "code": "mic_error", "message": message})
+            else:
+                log.debug("%s (%d tries)%s", message, tries, retry)
+            last_error = message
+            app.metrics.errors.labels("mic_error").inc()
+        finally:
+            if key is not None:
+                app.submit(FinishStream(key))
+        if ended or not mcfg.retry_seconds or app.draining:
+            return
+        await asyncio.sleep(wait)
+        wait = min(wait * 2, max(mcfg.retry_max_seconds, mcfg.retry_seconds))

@@ -1,0 +1,120 @@
+"""The daemon's settings: the configuration as ``streamd serve`` resolves it, its TLS context, and the
+checks of ``streamd check-config`` that need the file system.
+
+* :func:`resolve_config`: YAML file (or defaults) < environment (``STREAMD_*``) < command-line flags;
+* :func:`make_ssl_context`: ``tls.cert`` / ``tls.key`` -> the server's TLS context;
+* :func:`check_app_config`: model and LM files, token file, TLS files, the Wyoming port's auth rule;
+* :func:`mic_factory`: the microphone capture ``--mic`` asks for (ConfigError without the ``mic`` extra).
+
+Errors are :class:`~streamd.config.ConfigError` naming the key path, variable or flag.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import ssl
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from ..config import AppConfig, ConfigError, TlsConfig, load_yaml
+from .auth import check_wyoming_auth, load_tokens
+
+__all__ = ["resolve_config", "make_ssl_context", "check_app_config", "mic_factory"]
+
+
+def resolve_config(path: str | None, flags: Mapping[str, Any] | None = None,
+                   env: Mapping[str, str] | None = None) -> AppConfig:
+    """YAML file (or defaults), then environment (STREAMD_HOST/PORT/MODEL/DEVICE), then flags.
+
+    ``flags`` keys: host, port, model, device, vosk_port, wyoming_port, wake_words, hotwords, mic, mic_device
+    (None = not given).
+    Errors are ConfigError naming the key path, variable or flag.
+    """
+    env = os.environ if env is None else env
+    flags = dict(flags or {})
+    cfg = load_yaml(path, AppConfig) if path else AppConfig()
+    server, engine, mic = cfg.server, cfg.engine, cfg.mic
+
+    def put(obj, name, value, source):
+        try:
+            return dataclasses.replace(obj, **{name: value})
+        except (ConfigError, TypeError) as e:
+            raise ConfigError(f"{source}: {e}") from None
+
+    def env_int(name):
+        v = env.get(name)
+        if not v:
+            return None
+        try:
+            return int(v)
+        except ValueError:
+            raise ConfigError(f"{name}: expected an integer, got {v!r}") from None
+
+    for var, section, name, conv in (("STREAMD_HOST", "server", "host", str), ("STREAMD_PORT", "server", "port", None),
+                                     ("STREAMD_MODEL", "engine", "model", str),
+                                     ("STREAMD_DEVICE", "engine", "device", str)):
+        value = env_int(var) if conv is None else env.get(var) or None
+        if value is None:
+            continue
+        if section == "server":
+            server = put(server, name, value, var)
+        else:
+            engine = put(engine, name, value, var)
+    for flag, name in (("host", "host"), ("port", "port"), ("vosk_port", "vosk_port"),
+                       ("wyoming_port", "wyoming_port")):
+        if flags.get(flag) is not None:
+            server = put(server, name, flags[flag], "--" + flag.replace("_", "-"))
+    for flag in ("model", "device"):
+        if flags.get(flag) is not None:
+            engine = put(engine, flag, flags[flag], f"--{flag}")
+    if flags.get("wake_words") is not None:
+        engine = dataclasses.replace(engine, kws=put(engine.kws, "wake_words", flags["wake_words"], "--wake-words"))
+    if flags.get("hotwords") is not None:
+        engine = dataclasses.replace(engine, decoding=put(engine.decoding, "hotwords", flags["hotwords"], "--hotwords"))
+    if flags.get("mic"):
+        mic = put(mic, "enabled", True, "--mic")
+    if flags.get("mic_device") is not None:
+        d = flags["mic_device"]
+        mic = put(mic, "device", int(d) if str(d).isdigit() else d, "--mic-device")
+    return dataclasses.replace(cfg, server=server, engine=engine, mic=mic)
+
+
+def make_ssl_context(tls: TlsConfig) -> ssl.SSLContext | None:
+    """Server TLS context from ``tls.cert`` / ``tls.key`` (None when TLS is off)."""
+    if not tls.enabled:
+        return None
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    for name, p in (("cert", tls.cert), ("key", tls.key)):
+        if not Path(p).is_file():
+            raise ConfigError(f"tls.{name}: no such file {p!r}")
+    try:
+        ctx.load_cert_chain(tls.cert, tls.key)
+    except (ssl.SSLError, OSError) as e:
+        raise ConfigError(f"tls.cert: cannot load certificate {tls.cert!r} / key {tls.key!r}: {e}") from None
+    return ctx
+
+
+def check_app_config(cfg: AppConfig) -> None:
+    """Checks that need the file system (model and LM files, token file, TLS files), and the Wyoming
+    port's auth rule (:func:`.auth.check_wyoming_auth`)."""
+    if cfg.engine.model and not Path(cfg.engine.model).is_file():
+        raise ConfigError(f"engine.model: no such file {cfg.engine.model!r}")
+    lm = cfg.engine.decoding.lm
+    if lm not in ("auto", "none") and not Path(lm).is_file():
+        raise ConfigError(f"engine.decoding.lm: no such file {lm!r}")
+    tokens = load_tokens(cfg.auth)
+    make_ssl_context(cfg.tls)
+    if cfg.server.wyoming_port is not None:
+        check_wyoming_auth(cfg.server, tokens)
+
+
+def mic_factory() -> Callable[[Any], Any]:
+    """``config.mic`` -> a started-on-demand :class:`streamd.capture.MicCapture` (ConfigError when the ``mic``
+    extra is not installed)."""
+    try:
+        from ..capture import MicCapture
+    except ImportError as e:
+        raise ConfigError(f"--mic: microphone capture is unavailable ({e}); install the 'mic' extra") from None
+    return lambda m: MicCapture(m.device, m.sample_rate, m.block_seconds)
