@@ -1097,7 +1097,7 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=12.0, help="audio seconds per load stream")
     ap.add_argument("--capacity", type=int, help="skip the search: real-time greedy streams of this machine")
     ap.add_argument("--victim-p95-ms", type=float, help="skip the baseline: the victim's unloaded p95")
-    ap.add_argument("--audio", nargs="*", help="WAV files (default: the dev set beside the checkout)")
+    ap.add_argument("--audio", nargs="*", help="WAV files (default: the package's six sample recordings)")
     ap.add_argument("--out-dir", default="bench-out/stress", help="daemon logs and configs")
     ap.add_argument("--json", help="result file (default: OUT_DIR/stress.json)")
     args = ap.parse_args()

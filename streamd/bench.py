@@ -210,8 +210,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     e.add_argument("--beam", type=int, default=4)
     e.add_argument("--device", default="cpu")
     e.add_argument("--seconds", type=float, default=10.0, help="audio seconds per stream")
-    e.add_argument("--audio", nargs="*", help="WAV files to replay (default: the dev set beside the checkout, "
-                                              "else the package's sample recordings)")
+    e.add_argument("--audio", nargs="*", help="WAV files to replay (default: the package's six sample recordings; "
+                                              "docs/benchmarks.md names the files its figures replayed)")
     e.add_argument("--wake-words", metavar="LIST", default="",
                    help="comma-separated runtime wake words of every stream (default none)")
     e.add_argument("--json", action="store_true")

@@ -525,7 +525,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seconds", type=float, default=10.0, help="audio seconds per stream (default %(default)s)")
     p.add_argument("--duration-minutes", type=float, help="soak run: every stream lasts this many minutes "
                                                           "(audio looped; overrides --seconds)")
-    p.add_argument("--audio", nargs="*", help="WAV files to stream (default: the dev set beside the checkout)")
+    p.add_argument("--audio", nargs="*", help="WAV files to stream (default: the package's six sample recordings)")
     p.add_argument("--method", choices=["greedy", "modified_beam", "beam", "ctc_greedy", "ctc_prefix_beam"],
                    help="search method (default: the server's)")
     p.add_argument("--beam", type=int, help="beam size for beam searches")

@@ -5,7 +5,6 @@ Nothing here reads a file; a ground-floor module every command, the server and t
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 __all__ = ["ASSETS", "default_model_path", "default_samples", "model_arg", "default_bench_audio"]
@@ -35,12 +34,6 @@ def model_arg(path: str | None) -> str:
 
 
 def default_bench_audio() -> list[str]:
-    """The first 16 WAVs of the dev set beside the checkout (the figures in docs/benchmarks.md), else the
-    package's sample recordings (a plain clone)."""
-    dev = Path(__file__).resolve().parents[2] / "shared" / "eval" / "dev" / "asr"
-    files = sorted(str(p) for p in dev.glob("*.wav"))[:16]
-    if not files:
-        files = sorted(str(p) for p in default_samples().parent.glob("*.wav"))
-        print(f"streamd bench: no dev set at {dev}: replaying the package's {len(files)} sample recordings "
-              "(pass --audio FILE... for others)", file=sys.stderr)
-    return files
+    """The package's sample recordings, what the benchmarks replay when no ``--audio`` is given: nothing
+    outside the package is read (docs/benchmarks.md names the files its figures replayed)."""
+    return sorted(str(p) for p in default_samples().parent.glob("*.wav"))

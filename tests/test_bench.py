@@ -1,10 +1,10 @@
 """The engine benchmark runs end to end and reports every field (no timing assertions)."""
 
 import json
+from pathlib import Path
 
-from helpers import random_audio
+from helpers import random_audio, write_wav
 from streamd.bench import main
-from helpers import write_wav
 
 
 def test_bench_engine_json(tiny_ckpt, tmp_path, capsys):
@@ -21,11 +21,12 @@ def test_bench_engine_json(tiny_ckpt, tmp_path, capsys):
     assert summary["max_realtime_streams"] in (0, 1, 3)
 
 
-def test_bench_default_audio_falls_back_to_the_shipped_samples(monkeypatch, tmp_path, capsys):
+def test_bench_default_audio_is_the_shipped_samples_only():
+    """Nothing outside the package is read: the dev set beside the checkout (if any) is not the default."""
     from streamd import paths
     from streamd.paths import default_samples
 
-    monkeypatch.setattr(paths, "__file__", str(tmp_path / "a" / "b" / "paths.py"))  # no dev set beside it
     files = paths.default_bench_audio()
     assert files == sorted(str(p) for p in default_samples().parent.glob("*.wav")) and len(files) == 6
-    assert "sample recordings" in capsys.readouterr().err
+    root = Path(paths.__file__).resolve().parent
+    assert all(Path(f).resolve().is_relative_to(root) for f in files)
