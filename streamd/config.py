@@ -382,8 +382,10 @@ class DecodingConfig:
     token (0 disables fusion); ``lm_bonus``: beta, a per-token bonus that
     offsets the LM's preference for short hypotheses.
     ``hotwords``: phrases to favour (contextual biasing, :mod:`streamd.decode.context_graph`), each token
-    along a matching path boosted by ``hotword_boost`` (or the phrase's own ``boost``) and the boost taken
-    back when the path leaves the phrase; they need ``method: modified_beam`` and apply to the streams
+    along a matching path boosted (the phrase's own ``boost``, else ``hotword_boost`` shared by the list:
+    ``hotword_boost / (1 + ln N)`` for N phrases, :func:`~streamd.decode.context_graph.shared_boost`) and the
+    boost taken back when the path leaves the phrase; phrases are whole words (a phrase earns its boost
+    where its last word ends, not inside a longer word); they need ``method: modified_beam`` and apply to the streams
     that decode with it (a start message may replace the list).
     ``ctc_insertion_penalty``: q >= 0 nats subtracted per token in ``ctc_prefix_beam`` (a prefix scores
     log P(y) - q |y|): summed over alignments, a token no frame prefers to blank can still outscore the
@@ -398,7 +400,7 @@ class DecodingConfig:
     lm_weight: float = 0.2
     lm_bonus: float = 0.5
     hotwords: tuple[PhraseSpec, ...] = ()
-    hotword_boost: float = 1.5
+    hotword_boost: float = 4.0
     ctc_insertion_penalty: float = 0.2
 
     def __post_init__(self) -> None:

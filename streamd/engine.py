@@ -50,7 +50,7 @@ from .decode.ctc import CtcGreedySearch, CtcPrefixBeamSearch
 from .decode.endpoint import Endpointer
 from .decode.greedy import GreedySearch
 from .decode.hyps import HypOut
-from .decode.context_graph import ContextGraph, phrase_graph
+from .decode.context_graph import ContextGraph, phrase_graph, shared_boost
 from .decode.endpoint import seconds_to_frames
 from .decode.keyword_search import KeywordHit, KeywordSearch, KeywordSet, KeywordState, keyword_set
 from .decode.kws import Detection, KwsDetector, aligned_span
@@ -295,8 +295,8 @@ class Recognizer:
     def _hotword_graph(self, specs: tuple[PhraseSpec, ...], path: str) -> ContextGraph | None:
         if not specs:
             return None
-        boost = self.config.decoding.hotword_boost
-        return self._cached(("hot", specs), lambda: phrase_graph(self.tokens, specs, boost, path))
+        boost = shared_boost(self.config.decoding.hotword_boost, len(specs))  # phrases without their own boost
+        return self._cached(("hot", specs), lambda: phrase_graph(self.tokens, specs, boost, path, whole_words=True))
 
     # ------------------------------------------------------------------ construction
 
