@@ -336,9 +336,14 @@ class KwsConfig:
 
     Runtime wake words (:mod:`streamd.decode.keyword_search`; text, no retraining): ``wake_words`` the
     phrases (a stream's start message may replace the list); ``wake_threshold`` the default detection
-    threshold on the mean probability of a keyword's tokens; ``wake_boost`` the per-token boost of the
-    keyword search; ``wake_beam`` its hypotheses per stream; ``trailing_blanks`` frames the keyword must be
-    followed by no other letter before it is reported.  ``enabled`` false turns both kinds off.
+    threshold on the keyword search's score; ``wake_score`` that score: ``llr`` (the geometric mean per
+    keyword token of the keyword path's likelihood ratio to the model's own choices) or ``prob`` (the mean
+    probability of the keyword's tokens); ``trailing_blanks`` frames of blank that must follow the keyword
+    (unless the word separator does); ``wake_settle_frames`` frames the best candidate must stay unbeaten
+    before it is reported (a better path for the same word often completes a frame or two later).
+    ``enabled`` false turns both kinds off.
+    Deprecated, accepted and checked but without effect since the keyword-constrained search (issue 21):
+    ``wake_boost`` (was the beam search's per-token boost) and ``wake_beam`` (its hypotheses per stream).
     """
 
     enabled: bool = True
@@ -347,9 +352,11 @@ class KwsConfig:
     smoothing_frames: int = 1
     refractory_s: float = 1.0
     wake_words: tuple[PhraseSpec, ...] = ()
-    wake_threshold: float = 0.3
-    wake_boost: float = 1.0
-    wake_beam: int = 4
+    wake_threshold: float = 0.5
+    wake_score: str = "llr"
+    wake_settle_frames: int = 4
+    wake_boost: float = 1.0  # deprecated: no effect
+    wake_beam: int = 4  # deprecated: no effect
     trailing_blanks: int = 2
 
     def __post_init__(self) -> None:
@@ -362,6 +369,9 @@ class KwsConfig:
         _positive(self.refractory_s, "refractory_s", strict=False)
         object.__setattr__(self, "wake_words", parse_phrases(self.wake_words, "wake_words"))
         _check(0.0 < self.wake_threshold < 1.0, "wake_threshold", f"must be in (0, 1), got {self.wake_threshold}")
+        _check(self.wake_score in ("llr", "prob"), "wake_score", f"must be llr or prob, got {self.wake_score!r}")
+        _check(0 <= self.wake_settle_frames <= 50, "wake_settle_frames",
+               f"must be 0..50, got {self.wake_settle_frames}")
         _check(0.0 <= self.wake_boost <= 20.0, "wake_boost", f"must be in [0, 20], got {self.wake_boost}")
         _check(1 <= self.wake_beam <= 16, "wake_beam", f"must be 1..16, got {self.wake_beam}")
         _check(0 <= self.trailing_blanks <= 50, "trailing_blanks", f"must be 0..50, got {self.trailing_blanks}")

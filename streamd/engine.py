@@ -252,9 +252,10 @@ class Recognizer:
         kcfg = self.config.kws
         self.kws = KwsDetector(self.keywords, kcfg, self.frame_shift_s) if self.keywords else None
         sep = self.tokens.separator if self.tokens.kind == "char" else None
-        self.keyword_search = KeywordSearch(self.model, kcfg.wake_beam, dcfg.max_symbols_per_frame,
+        self.keyword_search = KeywordSearch(self.model, dcfg.max_symbols_per_frame,
                                             self.tokens.id(sep) if sep is not None else None, kcfg.trailing_blanks,
-                                            seconds_to_frames(kcfg.refractory_s, self.frame_shift_s), sync_free)
+                                            seconds_to_frames(kcfg.refractory_s, self.frame_shift_s),
+                                            kcfg.wake_score, kcfg.wake_settle_frames)
         self._phrase_cache: dict[tuple, Any] = {}
         # the config's lists, checked against the token table now (ValueError names the entry)
         self._default_wake = self.wake_word_set(kcfg.wake_words, "kws.wake_words")
@@ -289,8 +290,8 @@ class Recognizer:
                 raise ValueError(f"{path}[{i}] {spec.phrase!r}: the model's own wake word (its KWS head spots it "
                                  "already; listed again its events would come twice)")
         k = self.config.kws
-        return self._cached(("wake", specs), lambda: keyword_set(self.tokens, specs, k.wake_threshold, k.wake_boost,
-                                                                 path))
+        return self._cached(("wake", specs), lambda: self.keyword_search.prepare(
+            keyword_set(self.tokens, specs, k.wake_threshold, path)))
 
     def _hotword_graph(self, specs: tuple[PhraseSpec, ...], path: str) -> ContextGraph | None:
         if not specs:
@@ -640,7 +641,9 @@ class Recognizer:
         if batch.wake_rows is not None:
             rows = batch.wake_rows
             new_wake = self.keyword_search.step(batch.wake, heads.enc_p[rows], enc_len[rows], offsets[rows])
-            new_wake, hits = self.keyword_search.detect(new_wake, offsets[rows] + enc_len[rows])
+            ended = torch.tensor([streams[r].finished and streams[r].fbank.frames_ready() == 0 for r in rows.tolist()],
+                                 device=self.device)  # a candidate still settling is reported at the end
+            new_wake, hits = self.keyword_search.detect(new_wake, flush=ended)
         # commit
         batch.enc, batch.groups, batch.kws, batch.wake = new_enc, new_groups, new_kws, new_wake
         best, trailing = self._hyps(batch)

@@ -1,19 +1,34 @@
-"""Test helpers: tiny random models and checkpoints, synthetic audio (no trained model needed)."""
+"""Test helpers: tiny random models and checkpoints, synthetic audio (no trained model needed), slow reference
+implementations the fast code is checked against, and small clients for the daemon's wire tests."""
 
 from __future__ import annotations
 
+import asyncio
+import copy
+import json
 import math
 import random
+import time
+import wave
+from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 
 from streamd.config import DecoderConfig, EncoderConfig, ModelConfig
+from streamd.events import Final
 from streamd.tokens import TokenTable
 from streamd.model.checkpoint import save_checkpoint
 from streamd.model.transducer import Transducer
 
+# the checkout: configs/, pyproject.toml, README.md, streamd/
+ROOT = Path(__file__).resolve().parents[1]
+
 CHARS = ("<blk>", " ") + tuple("abcdefghijklmnopqrstuvwxyz'")
+# a small bpe table's pieces: word starts ("▁turn"), the bare "▁" word boundary and some single letters
+PIECES = ["<blk>", "<unk>", "▁", "▁turn", "▁on", "▁the", "▁li", "ghts", "s", "▁t", "ur", "n", "o", "h", "e",
+          "l", "i", "g", "t", "▁a", "▁b", "b", "a", "y"]
 
 
 def tiny_model(seed: int = 0, kind: str = "stateless", keywords=("hey stream",), chunk_size: int = 4,
@@ -327,3 +342,329 @@ def make_app(ckpt, **sections):
 
     cfg = app_config(**sections)
     return App(cfg, recognizer=Recognizer.from_checkpoint(ckpt, cfg.engine))
+
+
+# --------------------------------------------------------------------------- search references and checks
+
+
+@torch.no_grad()
+def ref_greedy(model, enc_p, max_sym):
+    """enc_p: (T, J). Transducer greedy search, one frame and one symbol at a time."""
+    st, dp = dec_init(model)
+    ys, frames, confs, score = [], [], [], 0.0
+    for t in range(enc_p.shape[0]):
+        for _ in range(max_sym):
+            logp = model.joiner.log_probs(enc_p[t], dp)
+            tok = int(logp.argmax())
+            score += float(logp[tok])
+            if tok == model.blank_id:
+                break
+            ys.append(tok)
+            frames.append(t)
+            confs.append(float(max_prob(logp)))
+            st, dp = dec_push(model, st, tok)
+    return ys, frames, confs, score
+
+
+@torch.no_grad()
+def ref_modified_beam(model, enc_p, beam, max_sym=1, lm=None, lm_weight=0.0, final=False, lm_bonus=0.0, ctx=None):
+    """icefall modified_beam_search for one utterance: top-`beam` of all (hypothesis, token)
+    extensions, identical sequences merged by log-add (the first, best-scoring one keeps its
+    timing).  max_sym=1: at most one symbol per frame (a token ends the frame).  max_sym=S:
+    up to S rounds per frame; in each, hypotheses that have not consumed the frame extend by
+    blank (consumes it) or a token (stays, unless it is round S), those that have compete
+    unchanged, and the top `beam` of all of them survive; merges need the same sequence and
+    the same consumed-or-not.  With an LM (helpers.RefWittenBell), shallow fusion: a token's
+    extension also scores min(0, lm_weight * log p_lm(token | tokens so far) + lm_bonus); final=True ranks the
+    non-empty hypotheses with lm_weight * log p_lm(</s> | tokens) added.  With hotwords (helpers.RefContext), a
+    token's extension also scores the context boost Phi(ys + v) - Phi(ys), and final=True adds back(ys), the
+    unfinished phrase's boost taken back."""
+    st, dp = dec_init(model)
+    hyps = {(): dict(score=0.0, st=st, dp=dp, frames=(), confs=())}
+    for t in range(enc_p.shape[0]):
+        cur = {(ys, False): h for ys, h in hyps.items()}
+        for r in range(max_sym):
+            if all(done for _, done in cur):
+                break
+            cands = []
+            for (ys, done), h in cur.items():
+                if done:
+                    cands.append((h["score"], ys, True, None, None))
+                    continue
+                logp = model.joiner.log_probs(enc_p[t], h["dp"])
+                conf = float(max_prob(logp))
+                for v in range(logp.shape[0]):
+                    fused = min(0.0, lm_weight * lm.logp(ys, v) + lm_bonus) if lm is not None and v != model.blank_id else 0.0
+                    if ctx is not None and v != model.blank_id:
+                        fused += ctx.gain(ys, v)
+                    cands.append((h["score"] + float(logp[v]) + fused, ys, False, v, conf))
+            cands.sort(key=lambda c: -c[0])
+            new = {}
+            for score, ys, done, v, conf in cands[:beam]:
+                parent = cur[(ys, done)]
+                if done or v == model.blank_id:
+                    key = (ys, True)
+                else:
+                    key = (ys + (v,), r == max_sym - 1)
+                if key in new:
+                    new[key]["score"] = float(torch.logaddexp(torch.tensor(new[key]["score"], dtype=torch.float64),
+                                                              torch.tensor(score, dtype=torch.float64)))
+                    continue
+                if done or v == model.blank_id:
+                    new[key] = dict(parent, score=score)
+                else:
+                    st2, dp2 = dec_push(model, parent["st"], v)
+                    new[key] = dict(score=score, st=st2, dp=dp2, frames=parent["frames"] + (t,),
+                                    confs=parent["confs"] + (conf,))
+            cur = new
+        hyps = {ys: h for (ys, _), h in cur.items()}
+
+    def end(ys):
+        # an empty hypothesis is no sentence: it has nothing to end (no </s> term)
+        e = lm_weight * lm.logp(ys, lm.EOS) if final and lm is not None and ys else 0.0
+        return e + (ctx.back(ys) if final and ctx is not None else 0.0)
+
+    return sorted(((h["score"] + end(ys), ys, h["frames"], h["confs"]) for ys, h in hyps.items()), key=lambda x: -x[0])
+
+
+def assert_same_hyp(a, b, tol=1e-5):
+    assert a.tokens == b.tokens
+    assert a.frames == b.frames
+    assert a.confs == pytest.approx(b.confs, abs=tol)
+    assert a.score == pytest.approx(b.score, abs=tol)
+
+
+def count_step(counts, search, state, enc_p, lengths):
+    counts.clear()
+    search.step(state, enc_p, lengths, torch.zeros(enc_p.shape[0], dtype=torch.long))
+    return sum(counts.values())
+
+
+# --------------------------------------------------------------------------- capture and engine references
+
+
+def real_portaudio_without_inputs():
+    """Skip the calling test unless the real PortAudio library is usable and sees no input device."""
+    try:
+        import sounddevice as sd
+    except (ImportError, OSError) as e:
+        pytest.skip(f"sounddevice/PortAudio not usable here ({e}); CI installs libportaudio2")
+    if any(d["max_input_channels"] > 0 for d in sd.query_devices()):
+        pytest.skip("this machine has an audio input device")
+
+
+def transcribe_events(ckpt, wav):
+    """The events ``streamd.feed.transcribe_files`` gives for one file with a fresh recognizer on ``ckpt``."""
+    from streamd.feed import transcribe_files
+    from streamd.engine import Recognizer
+
+    return transcribe_files(Recognizer.from_checkpoint(ckpt), [wav])[wav]
+
+
+# --------------------------------------------------------------------------- evaluation sets and references
+
+
+def levenshtein(r, h):
+    """Reference edit distance (textbook recursion, memoized)."""
+    from functools import lru_cache
+
+    @lru_cache(maxsize=None)
+    def d(i, j):
+        if i == 0 or j == 0:
+            return i + j
+        return min(d(i - 1, j) + 1, d(i, j - 1) + 1, d(i - 1, j - 1) + (r[i - 1] != h[j - 1]))
+
+    return d(len(r), len(h))
+
+
+def final_texts(events):
+    """Per path, the text of its non-empty Finals joined (the hypothesis ``streamd eval`` scores)."""
+    return {p: " ".join(e.text for e in evs if isinstance(e, Final) and e.text) for p, evs in events.items()}
+
+
+def write_eval_set(path, wavs, texts, keywords=None):
+    """An evaluation set (JSON lines) of ``wavs`` (in the set's folder) and their reference ``texts``: voices
+    voice0/voice1 alternating, the first two files of source "real", the others "synthetic"; ``keywords`` adds
+    a ``keyword`` field per line."""
+    rows = []
+    for i, (w, t) in enumerate(zip(wavs, texts)):
+        row = {"audio": w.rsplit("/", 1)[1], "text": t, "voice": f"voice{i % 2}", "duration": 1.0,
+               "source": "real" if i < 2 else "synthetic"}
+        if keywords is not None:
+            row["keyword"] = keywords[i]
+        rows.append(row)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+def write_jsonl(path, rows):
+    """Write ``rows`` (dicts) as JSON lines to ``path``; returns the path as a string."""
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+class Det:
+    """A stand-in wake event: a keyword and a score, equal by value."""
+
+    def __init__(self, keyword, score):
+        self.keyword, self.score = keyword, score
+
+    def __eq__(self, other):
+        return (self.keyword, self.score) == (other.keyword, other.score)
+
+    def __repr__(self):
+        return f"Det({self.keyword!r}, {self.score})"
+
+
+# --------------------------------------------------------------------------- training runs
+
+
+# a model small enough to train for a few steps in a test
+TINY_MODEL = {
+    "vocab_size": 29, "joiner_dim": 32, "keywords": ["hey stream"],
+    "encoder": {"num_features": 20, "d_model": 32, "num_layers": 2, "num_heads": 2, "ff_dim": 64, "conv_kernel": 5,
+                "subsampling_channels": 8, "chunk_size": 4, "left_chunks": 2, "dropout": 0.0},
+    "decoder": {"dim": 32}, "fbank": {"num_mel_bins": 20},
+}
+
+
+def make_corpus(root, items):
+    """items: (text, seconds, keyword) -> manifest with 16 kHz 16-bit WAVs (a distinct tone + noise each)."""
+    (root / "wav").mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(1)
+    lines = []
+    for i, (text, sec, kw) in enumerate(items):
+        t = np.arange(int(sec * 16000)) / 16000
+        x = 0.3 * np.sin(2 * np.pi * (250 + 170 * i) * t * (1 + 0.5 * t)) + 0.01 * rng.standard_normal(len(t))
+        with wave.open(str(root / "wav" / f"{i}.wav"), "wb") as w:
+            w.setnchannels(1)
+            w.setsampwidth(2)
+            w.setframerate(16000)
+            w.writeframes((np.clip(x, -1, 1) * 32767).astype("<i2").tobytes())
+        lines.append(json.dumps({"audio": f"wav/{i}.wav", "text": text, "duration": len(t) / 16000, "keyword": kw}))
+    (root / "manifest.jsonl").write_text("\n".join(lines) + "\n")
+    return root / "manifest.jsonl"
+
+
+def tiny_config(exp_dir, manifest, **over):
+    """A TrainConfig of a tiny model (TINY_MODEL) for a few steps on ``manifest``; ``over``: keys like
+    ``optim__lr`` (``__`` between levels) set over it."""
+    from streamd.config import from_dict
+    from streamd.train.trainer import TrainConfig
+
+    data = {"exp_dir": str(exp_dir), "model": copy.deepcopy(TINY_MODEL),
+            "data": {"train": [str(manifest)], "max_frames": 400, "num_workers": 0},
+            "optim": {"lr": 5e-3, "warmup_steps": 3, "schedule": "constant"},
+            "chunk_sizes": [2, 4, -1], "left_chunks": [1, -1],
+            "steps": 30, "log_every": 10, "checkpoint_every": 100, "num_threads": 1, "seed": 3}
+    for k, v in over.items():
+        node = data
+        *parents, last = k.split("__")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[last] = v
+    return from_dict(TrainConfig, data)
+
+
+def _tts_engine_available(engine: str) -> bool:
+    from streamd.train.tts import engine_available
+
+    return engine_available(engine)
+
+
+# marks the tests that synthesize speech with espeak-ng (CI installs it)
+needs_espeak = pytest.mark.skipif(not _tts_engine_available("espeak"),
+                                  reason="espeak-ng is not installed (apt-get install espeak-ng)")
+
+
+# --------------------------------------------------------------------------- the daemon on loopback (wire tests)
+
+TIMEOUT = 60  # seconds: how long a wire test may run before it is failed as hung
+
+TENTH = b"\0\0" * 1600  # 0.1 s of s16le at 16 kHz
+
+
+def run(coro, timeout: float = TIMEOUT):
+    """Run one wire test's coroutine in a fresh event loop, failed after ``timeout`` seconds."""
+    return asyncio.run(asyncio.wait_for(coro, timeout))
+
+
+def pcm16(x) -> bytes:
+    """float samples in [-1, 1] -> s16le bytes."""
+    return (np.clip(x, -1, 1) * 32767).astype("<i2").tobytes()
+
+
+async def drain(ws) -> list[dict]:
+    """Every message a websocket client receives until the server closes, as JSON objects."""
+    from websockets.exceptions import ConnectionClosed
+
+    out = []
+    try:
+        while True:
+            out.append(json.loads(await ws.recv()))
+    except ConnectionClosed:
+        return out
+
+
+async def http_get(port, path, headers=None):
+    """Minimal HTTP/1.1 GET: (status, headers, body); the server closes the connection after answering."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
+    writer.write(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{extra}\r\n".encode())
+    await writer.drain()
+    data = await reader.read()
+    writer.close()
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    hdrs = {k.lower(): v for k, v in (line.split(": ", 1) for line in lines[1:])}
+    return int(lines[0].split()[1]), hdrs, body
+
+
+async def until(cond, timeout=5.0):
+    """Wait until ``cond()`` holds (failing after ``timeout`` seconds)."""
+    t0 = time.monotonic()
+    while not cond():
+        assert time.monotonic() - t0 < timeout, "condition not reached"
+        await asyncio.sleep(0.01)
+
+
+def slowed(rec, seconds):
+    """Make every batch step of ``rec`` take ``seconds`` longer (an overloaded engine)."""
+    real = rec.step
+
+    def step(*args, **kw):  # the runner may restrict a step to some streams (Recognizer.step(only))
+        time.sleep(seconds)
+        return real(*args, **kw)
+
+    rec.step = step
+    return rec
+
+
+def headers(*pairs):
+    """websockets Headers with the (name, value) pairs, repeated names included."""
+    from websockets.datastructures import Headers
+
+    h = Headers()
+    for k, v in pairs:
+        h[k] = v  # Headers appends: a repeated name keeps every value
+    return h
+
+
+def bad(fn, *args, **kw):
+    """The BadRequest ``fn(*args, **kw)`` raises (streamd.server.guard)."""
+    from streamd.server.guard import BadRequest
+
+    with pytest.raises(BadRequest) as e:
+        fn(*args, **kw)
+    return e.value
+
+
+def error_of(actions):
+    """(code, message, close code) of an error + close action pair (sans-I/O sessions' actions)."""
+    from streamd.server.protocol import CLOSE_CODES, Close, Send
+
+    assert len(actions) == 2 and isinstance(actions[0], Send) and isinstance(actions[1], Close), actions
+    msg = actions[0].message
+    assert msg["type"] == "error" and set(msg) == {"type", "code", "message"}
+    assert actions[1].code == CLOSE_CODES[msg["code"]] and actions[1].reason == msg["code"]
+    return msg["code"], msg["message"], actions[1].code

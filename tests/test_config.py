@@ -1,9 +1,14 @@
-"""Config dataclasses: validation once at construction, key paths in every error."""
+"""streamd.config: the config dataclasses (validation once at construction, key paths in every error) and the
+shipped configs/default.yaml (every option, documented)."""
+
+import re
 
 import pytest
+import yaml
 
-from streamd.config import (ConfigError, ConfidenceConfig, EncoderConfig, EngineConfig, KwsConfig, ModelConfig,
-                            from_dict, load_yaml, to_dict)
+from helpers import ROOT
+from streamd.config import (AppConfig, ConfigError, ConfidenceConfig, EncoderConfig, EngineConfig, KwsConfig,
+                            LimitsConfig, ModelConfig, ServerConfig, from_dict, load_yaml, to_dict)
 
 
 def test_defaults_round_trip():
@@ -63,3 +68,45 @@ def test_load_yaml_section(tmp_path):
     p.write_text("engine:\n  decoding:\n    beam: 100\n")
     with pytest.raises(ConfigError, match=r"engine\.decoding\.beam: must be 1..64, got 100"):
         load_yaml(p, EngineConfig, section="engine")
+
+
+def test_config_keys_are_validated():
+    assert ServerConfig().allowed_hosts == () and ServerConfig().show_model_paths is False
+    assert LimitsConfig().min_audio_rate == 0.1 and LimitsConfig().min_audio_window == 30.0
+    cases = [({"server": {"allowed_hosts": ["http://x"]}}, "server.allowed_hosts[0]: must be a host name"),
+             ({"server": {"allowed_hosts": ["x:80"]}}, "server.allowed_hosts[0]"),
+             ({"server": {"allowed_hosts": "x"}}, "server.allowed_hosts: expected a list"),
+             ({"server": {"show_model_paths": "yes"}}, "server.show_model_paths: expected true/false"),
+             ({"limits": {"min_audio_rate": 2}}, "limits.min_audio_rate: must be 0..1"),
+             ({"limits": {"min_audio_rate": 0.5, "max_realtime": 0.25}}, "limits.min_audio_rate: must be <= max_realtime"),
+             ({"limits": {"min_audio_window": 0.5}}, "limits.min_audio_window: must be >= 1 second")]
+    for data, msg in cases:
+        with pytest.raises(ConfigError) as e:
+            from_dict(AppConfig, data)
+        assert msg in str(e.value), (data, str(e.value))
+    cfg = from_dict(AppConfig, {"server": {"allowed_hosts": ["asr.example.com", "[::1]", "*"]},
+                                "limits": {"min_audio_rate": 0, "max_realtime": 0}})
+    assert cfg.server.allowed_hosts == ("asr.example.com", "[::1]", "*") and cfg.limits.min_audio_rate == 0
+
+
+def flat_keys(d, prefix=""):
+    out = set()
+    for k, v in d.items():
+        if isinstance(v, dict) and v and k != "thresholds":
+            out |= flat_keys(v, f"{prefix}{k}.")
+        else:
+            out.add(prefix + k)
+    return out
+
+
+def test_default_yaml_documents_every_option():
+    path = ROOT / "configs" / "default.yaml"
+    assert load_yaml(path, AppConfig) == AppConfig()  # the shipped file says what the defaults are
+    raw = yaml.safe_load(path.read_text())
+    assert flat_keys(raw) == flat_keys(to_dict(AppConfig()))  # ... every one of them
+    text = path.read_text()
+    for key in flat_keys(raw):
+        leaf = key.rsplit(".", 1)[-1]
+        line = next(i for i, ln in enumerate(text.splitlines()) if re.match(rf"\s*{leaf}:", ln))
+        above = text.splitlines()[line - 1].strip()
+        assert "#" in text.splitlines()[line] or above.startswith("#"), f"{key} is not commented"

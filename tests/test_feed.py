@@ -1,12 +1,18 @@
 """streamd.feed: the one loop that feeds audio as live streams (the CLI, ``streamd eval``, benchmarks, tests)."""
 
+import asyncio
+
 import numpy as np
 import pytest
 
 from helpers import random_audio, write_wav
+from helpers import transcribe_events as _expected
+from helpers import write_wav as _write_wav
+from streamd import capture
+from streamd.capture import MicCapture
 from streamd.config import EngineConfig
 from streamd.engine import Recognizer
-from streamd.feed import feed_streams, transcribe_files
+from streamd.feed import feed_streams, transcribe_capture, transcribe_files
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread_module")
 
@@ -71,3 +77,30 @@ def test_a_stream_the_engine_closes_is_fed_no_further(rec, files):
 def test_empty_audio_finishes_at_once(rec):
     _, (evs,) = feed_streams(rec, [(np.zeros(0, np.float32), 16000)])
     assert type(evs[-1]).__name__ == "Done"
+
+
+# ---------------------------------------------------------------------------- a live capture
+
+
+def _without_backlog(wire: dict) -> dict:
+    """A wire event less the partial's ``backlog``, which depends on how the audio was delivered."""
+    return {k: v for k, v in wire.items() if k != "backlog"}
+
+
+@pytest.mark.parametrize("seed, block", [(0, 0.013), (1, 0.05), (2, 0.31)])
+def test_transcribe_capture_matches_transcribe_files_for_any_block_size(tmp_path, ckpt, seed, block):
+    from streamd.engine import Recognizer
+
+    wav = _write_wav(tmp_path / "in.wav", random_audio(1.0, 16000, seed=seed), 16000)
+    want = [e.to_wire() for e in _expected(ckpt, wav) if type(e).__name__ != "Done"]
+    rec = Recognizer.from_checkpoint(ckpt)
+    cap = MicCapture(source=capture.WavSource(wav, speed=0, block_seconds=block), queue_seconds=100)
+    got = []
+    asyncio.run(transcribe_capture(rec, cap, got.append))
+    # backlog says how the audio was delivered (blocks of `block` s here, the whole file there), so it is the one
+    # field allowed to differ; it stays within a block plus a chunk plus the feature window when the loop keeps up
+    wire = [e.to_wire() for e in got if type(e).__name__ != "Done"]
+    chunk = rec.model.cfg.encoder.chunk_size * rec.frame_shift_s
+    assert all(0.0 <= w["backlog"] <= block + chunk + 0.1 for w in wire if w["type"] == "partial")
+    assert [_without_backlog(w) for w in wire] == [_without_backlog(w) for w in want]
+    assert type(got[-1]).__name__ == "Done" and rec.num_streams == 0

@@ -1,10 +1,10 @@
 """Context graph: an Aho-Corasick automaton over phrases' token sequences, as dense tables.
 
-Used two ways by the transducer searches: **hotwords** (contextual biasing: a
-boost along matching token paths of ``modified_beam``, taken back when a path
-leaves the phrase, as icefall's context graph does) and **runtime wake words**
-(the keyword search of :mod:`streamd.decode.keyword_search`, like sherpa-onnx's
-keyword spotter: the same boost, plus a detection when a phrase is complete).
+Used by ``modified_beam`` for **hotwords** (contextual biasing: a boost along
+matching token paths, taken back when a path leaves the phrase, as icefall's
+context graph does); :func:`phrase_graph` also spells the runtime wake words
+that :mod:`streamd.decode.keyword_search` scores (its own keyword-constrained
+search: no boosts).
 
 Definitions (P phrases, phrase ``p`` = tokens ``p_1 .. p_m`` with a boost ``b_p``
 per token; ``prefix`` = token ids every phrase is matched after, e.g. the word

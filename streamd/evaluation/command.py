@@ -80,7 +80,7 @@ def _run_keywords(args: argparse.Namespace, model: str, options: EvalOptions) ->
     report = run_keywords(model, args.sets, engine_config_from_args(args), options, args.keywords or None)
     if args.det_plot:
         plot_det(args.det_plot, det_curves(report), report["negative_hours"],
-                 f"runtime wake words: {Path(model).name}, boost {report['wake_boost']:g}, "
+                 f"runtime wake words: {Path(model).name}, score {report['wake_score']}, "
                  f"{report['negative_hours']:.2f} h of negatives")
     print(json.dumps(report) if args.json else format_keyword_report(report))
     for e in report["errors"]:

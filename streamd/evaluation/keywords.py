@@ -220,9 +220,10 @@ class KeywordEvaluator:
         dec = self.config.decoding
         return {
             "mode": "keywords", "method": dec.method, "device": str(self.rec.device),
-            "keywords": [{"keyword": s.phrase, "boost": kcfg.wake_boost if s.boost is None else s.boost}
+            "keywords": [{"keyword": s.phrase, "threshold": kcfg.wake_threshold if s.threshold is None else s.threshold}
                          for s in self.keywords],
-            "wake_threshold": kcfg.wake_threshold, "wake_boost": kcfg.wake_boost, "wake_beam": kcfg.wake_beam,
+            "wake_threshold": kcfg.wake_threshold, "wake_score": kcfg.wake_score,
+            "wake_settle_frames": kcfg.wake_settle_frames,
             "trailing_blanks": kcfg.trailing_blanks, "refractory_s": kcfg.refractory_s,
             "sets": sets, "positives": sum(f.role == "positive" for f in sub),
             "negatives": sum(f.role == "negative" for f in sub), "negative_seconds": round(neg_s, 3),

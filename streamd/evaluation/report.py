@@ -97,10 +97,11 @@ def format_report(report: dict) -> str:
 
 def format_keyword_report(report: dict) -> str:
     """Readable text of a keyword-mode report (:meth:`~.keywords.KeywordEvaluator.evaluate`)."""
-    kw = ", ".join(f"{k['keyword']} (boost {k['boost']:g})" for k in report["keywords"])
+    kw = ", ".join(f"{k['keyword']} (threshold {k['threshold']:g})" for k in report["keywords"])
     ts = report["thresholds"]
     lines = [f"model {report['model']}  method {report['method']}  device {report['device']}",
-             f"runtime keywords: {kw}; wake_beam {report['wake_beam']}, trailing_blanks {report['trailing_blanks']}, "
+             f"runtime keywords: {kw}; score {report['wake_score']}, settle {report['wake_settle_frames']} frames, "
+             f"trailing_blanks {report['trailing_blanks']}, "
              f"refractory {report['refractory_s']:g} s"]
     for s in report["sets"]:
         pos = ", ".join(f"{k} {n}" for k, n in s["positives"].items() if n)

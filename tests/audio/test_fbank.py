@@ -249,3 +249,15 @@ def test_stream_errors():
     s.finish()
     with pytest.raises(RuntimeError, match="accept called after finish"):
         s.accept(np.zeros(3, dtype=np.float32))
+
+
+def test_fbank_stream_buffer_grows_amortized_and_shrinks_after_the_backlog():
+    cfg = FbankConfig()
+    s = FbankStream(cfg)
+    piece = np.zeros(1600, np.float32)  # 100 ms packets
+    for _ in range(600):  # a 60 s backlog arrives
+        s.accept(piece)
+    assert s.buffered_samples == 960_000 and s.capacity < 2 * 960_000 + FbankStream.MIN_CAPACITY
+    while s.frames_ready() >= 32:  # decoded chunk by chunk
+        s.take(32)
+    assert s.buffered_samples < 32 * 160 + 400 and s.capacity <= 4 * FbankStream.MIN_CAPACITY  # memory given back

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import random_audio, write_checkpoint
+from helpers import random_audio
 from helpers import write_wav as _write_wav
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,11 +52,6 @@ def _serve_available() -> bool:
         return False
     return subprocess.run([sys.executable, "-m", "streamd.cli", "serve", "--help"], capture_output=True,
                           cwd=ROOT).returncode == 0
-
-
-@pytest.fixture(scope="module")
-def ckpt(tmp_path_factory):
-    return write_checkpoint(tmp_path_factory.mktemp("sf") / "m.pt", seed=3)
 
 
 @pytest.fixture(scope="module")

@@ -37,7 +37,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers import random_audio, write_checkpoint
+from helpers import random_audio
 from streamd import events as E
 from streamd.client import Client, PcmSource
 
@@ -242,11 +242,6 @@ class Run:
 
 def finals(events) -> list[dict]:
     return [e.to_wire() for e in events if isinstance(e, (E.Final, E.WakeWord))]
-
-
-@pytest.fixture(scope="module")
-def ckpt(tmp_path_factory):
-    return write_checkpoint(tmp_path_factory.mktemp("lb") / "m.pt", seed=3)
 
 
 def test_two_daemons_behind_nginx_drain_and_rolling_restart(ckpt, tmp_path):

@@ -1,29 +1,23 @@
-"""Issue 25 items 1-2: admission by capacity and cost, fair scheduling of bursts, per-client quotas, the backlog
-bound and buffers that follow the backlog back down.
+"""streamd.server.admission: admission by capacity and cost, fair scheduling of bursts, per-client quotas and the
+backlog bound.
 
-The rules are sans-I/O (:mod:`streamd.server.admission`) and tested directly with time as an argument; then the
-engine runner (no clock in its decisions) and each rule once on loopback with the tiny random model, with a
-capacity model whose scale is pinned so that no test depends on how fast this machine is."""
+The rules are sans-I/O and tested directly with time as an argument; then each rule once on loopback with the
+tiny random model, with a capacity model whose scale is pinned so that no test depends on how fast this machine
+is.  The engine runner's side (the fair pick it steps, the backlog bound it enforces) is tested in
+test_runner.py, the feature buffer that follows the backlog back down in tests/audio/test_fbank.py."""
 
 from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 from websockets.asyncio.client import connect
 
-from helpers import make_app, random_audio
-from streamd.audio.fbank import FbankStream
-from streamd.config import AppConfig, ConfigError, FbankConfig, LimitsConfig, from_dict
-from streamd.engine import Recognizer
-from streamd.events import Error, Partial
+from helpers import drain, http_get, make_app, pcm16, random_audio, run, until
+from streamd.config import AppConfig, ConfigError, LimitsConfig, from_dict
 from streamd.server.admission import (GROWTH_MIN, MIN_BATCH_UNITS, RETRY_AFTER, Admission, CapacityModel, Candidate,
                                       Refusal, fair_pick, stream_cost)
-from streamd.server.runner import EngineRunner
-from streamd.server.commands import FeedPcm, OpenStream
 from streamd.server.protocol import CLOSE_CODES
-from test_server_http_limits import drain, http_get, pcm16, run, until
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -293,58 +287,6 @@ def test_fair_pick_protects_a_light_client_from_a_costly_one():
     # deterministic
     ready = [cand(i, "abc"[i % 3], 1.0 + (i % 4), backlog=(i * 7) % 5) for i in range(30)]
     assert fair_pick(ready, 20.0, 256) == fair_pick(list(reversed(ready)), 20.0, 256)
-
-
-# ============================================================================= buffers follow the backlog
-
-
-def test_fbank_stream_buffer_grows_amortized_and_shrinks_after_the_backlog():
-    cfg = FbankConfig()
-    s = FbankStream(cfg)
-    piece = np.zeros(1600, np.float32)  # 100 ms packets
-    for _ in range(600):  # a 60 s backlog arrives
-        s.accept(piece)
-    assert s.buffered_samples == 960_000 and s.capacity < 2 * 960_000 + FbankStream.MIN_CAPACITY
-    while s.frames_ready() >= 32:  # decoded chunk by chunk
-        s.take(32)
-    assert s.buffered_samples < 32 * 160 + 400 and s.capacity <= 4 * FbankStream.MIN_CAPACITY  # memory given back
-
-
-# ============================================================================= the engine runner (worker side)
-
-
-@pytest.fixture
-def rec(tiny_ckpt):
-    return Recognizer.from_checkpoint(tiny_ckpt, from_dict(AppConfig, {"engine": {"device": "cpu"}}).engine)
-
-
-def test_runner_ends_a_stream_past_the_backlog_bound(rec):
-    runner = EngineRunner(rec, max_steps=1, max_backlog=2.0)
-    x = pcm16(random_audio(1.5, seed=1))
-    res = runner.cycle([OpenStream(1, {}), OpenStream(2, {}), FeedPcm(1, x, "s16le"),
-                        FeedPcm(2, x, "s16le"), FeedPcm(1, x, "s16le")])
-    errs = [(k, e) for k, e in res.events if isinstance(e, Error)]
-    assert [(k, e.code, e.fatal) for k, e in errs] == [(1, "backlog_exceeded", True)]
-    assert "limits.max_backlog_seconds" in errs[0][1].message and "3.0 s" in errs[0][1].message
-    assert rec.num_streams == 1  # stream 2 (1.5 s behind) goes on; stream 1's audio is freed
-    assert [k for k, _ in runner.cycle([FeedPcm(1, x, "s16le")]).events] == [2]  # key 1 gone: no-op
-
-
-def test_runner_steps_the_fair_pick_under_a_budget(rec):
-    runner = EngineRunner(rec, max_steps=1)
-    x = pcm16(random_audio(rec.chunk_frames * rec.frame_shift_s * 4, seed=2))  # 3 chunks ready
-    cmds = [OpenStream(1, {"method": "greedy"}, client="victim")]
-    cmds += [OpenStream(10 + i, {"method": "modified_beam", "beam": 64}, client="adversary") for i in range(4)]
-    cmds += [FeedPcm(k, x, "s16le") for k in (1, 10, 11, 12, 13)]
-    runner.budget = 1.0 + 10.6 + 1  # the victim and one adversary stream per step
-    res = runner.cycle(cmds)
-    stepped = {k for k, e in res.events if isinstance(e, Partial)}
-    assert stepped == {1, 10} and res.step_costs == [pytest.approx(11.6)] and res.steps[0][0] == 2
-    res = runner.cycle([])  # the victim again, and the adversary stream with the oldest backlog
-    assert {k for k, e in res.events if isinstance(e, Partial)} == {1, 11}
-    runner.budget = None  # no limit: every ready stream in one step
-    res = runner.cycle([])
-    assert {k for k, e in res.events if isinstance(e, Partial)} == {1, 10, 11, 12, 13}
 
 
 # ============================================================================= on the wire

@@ -1,6 +1,6 @@
 """The protocol sessions' states as data (streamd.server.states): each table lists every state, the sessions
 move only along it, and an illegal transition raises a clear error.  The wire behaviour the transitions
-drive is tested in test_server_protocol.py, test_server_vosk.py and test_wyoming.py."""
+drive is tested in test_protocol.py, test_vosk.py and test_wyoming.py."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ import soundfile as sf
 from streamd.train import augment_cli as C
 from streamd.train import rooms as R
 from streamd.train import synth, tts
-from helpers import speechlike
+from helpers import needs_espeak, speechlike
 
 SR = 16000
 
@@ -27,10 +27,6 @@ except ImportError:  # pragma: no cover
     HAS_PRA = False
 needs_all = pytest.mark.skipif(not (HAS_WORLD and HAS_PRA),
                                reason="needs pyworld and pyroomacoustics (pip install pyworld pyroomacoustics)")
-needs_espeak = pytest.mark.skipif(not tts.engine_available("espeak"),
-                                  reason="espeak-ng is not installed (apt-get install espeak-ng)")
-
-
 
 
 def read_pcm(path):

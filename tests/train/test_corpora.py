@@ -338,11 +338,3 @@ def test_writer_paths_and_stats_cli(tmp_path, capsys):
     assert d["utterances"] == 2 and d["sources"]["x"]["utterances"] == 1 and d["hours"] == pytest.approx(2 / 3600, abs=1e-4)
     assert streamd_main(["data", "stats", str(out / "m.jsonl")]) == 0
     assert "utterances 2" in capsys.readouterr().out
-
-
-def test_cli_errors(tmp_path, capsys):
-    assert streamd_main(["data", "import", "librispeech", "--out", str(tmp_path / "o")]) == 2
-    assert "SRC is required" in capsys.readouterr().err
-    assert streamd_main(["data", "import", "jsonl", str(tmp_path / "nope.jsonl"), "--out", str(tmp_path)]) == 2
-    assert streamd_main(["data", "import", "saytime", str(tmp_path), "--out", str(tmp_path / "o"),
-                         "--split", "train"]) == 2

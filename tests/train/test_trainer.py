@@ -1,10 +1,10 @@
-"""Trainer: config errors, loss assembly vs a per-utterance loop, overfitting, exact resume, averaging, CLI."""
+"""streamd.train.trainer: config errors, loss assembly vs a per-utterance loop, overfitting, exact resume, CLI.
+
+Checkpoint averaging (streamd.train.average) is tested in test_average.py."""
 
 import copy
 import json
 import math
-import re
-import wave
 from pathlib import Path
 
 import numpy as np
@@ -12,57 +12,18 @@ import pytest
 import torch
 import yaml
 
-from streamd.config import ConfigError, DecoderConfig, EncoderConfig, FbankConfig, ModelConfig, from_dict
+from helpers import TINY_MODEL, make_corpus, tiny_config
+from streamd.config import ConfigError, FbankConfig, ModelConfig, from_dict
 from streamd.tokens import TokenTable
-from streamd.model.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from streamd.model.checkpoint import load_checkpoint
 from streamd.model.transducer import Transducer
-from streamd.train.average import average_checkpoints, list_checkpoints, write_averaged_checkpoint
-from streamd.train.average import main as average_main
+from streamd.train.average import list_checkpoints
 from streamd.train.data import Batch, default_char_tokens
 from streamd.train.losses import rnnt_loss
-from streamd.train.trainer import (LossConfig, OptimConfig, TrainConfig, compute_losses, learning_rate,
-                                   load_train_config, main, train)
+from streamd.train.trainer import (LossConfig, OptimConfig, compute_losses, learning_rate, load_train_config, main,
+                                   train)
 
 REPO = Path(__file__).resolve().parents[2]
-TINY_MODEL = {
-    "vocab_size": 29, "joiner_dim": 32, "keywords": ["hey stream"],
-    "encoder": {"num_features": 20, "d_model": 32, "num_layers": 2, "num_heads": 2, "ff_dim": 64, "conv_kernel": 5,
-                "subsampling_channels": 8, "chunk_size": 4, "left_chunks": 2, "dropout": 0.0},
-    "decoder": {"dim": 32}, "fbank": {"num_mel_bins": 20},
-}
-
-
-def make_corpus(root: Path, items):
-    """items: (text, seconds, keyword) -> manifest with 16 kHz 16-bit WAVs (a distinct tone + noise each)."""
-    (root / "wav").mkdir(parents=True, exist_ok=True)
-    rng = np.random.default_rng(1)
-    lines = []
-    for i, (text, sec, kw) in enumerate(items):
-        t = np.arange(int(sec * 16000)) / 16000
-        x = 0.3 * np.sin(2 * np.pi * (250 + 170 * i) * t * (1 + 0.5 * t)) + 0.01 * rng.standard_normal(len(t))
-        with wave.open(str(root / "wav" / f"{i}.wav"), "wb") as w:
-            w.setnchannels(1)
-            w.setsampwidth(2)
-            w.setframerate(16000)
-            w.writeframes((np.clip(x, -1, 1) * 32767).astype("<i2").tobytes())
-        lines.append(json.dumps({"audio": f"wav/{i}.wav", "text": text, "duration": len(t) / 16000, "keyword": kw}))
-    (root / "manifest.jsonl").write_text("\n".join(lines) + "\n")
-    return root / "manifest.jsonl"
-
-
-def tiny_config(exp_dir, manifest, **over) -> TrainConfig:
-    data = {"exp_dir": str(exp_dir), "model": copy.deepcopy(TINY_MODEL),
-            "data": {"train": [str(manifest)], "max_frames": 400, "num_workers": 0},
-            "optim": {"lr": 5e-3, "warmup_steps": 3, "schedule": "constant"},
-            "chunk_sizes": [2, 4, -1], "left_chunks": [1, -1],
-            "steps": 30, "log_every": 10, "checkpoint_every": 100, "num_threads": 1, "seed": 3}
-    for k, v in over.items():
-        node = data
-        *parents, last = k.split("__")
-        for p in parents:
-            node = node.setdefault(p, {})
-        node[last] = v
-    return from_dict(TrainConfig, data)
 
 
 # --------------------------------------------------------------------------- config
@@ -307,92 +268,3 @@ def test_cli_main(tmp_path, capsys):
     assert len(valid) == 1 and valid[0]["step"] == 2 and math.isfinite(valid[0]["loss"])
     assert main(["--config", str(path), "--set", "optim.lr=-1"]) == 2
     assert "optim.lr: must be > 0" in capsys.readouterr().err
-
-
-# --------------------------------------------------------------------------- averaging
-
-
-def _tiny_model(seed, **cfg_over):
-    torch.manual_seed(seed)
-    cfg = ModelConfig(vocab_size=29, joiner_dim=16, keywords=("hey stream",),
-                      encoder=EncoderConfig(num_features=20, d_model=16, num_layers=1, num_heads=2, ff_dim=32,
-                                            conv_kernel=3, subsampling_channels=4, **cfg_over),
-                      decoder=DecoderConfig(dim=12), fbank=FbankConfig(num_mel_bins=20))
-    m = Transducer(cfg)
-    with torch.no_grad():
-        m.encoder.feat_mean.normal_()
-    return m
-
-
-def test_average_two_checkpoints(tmp_path):
-    tokens = TokenTable(default_char_tokens())
-    a, b = _tiny_model(0), _tiny_model(1)
-    save_checkpoint(tmp_path / "checkpoint-1.pt", a, tokens, {"step": 1})
-    save_checkpoint(tmp_path / "checkpoint-2.pt", b, tokens, {"step": 2})
-    paths = [p for _, p in list_checkpoints(tmp_path)]
-    avg = average_checkpoints(paths)
-    sa, sb = a.state_dict(), b.state_dict()
-    assert set(avg) == set(sa)
-    for k in sa:
-        torch.testing.assert_close(avg[k], (sa[k] + sb[k]) / 2, rtol=0, atol=1e-7)
-    out = write_averaged_checkpoint(paths, tmp_path / "avg.pt")
-    loaded = load_checkpoint(out)
-    assert loaded.meta["step"] == 2 and loaded.meta["averaged_from"] == [str(p) for p in paths]
-    for k, v in loaded.model.state_dict().items():
-        torch.testing.assert_close(v, avg[k])
-    assert average_checkpoints(paths[:1])["joiner.out.weight"].equal(sa["joiner.out.weight"])
-
-
-def test_weighted_average_interpolates_checkpoints(tmp_path):
-    """WiSE-FT interpolation: weights (1, 3) give 0.25 a + 0.75 b, written out per tensor; equal weights are the
-    plain mean; bad weights are refused naming the option; the CLI records the normalized weights in meta."""
-    tokens = TokenTable(default_char_tokens())
-    a, b = _tiny_model(0), _tiny_model(1)
-    pa, pb = tmp_path / "a.pt", tmp_path / "b.pt"
-    save_checkpoint(pa, a, tokens, {"step": 1})
-    save_checkpoint(pb, b, tokens, {"step": 2})
-    sa, sb = a.state_dict(), b.state_dict()
-    got = average_checkpoints([pa, pb], weights=[1.0, 3.0])
-    for k in sa:
-        if sa[k].is_floating_point():
-            torch.testing.assert_close(got[k], (0.25 * sa[k].double() + 0.75 * sb[k].double()).to(sa[k].dtype),
-                                       rtol=0, atol=0)
-        else:
-            assert got[k].equal(sa[k])
-    plain = average_checkpoints([pa, pb])
-    assert all(torch.equal(average_checkpoints([pa, pb], weights=[2, 2])[k], plain[k]) for k in plain)
-    for bad, msg in [([1.0], "1 given for 2"), ([1.0, 0.0], "> 0"), ([1.0, float("nan")], "> 0"),
-                     ([1.0, float("inf")], "> 0")]:
-        with pytest.raises(ValueError, match=rf"weights: .*{re.escape(msg)}"):
-            average_checkpoints([pa, pb], weights=bad)
-    assert average_main([str(pa), str(pb), "--weights", "0.3", "0.7", "--out", str(tmp_path / "w.pt")]) == 0
-    loaded = load_checkpoint(tmp_path / "w.pt")
-    assert loaded.meta["averaged_weights"] == pytest.approx([0.3, 0.7])
-    torch.testing.assert_close(loaded.model.state_dict()["joiner.out.weight"],
-                               0.3 * sa["joiner.out.weight"] + 0.7 * sb["joiner.out.weight"], rtol=0, atol=1e-6)
-    assert average_main(["--exp-dir", str(tmp_path), "--weights", "1", "--out", str(tmp_path / "x.pt")]) == 2
-
-
-def test_average_refuses_different_models(tmp_path):
-    tokens = TokenTable(default_char_tokens())
-    save_checkpoint(tmp_path / "x.pt", _tiny_model(0), tokens)
-    save_checkpoint(tmp_path / "y.pt", _tiny_model(0, chunk_size=2), tokens)
-    with pytest.raises(CheckpointError, match=r"y.pt: model_config differs from .*x.pt"):
-        average_checkpoints([tmp_path / "x.pt", tmp_path / "y.pt"])
-    with pytest.raises(CheckpointError, match="no such checkpoint file"):
-        average_checkpoints([tmp_path / "x.pt", tmp_path / "missing.pt"])
-    with pytest.raises(ValueError, match="at least one"):
-        average_checkpoints([])
-
-
-def test_average_cli(tmp_path, capsys):
-    tokens = TokenTable(default_char_tokens())
-    models = [_tiny_model(s) for s in range(3)]
-    for s, m in enumerate(models):
-        save_checkpoint(tmp_path / f"checkpoint-{s + 1}.pt", m, tokens, {"step": s + 1})
-    assert average_main(["--exp-dir", str(tmp_path), "--last", "2", "--out", str(tmp_path / "avg.pt")]) == 0
-    w = load_checkpoint(tmp_path / "avg.pt").model.state_dict()
-    ref = {k: (models[1].state_dict()[k] + models[2].state_dict()[k]) / 2 for k in w}
-    assert all(torch.allclose(w[k], ref[k], atol=1e-7) for k in w)
-    assert average_main([str(tmp_path / "checkpoint-1.pt"), "--exp-dir", str(tmp_path), "--out", "x.pt"]) == 2
-    assert "either checkpoint files or --exp-dir" in capsys.readouterr().err

@@ -1,0 +1,83 @@
+"""streamd.server.runner: the worker-side engine runner alone (no sockets): keys map to engine streams, a failing
+command only fails its stream, the backlog bound, the fair pick under a step budget."""
+
+from __future__ import annotations
+
+import pytest
+
+from helpers import pcm16, random_audio
+from streamd.config import AppConfig, from_dict
+from streamd.engine import Recognizer
+from streamd.events import Error, Partial
+from streamd.server.commands import FeedPcm, OpenStream
+from streamd.server.runner import EngineRunner
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny models on 2 shared cores
+
+
+def test_engine_runner_commands_and_isolation(tiny_ckpt):
+    """The worker-side runner alone: keys map to engine streams; a failing command only fails its stream."""
+    from streamd.server.app import EngineRunner
+    from streamd.server.commands import CloseStream, FeedPcm, FinishStream, OpenStream
+
+    rec = Recognizer.from_checkpoint(tiny_ckpt, from_dict(AppConfig, {"engine": {"device": "cpu"}}).engine)
+    runner = EngineRunner(rec, max_steps=2)
+    x = pcm16(random_audio(1.0, seed=3))
+    real_accept = rec.accept_pcm
+
+    def flaky_accept(sid, data, fmt):
+        if len(data) == 1002:
+            raise RuntimeError("boom")
+        return real_accept(sid, data, fmt)
+
+    rec.accept_pcm = flaky_accept
+    res = runner.cycle([OpenStream(7, {"sample_rate": 16000}), OpenStream(8, {"sample_rate": 16000}),
+                        OpenStream(9, {"sample_rate": 5}),
+                        FeedPcm(7, x, "s16le", ack=True), FeedPcm(8, x[:1002], "s16le", ack=True),
+                        FinishStream(7)])
+    assert res.opened[:2] == [(7, None), (8, None)] and res.opened[2][0] == 9 and "sample_rate" in res.opened[2][1]
+    assert res.acks == {7: 1, 8: 1} and res.audio_seconds == pytest.approx(1.0)
+    errs = [(k, e.code) for k, e in res.events if type(e).__name__ == "Error"]
+    assert errs == [(8, "internal")] and not rec.has_stream(2)  # key 8's engine stream was closed
+    assert len(res.steps) == 2 and res.pending  # max_steps bounds a cycle
+    events = list(res.events)
+    while res.pending:
+        res = runner.cycle([])
+        events += res.events
+    kinds = [type(e).__name__ for k, e in events if k == 7]
+    assert kinds[-2:] == ["Final", "Done"] and rec.num_streams == 0
+    assert runner.cycle([FeedPcm(7, x, "s16le"), CloseStream(8)]).events == []  # gone: no-op
+
+
+@pytest.fixture
+def rec(tiny_ckpt):
+    return Recognizer.from_checkpoint(tiny_ckpt, from_dict(AppConfig, {"engine": {"device": "cpu"}}).engine)
+
+
+def test_runner_ends_a_stream_past_the_backlog_bound(rec):
+    runner = EngineRunner(rec, max_steps=1, max_backlog=2.0)
+    x = pcm16(random_audio(1.5, seed=1))
+    res = runner.cycle([OpenStream(1, {}), OpenStream(2, {}), FeedPcm(1, x, "s16le"),
+                        FeedPcm(2, x, "s16le"), FeedPcm(1, x, "s16le")])
+    errs = [(k, e) for k, e in res.events if isinstance(e, Error)]
+    assert [(k, e.code, e.fatal) for k, e in errs] == [(1, "backlog_exceeded", True)]
+    assert "limits.max_backlog_seconds" in errs[0][1].message and "3.0 s" in errs[0][1].message
+    assert rec.num_streams == 1  # stream 2 (1.5 s behind) goes on; stream 1's audio is freed
+    assert [k for k, _ in runner.cycle([FeedPcm(1, x, "s16le")]).events] == [2]  # key 1 gone: no-op
+
+
+def test_runner_steps_the_fair_pick_under_a_budget(rec):
+    runner = EngineRunner(rec, max_steps=1)
+    x = pcm16(random_audio(rec.chunk_frames * rec.frame_shift_s * 4, seed=2))  # 3 chunks ready
+    cmds = [OpenStream(1, {"method": "greedy"}, client="victim")]
+    cmds += [OpenStream(10 + i, {"method": "modified_beam", "beam": 64}, client="adversary") for i in range(4)]
+    cmds += [FeedPcm(k, x, "s16le") for k in (1, 10, 11, 12, 13)]
+    runner.budget = 1.0 + 10.6 + 1  # the victim and one adversary stream per step
+    res = runner.cycle(cmds)
+    stepped = {k for k, e in res.events if isinstance(e, Partial)}
+    assert stepped == {1, 10} and res.step_costs == [pytest.approx(11.6)] and res.steps[0][0] == 2
+    res = runner.cycle([])  # the victim again, and the adversary stream with the oldest backlog
+    assert {k for k, e in res.events if isinstance(e, Partial)} == {1, 11}
+    runner.budget = None  # no limit: every ready stream in one step
+    res = runner.cycle([])
+    assert {k for k, e in res.events if isinstance(e, Partial)} == {1, 10, 11, 12, 13}

@@ -1,0 +1,123 @@
+"""streamd.server.serve: ``streamd serve`` (SIGTERM drains and exits 0 with sd_notify; no model names the
+options) and ``streamd check-config``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import socket
+import sys
+import time
+
+import pytest
+from websockets.asyncio.client import connect
+
+from helpers import ROOT, TIMEOUT, drain, pcm16, random_audio
+from streamd.cli import main
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny models on 2 shared cores
+
+
+def test_sigterm_drains_and_exits_zero(tiny_ckpt, tmp_path):
+    """`python -m streamd serve`: READY=1 and WATCHDOG=1 over $NOTIFY_SOCKET, SIGTERM -> finals, done, exit 0."""
+    name = f"streamd-test-{os.getpid()}-{time.monotonic_ns()}"
+    notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    notify.bind("\0" + name)
+    notify.setblocking(False)
+    env = dict(os.environ, NOTIFY_SOCKET="@" + name, WATCHDOG_USEC="200000", OMP_NUM_THREADS="1",
+               STREAMD_PORT="0", STREAMD_MODEL=tiny_ckpt, STREAMD_DEVICE="cpu")
+    env.pop("WATCHDOG_PID", None)
+    x = pcm16(random_audio(1.2, seed=6))
+
+    async def body():
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "streamd", "serve", "--config", str(ROOT / "configs" / "default.yaml"),
+            "--host", "127.0.0.1", cwd=str(ROOT), env=env, stderr=asyncio.subprocess.PIPE)
+        port, log = None, []
+        try:
+            while port is None:
+                line = (await proc.stderr.readline()).decode()
+                assert line, "server exited early:\n" + "".join(log)
+                log.append(line)
+                m = re.search(r"listening on ws://127\.0\.0\.1:(\d+)", line)
+                port = int(m.group(1)) if m else None
+            rest = asyncio.create_task(proc.stderr.read())
+            loop = asyncio.get_running_loop()
+            got = []
+            while not any("READY=1" in g for g in got):
+                got.append((await loop.sock_recv(notify, 4096)).decode())
+            async with connect(f"ws://127.0.0.1:{port}/v1/stream") as ws:
+                await ws.send('{"type": "start"}')
+                assert json.loads(await ws.recv())["type"] == "ready"
+                for i in range(0, len(x), 3200):
+                    await ws.send(x[i:i + 3200])
+                while json.loads(await ws.recv())["type"] != "partial":
+                    pass
+                while not any("WATCHDOG=1" in g for g in got):
+                    got.append((await loop.sock_recv(notify, 4096)).decode())
+                proc.send_signal(signal.SIGTERM)
+                msgs = await drain(ws)
+                code = ws.close_code
+            rc = await asyncio.wait_for(proc.wait(), 20)
+            try:
+                while True:
+                    got.append(notify.recv(4096).decode())
+            except BlockingIOError:
+                pass
+            return msgs, code, rc, got, (await rest).decode()
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+
+    try:
+        msgs, code, rc, got, stderr = asyncio.run(asyncio.wait_for(body(), TIMEOUT))
+    finally:
+        notify.close()
+    assert rc == 0, stderr
+    assert [m["type"] for m in msgs][-2:] == ["final", "done"] and msgs[-1]["audio_seconds"] == pytest.approx(1.2)
+    assert code == 1001
+    assert any(g.startswith("READY=1") for g in got) and any("STOPPING=1" in g for g in got)
+    assert "WATCHDOG=1" in got
+
+
+def test_check_config(tmp_path, capsys):
+    assert main(["check-config", str(ROOT / "configs" / "default.yaml")]) == 0
+    assert capsys.readouterr().out.strip() == "OK"
+    cases = {"server:\n  bogus: 1\n": "server.bogus: unknown key",
+             "limits:\n  max_streams: 0\n": "limits.max_streams: must be >= 1",
+             "server:\n  port: high\n": "server.port: expected an integer",
+             "engine:\n  kws:\n    threshold: 2\n": "engine.kws.threshold",
+             "tls:\n  cert: /nope/cert.pem\n  key: /nope/key.pem\n": "tls.cert: no such file",
+             "auth:\n  token_file: /nope/tokens\n": "auth.token_file: cannot read",
+             "auth:\n  tokens: [short]\n": "auth.tokens[0]",
+             "engine:\n  model: /nope/model.pt\n": "engine.model: no such file",
+             "engine:\n  decoding:\n    lm: /nope/x.lm.pt\n": "engine.decoding.lm: no such file",
+             "server: [1, 2\n": "",  # broken YAML
+             }
+    for text, needle in cases.items():
+        f = tmp_path / "bad.yaml"
+        f.write_text(text)
+        assert main(["check-config", str(f)]) == 2, text
+        err = capsys.readouterr().err
+        assert needle in err and str(f) in err, (text, err)
+
+
+def test_serve_without_model_names_the_options(monkeypatch, tmp_path, capsys):
+    import streamd.paths
+
+    monkeypatch.setattr(streamd.paths, "default_model_path", lambda: tmp_path / "default.pt")
+    monkeypatch.delenv("STREAMD_MODEL", raising=False)
+    monkeypatch.delenv("STREAMD_CONFIG", raising=False)
+    with pytest.raises(SystemExit) as e:
+        main(["serve", "--port", "0"])
+    msg = str(e.value.code)
+    assert "--model" in msg and "STREAMD_MODEL" in msg and "default.pt" in msg
+    with pytest.raises(SystemExit) as e:
+        main(["serve", "--port", "0", "--model", str(tmp_path / "missing.pt")])
+    assert "missing.pt" in str(e.value.code) and "not found" in str(e.value.code)
+    assert main(["serve", "--port", "99999", "--model", str(tmp_path / "x.pt")]) == 2
+    assert "--port: port: must be 0..65535" in capsys.readouterr().err
