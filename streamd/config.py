@@ -45,9 +45,11 @@ __all__ = [
     "from_dict",
     "to_dict",
     "load_yaml",
+    "load_config",
     "SEARCH_METHODS",
     "HOTWORD_METHODS",
     "check_hotword_method",
+    "check_device",
 ]
 
 
@@ -82,6 +84,12 @@ def check_hotword_method(hotwords: Any, method: str, path: str = "hotwords") -> 
     """ConfigError unless ``method`` takes hotwords (when there are any)."""
     _check(not hotwords or method in HOTWORD_METHODS, path,
            f"need method {' or '.join(HOTWORD_METHODS)} (the boost is a beam-search score), got method {method!r}")
+
+
+def check_device(device: Any, path: str = "device") -> None:
+    """ConfigError unless ``device`` names a torch device choice: auto, cpu, cuda or cuda:N."""
+    _check(device in ("auto", "cpu", "cuda") or device.startswith("cuda:"), path,
+           f"must be auto, cpu, cuda or cuda:N, got {device!r}")
 
 
 # --------------------------------------------------------------------------- features
@@ -453,8 +461,7 @@ class EngineConfig:
     kws: KwsConfig = field(default_factory=KwsConfig)
 
     def __post_init__(self) -> None:
-        _check(self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:"), "device",
-               f"must be auto, cpu, cuda or cuda:N, got {self.device!r}")
+        check_device(self.device)
         _check(self.max_batch >= 1, "max_batch", f"must be >= 1, got {self.max_batch}")
         _check(self.num_threads >= 0, "num_threads", f"must be >= 0 (0 = torch's default), got {self.num_threads}")
 
@@ -762,14 +769,48 @@ def to_dict(obj: Any) -> Any:
     return obj
 
 
-def load_yaml(path: str | Path, cls: type[T], section: str | None = None) -> T:
-    """Load a YAML file (optionally one top-level ``section``) into ``cls``."""
+def _read_yaml_mapping(path: str | Path) -> dict:
+    """The top-level mapping of a YAML file (an empty file: {}); ConfigError when it is not a mapping."""
     import yaml
 
     with open(path, encoding="utf-8") as f:
         data = yaml.safe_load(f) or {}
     if not isinstance(data, Mapping):
-        _fail("", f"{path}: top level must be a mapping")
+        _fail("", f"{path}: top level must be a mapping, got {type(data).__name__}")
+    return dict(data)
+
+
+def load_yaml(path: str | Path, cls: type[T], section: str | None = None) -> T:
+    """Load a YAML file (optionally one top-level ``section``) into ``cls``."""
+    data = _read_yaml_mapping(path)
     if section is not None:
         data = data.get(section) or {}
     return from_dict(cls, data, section or "")
+
+
+def _set_dotted(data: dict, key: str, value: Any) -> None:
+    parts = key.split(".")
+    node = data
+    for i, p in enumerate(parts[:-1]):
+        nxt = node.setdefault(p, {})
+        if not isinstance(nxt, dict):
+            _fail(".".join(parts[:i + 1]), f"is not a mapping, cannot set {key}")
+        node = nxt
+    node[parts[-1]] = value
+
+
+def load_config(cls: type[T], path: str | Path | None = None, overrides: typing.Sequence[str] = (),
+                example: str = "", values: Mapping[str, Any] | None = None) -> T:
+    """``cls`` from a YAML file (None: the defaults), then ``KEY=VALUE`` overrides (dotted keys, YAML values;
+    ``example`` shows one in the error for a malformed item), then ``values`` (top-level keys the caller sets,
+    e.g. from a command-line flag).  Unknown keys and bad values raise :class:`ConfigError` naming the key."""
+    import yaml
+
+    data = _read_yaml_mapping(path) if path is not None else {}
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            _fail("", f"override {item!r}: expected KEY=VALUE" + (f", e.g. {example}" if example else ""))
+        _set_dotted(data, key.strip(), yaml.safe_load(raw))
+    data.update(values or {})
+    return from_dict(cls, data)

@@ -18,29 +18,13 @@ from .pcm import (
     decode_pcm,
     load_audio,
 )
+from .pcm import __all__ as _PCM_NAMES
 from .resample import StreamingResampler, resample
 
-_FBANK_NAMES = ("Fbank", "FbankStream", "inverse_mel_scale", "mel_filterbank", "mel_scale", "num_frames",
-                "povey_window")
+_FBANK_NAMES = ("Fbank", "FbankStream", "mel_scale", "inverse_mel_scale", "mel_filterbank", "povey_window",
+                "num_frames")
 
-__all__ = [
-    "AudioError",
-    "SUPPORTED_FORMATS",
-    "MIN_SAMPLE_RATE",
-    "MAX_SAMPLE_RATE",
-    "decode_pcm",
-    "load_audio",
-    "check_sample_rate",
-    "StreamingResampler",
-    "resample",
-    "Fbank",
-    "FbankStream",
-    "mel_scale",
-    "inverse_mel_scale",
-    "mel_filterbank",
-    "povey_window",
-    "num_frames",
-]
+__all__ = [*_PCM_NAMES, "StreamingResampler", "resample", *_FBANK_NAMES]
 
 
 def __getattr__(name: str) -> Any:

@@ -69,7 +69,7 @@ from torch import Tensor
 
 from ..model.decoder import DecoderState
 from ..model.transducer import Transducer
-from .common import Measure, initial_decoder
+from .common import Measure, initial_decoder, refuse_hotwords
 from .hyps import HypOut
 
 __all__ = ["BeamHyp", "BeamSearchState", "BeamSearch"]
@@ -258,8 +258,7 @@ class BeamSearch:
     @torch.no_grad()
     def new_state(self, beam: int, device: torch.device | str = "cpu", graph=None):
         """Fresh state of one stream (the :class:`~streamd.decode.common.Search` interface)."""
-        if graph is not None:
-            raise ValueError("this search takes no hotwords")
+        refuse_hotwords(graph)
         return self.init_state(torch.tensor([beam], device=device), device)
 
     def init_state(self, beams: Tensor | Sequence[int], device: torch.device | str = "cpu") -> BeamSearchState:

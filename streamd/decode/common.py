@@ -22,7 +22,8 @@ if TYPE_CHECKING:
     from ..model.decoder import DecoderState
     from .hyps import HypOut
 
-__all__ = ["Search", "Measure", "BlankConfAcc", "hash_extend", "HASH_START", "initial_decoder", "check_step_inputs"]
+__all__ = ["Search", "Measure", "BlankConfAcc", "hash_extend", "HASH_START", "initial_decoder", "check_step_inputs",
+           "refuse_hotwords"]
 
 Measure = Callable[[Tensor], Tensor]
 """Maps log-probs (..., V) to a confidence (...) in [0, 1]."""
@@ -149,6 +150,12 @@ class BlankConfAcc:
         k = max(a.sum.shape[1] for a in accs)
         accs = [a.widen(k) for a in accs]
         return BlankConfAcc(*(torch.cat([getattr(a, f) for a in accs]) for f in ("sum", "logsum", "min", "max", "count")))
+
+
+def refuse_hotwords(graph: Any) -> None:
+    """ValueError for a hotword context graph given to a search that does not take one (``new_state``)."""
+    if graph is not None:
+        raise ValueError("this search takes no hotwords")
 
 
 def check_step_inputs(enc_p: Tensor, lengths: Tensor, frame_offset: Tensor, batch: int) -> None:

@@ -60,6 +60,7 @@ from typing import Callable
 import torch
 from torch import Tensor
 
+from streamd.decode.common import refuse_hotwords
 from streamd.decode.hyps import HypBuffer, HypOut
 
 __all__ = ["CtcGreedySearch", "CtcGreedyState", "CtcPrefixBeamSearch", "CtcPrefixState", "Measure"]
@@ -221,8 +222,7 @@ class CtcGreedySearch:
 
     def new_state(self, beam: int, device: torch.device | str = "cpu", graph=None):
         """Fresh state of one stream (the :class:`~streamd.decode.common.Search` interface)."""
-        if graph is not None:
-            raise ValueError("this search takes no hotwords")
+        refuse_hotwords(graph)
         return self.init_state(1, device)
 
     def init_state(self, batch: int, device: torch.device | str = "cpu") -> CtcGreedyState:
@@ -381,8 +381,7 @@ class CtcPrefixBeamSearch:
 
     def new_state(self, beam: int, device: torch.device | str = "cpu", graph=None):
         """Fresh state of one stream (the :class:`~streamd.decode.common.Search` interface)."""
-        if graph is not None:
-            raise ValueError("this search takes no hotwords")
+        refuse_hotwords(graph)
         return self.init_state(torch.tensor([beam], device=device), device)
 
     def init_state(self, beams: Tensor, device: torch.device | str = "cpu",

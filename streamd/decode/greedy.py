@@ -48,7 +48,7 @@ from torch import Tensor
 
 from ..model.decoder import DecoderState
 from ..model.transducer import Transducer
-from .common import BlankConfAcc, Measure, check_step_inputs, initial_decoder
+from .common import BlankConfAcc, Measure, check_step_inputs, initial_decoder, refuse_hotwords
 from .hyps import HypBuffer, HypOut
 
 __all__ = ["GreedyState", "GreedySearch"]
@@ -131,8 +131,7 @@ class GreedySearch:
 
     def new_state(self, beam: int, device: torch.device | str = "cpu", graph=None):
         """Fresh state of one stream (the :class:`~streamd.decode.common.Search` interface)."""
-        if graph is not None:
-            raise ValueError("this search takes no hotwords")
+        refuse_hotwords(graph)
         return self.init_state(1, device)
 
     def init_state(self, batch: int, device: torch.device | str = "cpu") -> GreedyState:

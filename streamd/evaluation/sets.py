@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -12,6 +11,7 @@ import numpy as np
 
 from streamd.audio.pcm import load_audio
 from streamd.audio.resample import resample
+from streamd.train.manifest_lines import iter_json_lines
 
 __all__ = ["EvalEntry", "read_eval_set", "load_entries"]
 
@@ -38,17 +38,8 @@ def read_eval_set(path: str | Path, limit: int | None = None) -> tuple[list[Eval
         raise ValueError(f"{path}: no such evaluation set")
     entries: list[EvalEntry] = []
     is_kws = False
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if limit is not None and len(entries) >= limit:
-            break
-        if not line.strip():
-            continue
-        try:
-            d = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path}:{n}: not valid JSON ({e.msg})") from None
-        if not isinstance(d, dict):
-            raise ValueError(f"{path}:{n}: expected a JSON object, got {type(d).__name__}")
+    lines = iter_json_lines(path, lambda n: f"{path}:{n}", "not valid JSON") if limit is None or limit > 0 else ()
+    for n, _, d in lines:
         for key in ("audio", "text"):
             if not isinstance(d.get(key), str):
                 raise ValueError(f"{path}:{n}: field {key!r} must be a string, got {d.get(key)!r}")
@@ -61,6 +52,8 @@ def read_eval_set(path: str | Path, limit: int | None = None) -> tuple[list[Eval
             raise ValueError(f"{path}:{n}: audio file {str(audio)!r} not found")
         entries.append(EvalEntry(str(audio), d["audio"], d["text"], str(d.get("voice") or "unknown"), kw,
                                  str(d.get("source") or "")))
+        if limit is not None and len(entries) >= limit:
+            break  # before reading the next line: what lies past the limit is not checked
     if not entries:
         raise ValueError(f"{path}: no entries")
     return entries, is_kws

@@ -91,12 +91,8 @@ class Conn:
 
     async def _send_loop(self) -> None:
         try:
-            while True:
-                item = await self.outbox.get()
-                if isinstance(item, Close):
-                    await self.ws.close(item.code, item.reason)
-                    return
-                await self.ws.send(item)
+            close = await self.outbox.pump(self.ws.send)
+            await self.ws.close(close.code, close.reason)
         except ConnectionClosed:
             return
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from typing import Any, Awaitable, Callable
 
 from .protocol import Close
 
@@ -65,3 +66,12 @@ class Outbox:
                 return self._close
             self._event.clear()
             await self._event.wait()
+
+    async def pump(self, write: Callable[[Any], Awaitable[Any]]) -> Close:
+        """A connection's sender: ``write`` each message as it is queued, in order, until the close, which it
+        returns (the caller closes its transport).  What ``write`` raises ends the pump."""
+        while True:
+            item = await self.get()
+            if isinstance(item, Close):
+                return item
+            await write(item)

@@ -150,11 +150,8 @@ class WyomingConn:
 
     async def _send_loop(self) -> None:
         try:
-            while True:
-                item = await self.outbox.get()
-                if isinstance(item, Close):
-                    return
-                await async_write_event(WyomingEvent(type=item["type"], data=item.get("data") or {}), self.writer)
+            await self.outbox.pump(lambda item: async_write_event(
+                WyomingEvent(type=item["type"], data=item.get("data") or {}), self.writer))
         except (ConnectionError, OSError):
             return
         finally:

@@ -42,7 +42,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import multiprocessing as mp
 import os
 import sys
 import time
@@ -52,6 +51,7 @@ from pathlib import Path
 import numpy as np
 
 from streamd.train import augment as A
+from streamd.train.jobs import job_results, report_progress
 from streamd.train.manifest_lines import iter_audio_lines
 from streamd.train import rooms as R
 
@@ -272,23 +272,12 @@ def augment_manifest(manifests: list[str | os.PathLike], out_dir: str | os.PathL
             jobs.append((i, c, obj, src, f"shard-{k // shard_size:04d}/aug-{k:08d}.wav"))
     manifest, tmp = out / "manifest.jsonl", out / "manifest.jsonl.tmp"
     t0 = time.monotonic()
-    with open(tmp, "w", encoding="utf-8") as f:
-        if workers == 1:
-            _init_worker(chain, str(out), seed)
-            results, pool = map(_job, jobs), None
-        else:
-            pool = mp.get_context("spawn").Pool(workers, initializer=_init_worker, initargs=(chain, str(out), seed))
-            results = pool.imap(_job, jobs, chunksize=8)
-        try:
-            for k, row in enumerate(results, 1):
-                f.write(json.dumps(row) + "\n")
-                if progress and (k % 500 == 0 or k == len(jobs)):
-                    el = time.monotonic() - t0
-                    print(f"augment: {k}/{len(jobs)} files, {k / el:.1f}/s", file=sys.stderr, flush=True)
-        finally:
-            if pool is not None:
-                pool.close()
-                pool.join()
+    with open(tmp, "w", encoding="utf-8") as f, \
+            job_results(_job, jobs, workers, _init_worker, (chain, str(out), seed), 8) as results:
+        for k, row in enumerate(results, 1):
+            f.write(json.dumps(row) + "\n")
+            if progress:
+                report_progress("augment", k, len(jobs), "files", 500, t0)
     os.replace(tmp, manifest)
     return manifest
 

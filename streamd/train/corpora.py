@@ -65,6 +65,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
+from .manifest_lines import iter_json_lines, resolve_audio
 from .normalize import normalize_text
 
 __all__ = [
@@ -730,32 +731,24 @@ def jsonl(path: str | Path, *, source: str | None = None, dropped: Counter | Non
         raise ValueError(f"jsonl: {path}: no such file")
     root = path.resolve().parent
     out: list[Record] = []
-    with open(path, encoding="utf-8") as f:
-        for n, raw in enumerate(f, 1):
-            if not raw.strip():
-                continue
-            where = f"jsonl: {path} line {n}"
-            try:
-                obj = json.loads(raw)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{where}: invalid JSON ({e.msg})") from None
-            if not isinstance(obj, dict) or not isinstance(obj.get("audio"), str) or not isinstance(obj.get("text"), str):
-                raise ValueError(f"{where}: needs an object with string 'audio' and 'text'")
-            audio = obj["audio"] if os.path.isabs(obj["audio"]) else str(root / obj["audio"])
-            if not os.path.isfile(audio):
-                _count(dropped, "missing_audio")
-                continue
-            noise = bool(obj.get("noise"))
-            orig = obj.get("orig_text") if isinstance(obj.get("orig_text"), str) else obj["text"]
-            rid = str(obj.get("id") or os.path.splitext(obj["audio"])[0])
-            known = {"audio", "text", "duration", "keyword", "id", "speaker", "source", "orig_text", "rate", "noise"}
-            extra = tuple((k, v) for k, v in obj.items() if k not in known)
-            r = _record(rid, audio, obj["text"], str(source or obj.get("source") or path.parent.name),
-                        speaker=obj.get("speaker"), noise=noise, extra=extra, dropped=dropped)
-            if r is None:
-                continue
-            kw = obj.get("keyword")
-            out.append(dataclasses.replace(r, orig_text=orig, keyword=kw if isinstance(kw, str) else None))
+    for n, where, obj in iter_json_lines(path, lambda n: f"jsonl: {path} line {n}"):
+        if not isinstance(obj.get("audio"), str) or not isinstance(obj.get("text"), str):
+            raise ValueError(f"{where}: needs an object with string 'audio' and 'text'")
+        audio = resolve_audio(root, obj["audio"])
+        if not os.path.isfile(audio):
+            _count(dropped, "missing_audio")
+            continue
+        noise = bool(obj.get("noise"))
+        orig = obj.get("orig_text") if isinstance(obj.get("orig_text"), str) else obj["text"]
+        rid = str(obj.get("id") or os.path.splitext(obj["audio"])[0])
+        known = {"audio", "text", "duration", "keyword", "id", "speaker", "source", "orig_text", "rate", "noise"}
+        extra = tuple((k, v) for k, v in obj.items() if k not in known)
+        r = _record(rid, audio, obj["text"], str(source or obj.get("source") or path.parent.name),
+                    speaker=obj.get("speaker"), noise=noise, extra=extra, dropped=dropped)
+        if r is None:
+            continue
+        kw = obj.get("keyword")
+        out.append(dataclasses.replace(r, orig_text=orig, keyword=kw if isinstance(kw, str) else None))
     return out
 
 
@@ -855,31 +848,23 @@ def manifest_stats(path: str | Path) -> ManifestStats:
     rates: Counter = Counter()
     src_n: Counter = Counter()
     src_s: Counter = Counter()
-    with open(path, encoding="utf-8") as f:
-        for line_no, raw in enumerate(f, 1):
-            if not raw.strip():
-                continue
-            try:
-                obj = json.loads(raw)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path} line {line_no}: invalid JSON ({e.msg})") from None
-            dur, rate = obj.get("duration"), obj.get("rate")
-            if dur is None or rate is None:
-                audio = obj["audio"] if os.path.isabs(obj["audio"]) else str(root / obj["audio"])
-                hdur, hrate = audio_info(audio)
-                dur = hdur if dur is None else dur
-                rate = hrate if rate is None else rate
-            n += 1
-            seconds += float(dur)
-            rates[int(rate)] += 1
-            if obj.get("speaker"):
-                speakers.add(obj["speaker"])
-            ws = str(obj.get("text", "")).split()
-            words += len(ws)
-            vocab.update(ws)
-            noise += bool(obj.get("noise")) or not ws
-            s = str(obj.get("source") or "-")
-            src_n[s] += 1
-            src_s[s] += float(dur)
+    for _, _, obj in iter_json_lines(path, lambda line_no: f"{path} line {line_no}"):
+        dur, rate = obj.get("duration"), obj.get("rate")
+        if dur is None or rate is None:
+            hdur, hrate = audio_info(resolve_audio(root, obj["audio"]))
+            dur = hdur if dur is None else dur
+            rate = hrate if rate is None else rate
+        n += 1
+        seconds += float(dur)
+        rates[int(rate)] += 1
+        if obj.get("speaker"):
+            speakers.add(obj["speaker"])
+        ws = str(obj.get("text", "")).split()
+        words += len(ws)
+        vocab.update(ws)
+        noise += bool(obj.get("noise")) or not ws
+        s = str(obj.get("source") or "-")
+        src_n[s] += 1
+        src_s[s] += float(dur)
     return ManifestStats(str(path), n, seconds, len(speakers), words, len(vocab), noise,
                          tuple(sorted(rates.items())), tuple((s, src_n[s], src_s[s]) for s in sorted(src_n)))

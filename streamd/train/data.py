@@ -41,7 +41,7 @@ import os
 import wave
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -224,10 +224,20 @@ class AsrDataset(torch.utils.data.Dataset):
     def __init__(self, manifests: Sequence[str | Path], tokens: TokenTable, fbank: FbankConfig,
                  keywords: Sequence[str] = (), cache_features: bool = True, min_duration: float = 0.1,
                  max_duration: float | None = None, repeat: Sequence[int] = ()) -> None:
+        self._load(manifests, fbank, keywords, cache_features, min_duration, max_duration, repeat, read_manifest,
+                   lambda utt: self._label(utt, tokens))
+
+    def _load(self, manifests: Sequence[str | Path] | str | Path, fbank: FbankConfig, keywords: Sequence[str],
+              cache_features: bool, min_duration: float, max_duration: float | None, repeat: Sequence[int],
+              read: Callable[[str | Path], list[Utterance]],
+              label: Callable[[Utterance], tuple[list[int], int]]) -> None:
+        """Fill the dataset: the utterances of each manifest (``read``) within the duration bounds, ``repeat``ed,
+        with their targets and KWS targets (``label``) and estimated frame counts (shared with subclasses whose
+        manifests or targets differ, e.g. :class:`streamd.train.pretrain.AudioDataset`)."""
         if isinstance(manifests, (str, Path)):
             manifests = [manifests]
         if not manifests:
-            raise ValueError("AsrDataset needs at least one manifest")
+            raise ValueError(f"{type(self).__name__} needs at least one manifest")
         repeat = tuple(repeat) or (1,) * len(manifests)
         if len(repeat) != len(manifests) or any(isinstance(r, bool) or not isinstance(r, int) or r < 1
                                                 for r in repeat):
@@ -237,35 +247,38 @@ class AsrDataset(torch.utils.data.Dataset):
         self.cache_features = cache_features
         self._fbank: Fbank | None = None
         self._cache_dirs: dict[str, Path] = {}
-        tag = f"fbank-{_fbank_hash(fbank)}"
+        tag = f"fbank-{_fbank_hash(fbank)}"  # one cache per front end, shared by every dataset of a manifest
         self.utterances: list[Utterance] = []
         self._targets: list[list[int]] = []
         self._kws: list[int] = []
         self.dropped = 0
         for m, times in zip(manifests, repeat):
             self._cache_dirs[str(Path(m))] = Path(m).resolve().parent / tag
-            for utt in read_manifest(m):
+            for utt in read(m):
                 if utt.duration < min_duration or (max_duration is not None and utt.duration > max_duration):
                     self.dropped += 1
                     continue
-                where = f"manifest {utt.manifest} line {utt.line}"
-                try:
-                    ids = tokens.encode(utt.text)
-                except ValueError as e:
-                    raise ValueError(f"{where}: cannot encode text {utt.text!r}: {e}") from None
-                if utt.keyword is None or not self.keywords:
-                    kws = -1
-                elif utt.keyword in self.keywords:
-                    kws = self.keywords.index(utt.keyword)
-                else:
-                    raise ValueError(f"{where}: keyword {utt.keyword!r} is not one of the model's keywords "
-                                     f"{list(self.keywords)}")
+                ids, kws = label(utt)
                 self.utterances.extend([utt] * times)
                 self._targets.extend([ids] * times)
                 self._kws.extend([kws] * times)
         fl, fs = fbank.frame_length, fbank.frame_shift
         self.frames = np.array([num_frames(int(round(u.duration * fbank.sample_rate)), fl, fs)
                                 for u in self.utterances], dtype=np.int64)
+
+    def _label(self, utt: Utterance, tokens: TokenTable) -> tuple[list[int], int]:
+        """``(token ids of the text, keyword index or -1)`` of one utterance; ValueError naming its line."""
+        where = f"manifest {utt.manifest} line {utt.line}"
+        try:
+            ids = tokens.encode(utt.text)
+        except ValueError as e:
+            raise ValueError(f"{where}: cannot encode text {utt.text!r}: {e}") from None
+        if utt.keyword is None or not self.keywords:
+            return ids, -1
+        if utt.keyword in self.keywords:
+            return ids, self.keywords.index(utt.keyword)
+        raise ValueError(f"{where}: keyword {utt.keyword!r} is not one of the model's keywords "
+                         f"{list(self.keywords)}")
 
     def __len__(self) -> int:
         return len(self.utterances)

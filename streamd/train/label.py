@@ -61,6 +61,7 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
+from .manifest_lines import iter_json_lines, resolve_audio
 from .metrics import align_words, normalize_words
 
 __all__ = ["Item", "Decision", "RULES", "read_manifests", "agree_rule", "wer_rule", "decide", "RawCache", "label",
@@ -97,20 +98,10 @@ def read_manifests(paths: Sequence[str | os.PathLike]) -> tuple[list[Item], int]
         if not mp.is_file():
             raise ValueError(f"{mp}: no such manifest")
         root = mp.resolve().parent
-        for n, line in enumerate(mp.read_text(encoding="utf-8").splitlines(), 1):
-            if not line.strip():
-                continue
-            where = f"{mp}:{n}"
-            try:
-                d = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{where}: not valid JSON ({e.msg})") from None
-            if not isinstance(d, dict):
-                raise ValueError(f"{where}: expected a JSON object, got {type(d).__name__}")
+        for n, where, d in iter_json_lines(mp, lambda n: f"{mp}:{n}", "not valid JSON"):
             if not isinstance(d.get("audio"), str) or not d["audio"]:
                 raise ValueError(f"{where}: field 'audio' must be a non-empty string, got {d.get('audio')!r}")
-            audio = d["audio"] if os.path.isabs(d["audio"]) else str(root / d["audio"])
-            audio = os.path.normpath(audio)
+            audio = os.path.normpath(resolve_audio(root, d["audio"]))
             if not os.path.isfile(audio):
                 raise ValueError(f"{where}: audio file {audio!r} not found")
             if audio in seen:

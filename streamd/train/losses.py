@@ -86,6 +86,11 @@ def _check_lengths(name: str, lengths: Tensor, batch: int, lo: int, hi: int, hi_
         raise ValueError(f"{name} must lie in [{lo}, {hi}] ({hi_name}), got {lengths.tolist()}")
 
 
+def _check_blank(blank: int, vocab: int) -> None:
+    if not 0 <= blank < vocab:
+        raise ValueError(f"blank must be in [0, {vocab}) (vocabulary size), got {blank}")
+
+
 def _check_targets(targets: Tensor, target_lengths: Tensor, vocab: int, blank: int) -> Tensor:
     """Check the valid part of targets (B, U); return it with padding replaced.
 
@@ -239,8 +244,7 @@ def rnnt_loss(
             f"targets must have shape (B, U) = {(B, U1 - 1)} for logits {tuple(logits.shape)}, "
             f"got {tuple(targets.shape)}"
         )
-    if not 0 <= blank < V:
-        raise ValueError(f"blank must be in [0, {V}) (vocabulary size), got {blank}")
+    _check_blank(blank, V)
     _check_lengths("target_lengths", target_lengths, B, 0, U1 - 1, "U")
     targets = _check_targets(targets.to(logits.device), target_lengths.to(logits.device), V, blank)
     blank_lp, label_lp = rnnt_lattice_log_probs(logits, targets, blank)
@@ -282,8 +286,7 @@ def ctc_loss(
     B, T, V = log_probs.shape
     if targets.dim() != 2 or targets.shape[0] != B:
         raise ValueError(f"targets must have shape (B, U) with B = {B}, got {tuple(targets.shape)}")
-    if not 0 <= blank < V:
-        raise ValueError(f"blank must be in [0, {V}) (vocabulary size), got {blank}")
+    _check_blank(blank, V)
     _check_lengths("input_lengths", input_lengths, B, 0, T, "T")
     _check_lengths("target_lengths", target_lengths, B, 0, targets.shape[1], "U")
     dev = log_probs.device

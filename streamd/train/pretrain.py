@@ -59,39 +59,27 @@ one per validation.
 
 from __future__ import annotations
 
-import argparse
 import copy
-import json
 import logging
 import math
-import random
-import signal
 import sys
-import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-import numpy as np
 import torch
 import torch.nn.functional as F
-import yaml
 from torch import Tensor, nn
 
-from ..config import ConfigError, FbankConfig, ModelConfig, from_dict, to_dict
-from ..device import resolve_device
-from ..model.checkpoint import save_checkpoint
+from ..config import ConfigError, FbankConfig, ModelConfig, load_config, to_dict
 from ..model.encoder import StreamingEncoder
 from ..model.transducer import Transducer
-from .average import checkpoint_path, list_checkpoints
-from ..audio.fbank import num_frames
-from .data import (AsrDataset, Batch, LengthBucketSampler, Utterance, _fbank_hash, _header_duration,
-                   apply_spec_augment, collate, default_char_tokens, feature_stats, sample_spec_augment,
-                   sample_spectral_eq, worker_init)
+from .data import AsrDataset, Batch, Utterance, _header_duration, default_char_tokens
 from .manifest_lines import iter_audio_lines
-from .trainer import (DataConfig, OptimConfig, SpecAugmentConfig, _differing_keys, _latest_complete, _load_tokens,
-                      _Progress, _req, _set_dotted, _state_path, _step_seed, _truncate_log, learning_rate)
+from .trainer import (DataConfig, OptimConfig, SpecAugmentConfig, _adamw, _augment, _check_input, _check_run,
+                      _eval_loader, _measure_feature_stats, _req, _resume, _resume_position, _resume_value, _run_data,
+                      _run_main, _run_steps, _save_step, _start_run, _state_path, _step_seed, _update,
+                      _weighted_means, _write_run_files)
 
 __all__ = ["MaskConfig", "EmaConfig", "TargetConfig", "RegressionLossConfig", "PretrainConfig",
            "load_pretrain_config", "AudioDataset", "sample_time_masks", "instance_norm", "build_targets",
@@ -198,43 +186,15 @@ class PretrainConfig:
 
     def __post_init__(self) -> None:
         _req(self.exp_dir != "", "exp_dir", "must not be empty")
-        _req(len(self.data.train) > 0, "data.train", "at least one training manifest is required")
-        _req(self.model.encoder.num_features == self.model.fbank.num_mel_bins, "model.encoder.num_features",
-             f"must equal model.fbank.num_mel_bins ({self.model.fbank.num_mel_bins}), "
-             f"got {self.model.encoder.num_features}")
-        _req(len(self.chunk_sizes) > 0, "chunk_sizes", "must list at least one chunk size")
-        for i, c in enumerate(self.chunk_sizes):
-            _req(c >= 1 or c == -1, f"chunk_sizes[{i}]", f"must be >= 1 or -1 (full context), got {c}")
-        _req(len(self.left_chunks) > 0, "left_chunks", "must list at least one value")
-        for i, c in enumerate(self.left_chunks):
-            _req(c >= 1 or c == -1, f"left_chunks[{i}]", f"must be >= 1 or -1 (unlimited), got {c}")
-        for k in ("steps", "checkpoint_every", "keep_last", "log_every"):
-            _req(getattr(self, k) >= 1, k, f"must be >= 1, got {getattr(self, k)}")
-        _req(self.valid_every >= 0, "valid_every", f"must be >= 0 (0 = never), got {self.valid_every}")
-        _req(self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:"), "device",
-             f"must be auto, cpu, cuda or cuda:N, got {self.device!r}")
-        _req(self.num_threads >= 0, "num_threads", f"must be >= 0 (0 = torch default), got {self.num_threads}")
+        _check_input(self)
+        _check_run(self)
 
 
 def load_pretrain_config(path: str | Path | None = None, overrides: Sequence[str] = (),
                          resume: bool | None = None) -> PretrainConfig:
     """Read a YAML pretraining config and apply ``KEY=VALUE`` overrides (dotted keys, YAML values), as
     :func:`~streamd.train.trainer.load_train_config` does; errors are :class:`ConfigError` naming the key."""
-    data: dict = {}
-    if path is not None:
-        with open(path, encoding="utf-8") as f:
-            loaded = yaml.safe_load(f) or {}
-        if not isinstance(loaded, dict):
-            raise ConfigError(f"{path}: top level must be a mapping, got {type(loaded).__name__}")
-        data = loaded
-    for item in overrides:
-        key, sep, raw = item.partition("=")
-        if not sep or not key.strip():
-            raise ConfigError(f"override {item!r}: expected KEY=VALUE, e.g. mask.prob=0.5")
-        _set_dotted(data, key.strip(), yaml.safe_load(raw))
-    if resume is not None:
-        data["resume"] = resume
-    return from_dict(PretrainConfig, data)
+    return load_config(PretrainConfig, path, overrides, "mask.prob=0.5", _resume_value(resume))
 
 
 # --------------------------------------------------------------------------- data
@@ -265,34 +225,8 @@ class AudioDataset(AsrDataset):
     def __init__(self, manifests: Sequence[str | Path], fbank: FbankConfig, cache_features: bool = True,
                  min_duration: float = 0.1, max_duration: float | None = None, repeat: Sequence[int] = ()) -> None:
         # not AsrDataset.__init__: it needs a string text on every line and encodes it with a token table
-        if isinstance(manifests, (str, Path)):
-            manifests = [manifests]
-        if not manifests:
-            raise ValueError("AudioDataset needs at least one manifest")
-        repeat = tuple(repeat) or (1,) * len(manifests)
-        if len(repeat) != len(manifests) or any(isinstance(r, bool) or not isinstance(r, int) or r < 1
-                                                for r in repeat):
-            raise ValueError(f"repeat must list one integer >= 1 per manifest ({len(manifests)}), got {list(repeat)}")
-        self.fbank_cfg = fbank
-        self.keywords = ()
-        self.cache_features = cache_features
-        self._fbank = None
-        self._cache_dirs = {}
-        tag = f"fbank-{_fbank_hash(fbank)}"  # the training cache: features are shared with `streamd train`
-        self.utterances = []
-        self.dropped = 0
-        for m, times in zip(manifests, repeat):
-            self._cache_dirs[str(Path(m))] = Path(m).resolve().parent / tag
-            for utt in _read_audio_manifest(m):
-                if utt.duration < min_duration or (max_duration is not None and utt.duration > max_duration):
-                    self.dropped += 1
-                    continue
-                self.utterances.extend([utt] * times)
-        self._targets = [[] for _ in self.utterances]
-        self._kws = [-1] * len(self.utterances)
-        fl, fs = fbank.frame_length, fbank.frame_shift
-        self.frames = np.array([num_frames(int(round(u.duration * fbank.sample_rate)), fl, fs)
-                                for u in self.utterances], dtype=np.int64)
+        self._load(manifests, fbank, (), cache_features, min_duration, max_duration, repeat, _read_audio_manifest,
+                   lambda utt: ([], -1))  # the training cache: features are shared with `streamd train`
 
 
 # --------------------------------------------------------------------------- masks, targets, loss
@@ -541,9 +475,7 @@ def evaluate(student: Data2VecStudent, teacher: EmaTeacher, dataset: AudioDatase
     and fixed masks (batch ``i`` seeded from ``(seed, i)``), so figures of different steps compare."""
     was_training = student.training
     student.eval()
-    batches = LengthBucketSampler(dataset.frames, cfg.data.max_frames, shuffle=False).epoch_batches(0)
-    loader = torch.utils.data.DataLoader(dataset, batch_sampler=batches, collate_fn=collate,
-                                         num_workers=cfg.data.num_workers, worker_init_fn=worker_init)
+    loader = _eval_loader(dataset, cfg.data.max_frames, cfg.data.num_workers)
     enc = student.encoder.cfg
     sums = torch.zeros(2, dtype=torch.float64, device=device)
     n = 0
@@ -564,33 +496,11 @@ def pretrain(cfg: PretrainConfig, stop: Callable[[int], bool] | None = None) -> 
     stop: called after every step with the step number; returning True saves a checkpoint and train state
     at that step and returns (``resume: true`` continues exactly from there).
     """
-    if cfg.num_threads:
-        torch.set_num_threads(cfg.num_threads)
-    try:
-        device = resolve_device(cfg.device)
-    except RuntimeError as e:
-        raise ConfigError(f"device: {e}") from None
-    tokens = _load_tokens(cfg)  # only sizes the placeholder prediction network / joiner
-    exp = Path(cfg.exp_dir)
-    existing = list_checkpoints(exp)
-    latest = _latest_complete(exp)
-    if existing and not cfg.resume:
-        raise ConfigError(f"exp_dir: {exp} holds checkpoints (latest step {existing[-1][0]}); set "
-                          "resume: true (or pass --resume) to continue, or choose an empty exp_dir")
-    if existing and latest is None:
-        raise ConfigError(f"exp_dir: cannot resume, no checkpoint in {exp} has its train_state-<step>.pt; "
-                          "choose an empty exp_dir")
+    device, tokens, exp, latest = _start_run(cfg)  # tokens only size the placeholder prediction network / joiner
 
     dcfg = cfg.data
-    train_set = AudioDataset(dcfg.train, cfg.model.fbank, dcfg.cache_features, dcfg.min_duration,
-                             dcfg.max_duration, dcfg.repeat)
-    if len(train_set) == 0:
-        raise ValueError(f"data.train: no usable utterance in {list(dcfg.train)} ({train_set.dropped} outside "
-                         f"[{dcfg.min_duration}, {dcfg.max_duration}] s)")
-    valid_sets = {m: AudioDataset([m], cfg.model.fbank, dcfg.cache_features, dcfg.min_duration, dcfg.max_duration)
-                  for m in dcfg.valid}
-    sampler = LengthBucketSampler(train_set.frames, dcfg.max_frames, seed=cfg.seed, shuffle=True,
-                                  bucket_frames=dcfg.bucket_frames)
+    train_set, valid_sets, sampler = _run_data(cfg, lambda manifests, repeat: AudioDataset(
+        manifests, cfg.model.fbank, dcfg.cache_features, dcfg.min_duration, dcfg.max_duration, repeat))
 
     torch.manual_seed(cfg.seed)
     model = Transducer(cfg.model)  # the checkpoint's container; only its encoder trains
@@ -598,160 +508,78 @@ def pretrain(cfg: PretrainConfig, stop: Callable[[int], bool] | None = None) -> 
     model.to(device)
     student.to(device)
     ocfg = cfg.optim
-    opt = torch.optim.AdamW(student.parameters(), lr=ocfg.lr, betas=tuple(ocfg.betas), eps=ocfg.eps,
-                            weight_decay=ocfg.weight_decay)
+    opt = _adamw(student.parameters(), ocfg)
     step, epoch, index = 0, 0, 0
     state: dict | None = None
     exp.mkdir(parents=True, exist_ok=True)
     if cfg.resume and latest is not None:
-        ck = torch.load(checkpoint_path(exp, latest), map_location="cpu", weights_only=True)
-        diff = _differing_keys(ck["model_config"], to_dict(cfg.model))
-        if diff:
-            raise ConfigError(f"model: differs from the model in {checkpoint_path(exp, latest)} "
-                              f"(keys {', '.join(diff)}); resume needs the same model config")
-        state = torch.load(_state_path(exp, latest), map_location=device, weights_only=True)
-        if state.get("format") != STATE_FORMAT:
-            raise ConfigError(f"exp_dir: {_state_path(exp, latest)} is not a pretraining state "
-                              f"(format {state.get('format')!r}); is {exp} a `streamd train` folder?")
-        model.load_state_dict(ck["state_dict"], strict=True)
+        def check_state(st: dict) -> None:
+            if st.get("format") != STATE_FORMAT:
+                raise ConfigError(f"exp_dir: {_state_path(exp, latest)} is not a pretraining state "
+                                  f"(format {st.get('format')!r}); is {exp} a `streamd train` folder?")
+
+        state = _resume(exp, latest, model, cfg.model, device, check_state)
         student.load_state_dict({**{f"encoder.{k}": v for k, v in model.encoder.state_dict().items()},
                                  **state["student"]}, strict=True)
         opt.load_state_dict(state["optimizer"])
-        step, epoch, index = int(state["step"]), int(state["epoch"]), int(state["batch_index"])
-        _truncate_log(exp / "log.jsonl", step)
-        log.info("resumed from %s at step %d (epoch %d, batch %d)", checkpoint_path(exp, latest), step, epoch, index)
+        step, epoch, index = _resume_position(state, exp, latest, log)
     else:
-        rng = np.random.default_rng(cfg.seed)
-        n = min(len(train_set), dcfg.stats_utterances)
-        idx = np.sort(rng.choice(len(train_set), size=n, replace=False)).tolist()
-        mean, std = feature_stats(train_set, idx, dcfg.num_workers)
-        model.encoder.feat_mean.copy_(mean.to(device))
-        model.encoder.feat_std.copy_(std.to(device))
+        n = _measure_feature_stats(model.encoder, train_set, cfg, device)
         log.info("feature stats from %d utterances; encoder %s parameters; %d utterances (%d dropped)",
                  n, f"{StreamingEncoder.param_count(model.encoder):,}", len(train_set), train_set.dropped)
     teacher = EmaTeacher(model.encoder)
     if state is not None:
         teacher.model.load_state_dict(state["teacher"], strict=True)
-    (exp / "train.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False), encoding="utf-8")
-    tokens.to_file(exp / "tokens.txt")
+    _write_run_files(exp, cfg, tokens)
 
     def save(at: int, ep: int, ix: int, rec: PretrainStep | None) -> Path:
-        path = checkpoint_path(exp, at)
         info = {"method": PRETRAIN_METHOD, "step": at, "loss": rec.loss if rec else None,
                 "target_var": rec.target_var if rec else None, "config": to_dict(cfg)}
-        save_checkpoint(path, model, tokens, {"step": at, "epoch": ep, "train_loss": rec.loss if rec else None,
-                                              "pretrain": info})
-        tmp = _state_path(exp, at).with_suffix(".tmp")
-        torch.save({"format": STATE_FORMAT, "step": at, "epoch": ep, "batch_index": ix,
-                    "optimizer": opt.state_dict(), "teacher": teacher.model.state_dict(),
-                    "student": {k: v for k, v in student.state_dict().items() if not k.startswith("encoder.")}},
-                   tmp)
-        tmp.replace(_state_path(exp, at))
-        for old, p in list_checkpoints(exp)[:-cfg.keep_last]:
-            p.unlink(missing_ok=True)
-            _state_path(exp, old).unlink(missing_ok=True)
-        return path
+        return _save_step(exp, at, model, tokens, {"step": at, "epoch": ep, "train_loss": rec.loss if rec else None,
+                                                   "pretrain": info},
+                          {"format": STATE_FORMAT, "step": at, "epoch": ep, "batch_index": ix,
+                           "optimizer": opt.state_dict(), "teacher": teacher.model.state_dict(),
+                           "student": {k: v for k, v in student.state_dict().items()
+                                       if not k.startswith("encoder.")}}, cfg.keep_last)
 
-    result = PretrainResult(step=step, history=[], valid=[], checkpoint=None)
-    if step >= cfg.steps:
-        log.info("already at step %d >= steps %d; nothing to do", step, cfg.steps)
-        return result
-
-    positions = sampler.iter_from(epoch, index)
-    loader = torch.utils.data.DataLoader(
-        train_set, batch_sampler=(ix for _, _, ix in sampler.iter_from(epoch, index)), collate_fn=collate,
-        num_workers=dcfg.num_workers, worker_init_fn=worker_init, pin_memory=device.type == "cuda")
-    progress = _Progress(step, cfg.steps)
-    log_file = open(exp / "log.jsonl", "a", encoding="utf-8")
     params = list(student.parameters())
-    clip = ocfg.grad_clip if ocfg.grad_clip > 0 else float("inf")
-    window: list[PretrainStep] = []
-    t_window = time.perf_counter()
+
+    def take_step(step: int, cpu_batch: Batch, lr: float, chunk: int, left: int, seconds: float) -> PretrainStep:
+        batch = cpu_batch.to(device)
+        # the trainer's augmentation, with its seeds: the teacher hears the same channel response, the
+        # SpecAugment masks are a corruption, so they are the student's only
+        feats, student_feats = _augment(batch.feats, cpu_batch.feat_lengths, cfg.spec_augment, cfg.seed, step,
+                                        model.encoder.feat_mean.detach(), device)
+        mask = _step_masks(cfg, cpu_batch, _step_seed(cfg.seed, step, 4), device)
+        parts = pretrain_losses(student, teacher, student_feats, feats, batch.feat_lengths, mask, cfg, chunk, left)
+        decay = ema_decay(cfg.ema, step - 1)
+        vals, skipped = _update(opt, parts.loss, params, ocfg.grad_clip,
+                                [parts.loss, parts.target_var, parts.pred_var, parts.mask_frac], step, log)
+        if not skipped:
+            teacher.update(model.encoder, decay)
+        return PretrainStep(step, *vals, lr=lr, ema_decay=decay, chunk_size=chunk, left_chunks=left,
+                            batch_size=batch.size, audio_seconds=seconds, skipped=skipped)
+
+    def log_line(rec: PretrainStep, ep: int, m: dict[str, float], speed: float) -> tuple[str, dict]:
+        if m["target_var"] < 1e-3:
+            log.warning("step %d: target variance %.2e: the teacher may have collapsed", rec.step, m["target_var"])
+        return (f"step {rec.step}/{cfg.steps} loss {m['loss']:.4f} target_var {m['target_var']:.4f} "
+                f"pred_var {m['pred_var']:.4f} masked {m['mask_frac']:.2f} ema {rec.ema_decay:.5f} "
+                f"lr {rec.lr:.2e} grad {rec.grad_norm:.2f} epoch {ep} {speed:.1f} audio-s/s",
+                {"step": rec.step, "epoch": ep, **m, "lr": rec.lr, "ema_decay": rec.ema_decay,
+                 "grad_norm": rec.grad_norm, "audio_s_per_s": speed})
+
+    def validate_sets() -> dict[str, Any]:
+        per = {name: evaluate(student, teacher, ds, cfg, device) for name, ds in valid_sets.items()}
+        return _weighted_means(per, valid_sets, ("loss", "target_var"))
+
+    def report_valid(v: dict[str, Any]) -> None:
+        log.info("valid step %d: loss %.4f target_var %.4f", v["step"], v["loss"], v["target_var"])
+
     student.train()
-    sa = cfg.spec_augment
-    try:
-        for (ep, ix, _), cpu_batch in zip(positions, loader):
-            step += 1
-            lr = learning_rate(ocfg, step, cfg.steps)
-            for g in opt.param_groups:
-                g["lr"] = lr
-            torch.manual_seed(_step_seed(cfg.seed, step, 0))  # dropout
-            pick = random.Random(_step_seed(cfg.seed, step, 1))  # the trainer's chunking draw
-            chunk = pick.choice(cfg.chunk_sizes)
-            left = pick.choice(cfg.left_chunks) if chunk > 0 else -1
-            seconds = float(cpu_batch.num_samples.sum()) / cfg.model.fbank.sample_rate
-            batch = cpu_batch.to(device)
-            feats = student_feats = batch.feats
-            if sa.enabled:  # the trainer's augmentation, with its seeds
-                gen = torch.Generator().manual_seed(_step_seed(cfg.seed, step, 2))
-                if sa.max_eq_db > 0:  # a channel response: the teacher hears the same channel
-                    eq = sample_spectral_eq(feats.shape[0], feats.shape[2], sa.max_eq_db,
-                                            torch.Generator().manual_seed(_step_seed(cfg.seed, step, 3)), device)
-                    feats = feats + eq[:, None, :]  # (B, T, F) + (B, 1, F)
-                # SpecAugment masks are a corruption, so they are the student's only
-                masks = sample_spec_augment(cpu_batch.feat_lengths, feats.shape[2], sa.num_time_masks,
-                                            sa.max_time_width, sa.max_time_fraction, sa.num_freq_masks,
-                                            sa.max_freq_width, gen, device=device)
-                student_feats = apply_spec_augment(feats, masks, model.encoder.feat_mean.detach())
-            mask = _step_masks(cfg, cpu_batch, _step_seed(cfg.seed, step, 4), device)
-            parts = pretrain_losses(student, teacher, student_feats, feats, batch.feat_lengths, mask, cfg, chunk,
-                                    left)
-            opt.zero_grad(set_to_none=True)
-            parts.loss.backward()
-            norm = torch.nn.utils.clip_grad_norm_(params, clip)
-            vals = torch.stack([parts.loss.detach(), parts.target_var, parts.pred_var, parts.mask_frac,
-                                norm.detach()]).tolist()
-            skipped = not math.isfinite(vals[4])
-            decay = ema_decay(cfg.ema, step - 1)
-            if skipped:
-                log.warning("step %d: non-finite gradient norm, update skipped", step)
-            else:
-                opt.step()
-                teacher.update(model.encoder, decay)
-            rec = PretrainStep(step, *vals, lr=lr, ema_decay=decay, chunk_size=chunk, left_chunks=left,
-                               batch_size=batch.size, audio_seconds=seconds, skipped=skipped)
-            result.history.append(rec)
-            window.append(rec)
-            line = None
-            if step % cfg.log_every == 0 or step == cfg.steps:
-                now = time.perf_counter()
-                m = {k: sum(getattr(r, k) for r in window) / len(window)
-                     for k in ("loss", "target_var", "pred_var", "mask_frac")}
-                speed = sum(r.audio_seconds for r in window) / max(now - t_window, 1e-9)
-                line = (f"step {step}/{cfg.steps} loss {m['loss']:.4f} target_var {m['target_var']:.4f} "
-                        f"pred_var {m['pred_var']:.4f} masked {m['mask_frac']:.2f} ema {decay:.5f} lr {lr:.2e} "
-                        f"grad {rec.grad_norm:.2f} epoch {ep} {speed:.1f} audio-s/s")
-                if m["target_var"] < 1e-3:
-                    log.warning("step %d: target variance %.2e: the teacher may have collapsed", step,
-                                m["target_var"])
-                log_file.write(json.dumps({"step": step, "epoch": ep, **m, "lr": lr, "ema_decay": decay,
-                                           "grad_norm": rec.grad_norm, "audio_s_per_s": speed}) + "\n")
-                log_file.flush()
-                window, t_window = [], now
-            progress.update(line)
-            if valid_sets and cfg.valid_every and step % cfg.valid_every == 0:
-                t_valid = time.perf_counter()
-                per = {name: evaluate(student, teacher, ds, cfg, device) for name, ds in valid_sets.items()}
-                total = sum(len(ds) for ds in valid_sets.values())
-                v: dict[str, Any] = {"step": step, **{k: sum(per[nm][k] * len(ds) for nm, ds in valid_sets.items())
-                                                      / max(total, 1) for k in ("loss", "target_var")}}
-                if len(valid_sets) > 1:
-                    v["sets"] = per
-                t_window += time.perf_counter() - t_valid  # throughput counts training time only
-                result.valid.append(v)
-                log.info("valid step %d: loss %.4f target_var %.4f", step, v["loss"], v["target_var"])
-                log_file.write(json.dumps({"valid": v}) + "\n")
-                log_file.flush()
-            stopping = stop is not None and stop(step)
-            if step % cfg.checkpoint_every == 0 or step == cfg.steps or stopping:
-                result.checkpoint = save(step, ep, ix + 1, rec)
-            if step >= cfg.steps or stopping:
-                break
-    finally:
-        progress.close()
-        log_file.close()
-    result.step = step
-    return result
+    return _run_steps(cfg, PretrainResult(step=step, history=[], valid=[], checkpoint=None), (step, epoch, index),
+                      train_set, sampler, valid_sets, device, opt, ("loss", "target_var", "pred_var", "mask_frac"),
+                      take_step, log_line, validate_sets, report_valid, save, stop, log)
 
 
 # --------------------------------------------------------------------------- CLI
@@ -759,40 +587,11 @@ def pretrain(cfg: PretrainConfig, stop: Callable[[int], bool] | None = None) -> 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``streamd pretrain --config configs/pretrain.yaml [--resume] [--set KEY=VALUE ...]``."""
-    p = argparse.ArgumentParser(prog="streamd pretrain",
-                                description="Self-supervised data2vec-style pretraining of the streaming encoder "
-                                            "on audio with or without transcripts; fine-tune with "
-                                            "`streamd train --set init_from=CHECKPOINT`.")
-    p.add_argument("--config", required=True, help="pretraining YAML (see configs/pretrain.yaml)")
-    p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in exp_dir")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a config value, e.g. --set mask.prob=0.5 (repeatable; YAML values)")
-    args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    try:
-        cfg = load_pretrain_config(args.config, args.set, resume=True if args.resume else None)
-    except (ConfigError, OSError) as e:
-        print(f"streamd pretrain: {e}", file=sys.stderr)
-        return 2
-
-    interrupted = threading.Event()
-    previous = None
-    if threading.current_thread() is threading.main_thread():
-        def on_sigint(signum, frame):  # first Ctrl-C: finish the step, save, exit; second: abort
-            interrupted.set()
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-            log.warning("interrupt: saving a checkpoint after the current step (Ctrl-C again to abort)")
-        previous = signal.signal(signal.SIGINT, on_sigint)
-    try:
-        res = pretrain(cfg, stop=lambda _step: interrupted.is_set())
-    except (ConfigError, ValueError, FileNotFoundError) as e:
-        print(f"streamd pretrain: {e}", file=sys.stderr)
-        return 2
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGINT, previous)
-    log.info("stopped at step %d; last checkpoint %s", res.step, res.checkpoint)
-    return 130 if interrupted.is_set() else 0
+    return _run_main(argv, "streamd pretrain",
+                     "Self-supervised data2vec-style pretraining of the streaming encoder on audio with or "
+                     "without transcripts; fine-tune with `streamd train --set init_from=CHECKPOINT`.",
+                     "pretraining YAML (see configs/pretrain.yaml)", "mask.prob=0.5", load_pretrain_config,
+                     pretrain, (ConfigError, ValueError, FileNotFoundError), log)
 
 
 if __name__ == "__main__":  # pragma: no cover

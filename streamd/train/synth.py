@@ -53,7 +53,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import multiprocessing as mp
 import os
 import sys
 import time
@@ -64,6 +63,7 @@ from typing import Sequence
 import numpy as np
 
 from streamd.train import augment as A
+from streamd.train.jobs import job_results, report_progress
 from streamd.train.normalize import normalize_text
 from streamd.train.text import KEYWORD, TextGenerator, spoken_form
 from streamd.train.tts import ENGINES, INSTALL, TTSError, Voice, list_voices, synthesize
@@ -326,27 +326,14 @@ def synthesize_corpus(out_dir: str | os.PathLike, num_utts: int, seed: int = 0, 
     manifest, tmp = out / "manifest.jsonl", out / "manifest.jsonl.tmp"
     clean, clean_tmp = out / "clean.jsonl", out / "clean.jsonl.tmp"
     t0 = time.monotonic()
-    with open(tmp, "w", encoding="utf-8") as f, open(clean_tmp, "w", encoding="utf-8") as fc:
-        if workers == 1:
-            _init_worker(voices, str(out), extras)
-            results = map(_job, jobs)
-            pool = None
-        else:
-            pool = mp.get_context("spawn").Pool(workers, initializer=_init_worker,
-                                               initargs=(voices, str(out), extras))
-            results = pool.imap(_job, jobs, chunksize=4)
-        try:
-            for k, row in enumerate(results, 1):
-                f.write(json.dumps(row) + "\n")
-                if is_clean(row["aug"]):
-                    fc.write(json.dumps(row) + "\n")
-                if progress and (k % 100 == 0 or k == num_utts):
-                    el = time.monotonic() - t0
-                    print(f"synth: {k}/{num_utts} utterances, {k / el:.1f}/s", file=sys.stderr, flush=True)
-        finally:
-            if pool is not None:
-                pool.close()
-                pool.join()
+    with open(tmp, "w", encoding="utf-8") as f, open(clean_tmp, "w", encoding="utf-8") as fc, \
+            job_results(_job, jobs, workers, _init_worker, (voices, str(out), extras), 4) as results:
+        for k, row in enumerate(results, 1):
+            f.write(json.dumps(row) + "\n")
+            if is_clean(row["aug"]):
+                fc.write(json.dumps(row) + "\n")
+            if progress:
+                report_progress("synth", k, num_utts, "utterances", 100, t0)
     os.replace(clean_tmp, clean)
     os.replace(tmp, manifest)
     return manifest

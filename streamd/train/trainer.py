@@ -51,7 +51,7 @@ import yaml
 from torch import Tensor
 
 from ..device import resolve_device
-from ..config import ConfigError, ModelConfig, from_dict, to_dict
+from ..config import ConfigError, ModelConfig, check_device, load_config, to_dict
 from ..tokens import TokenTable
 from ..model.checkpoint import CheckpointError, LoadedModel, load_checkpoint, save_checkpoint
 from ..model.decoder import grow_context_conv
@@ -200,37 +200,35 @@ class TrainConfig:
         _req(self.exp_dir != "", "exp_dir", "must not be empty")
         for i, f in enumerate(self.freeze):
             _req(f.strip() != "", f"freeze[{i}]", "must be a parameter name prefix such as 'decoder', got ''")
-        _req(len(self.data.train) > 0, "data.train", "at least one training manifest is required")
-        _req(self.model.encoder.num_features == self.model.fbank.num_mel_bins, "model.encoder.num_features",
-             f"must equal model.fbank.num_mel_bins ({self.model.fbank.num_mel_bins}), "
-             f"got {self.model.encoder.num_features}")
+        _check_input(self)
         _req(self.loss.ctc == 0 or self.model.ctc_head, "loss.ctc",
              f"weight is {self.loss.ctc} but model.ctc_head is false (set one of them)")
         _req(self.loss.kws == 0 or len(self.model.keywords) > 0, "loss.kws",
              f"weight is {self.loss.kws} but model.keywords is empty (set loss.kws: 0 or add keywords)")
-        _req(len(self.chunk_sizes) > 0, "chunk_sizes", "must list at least one chunk size")
-        for i, c in enumerate(self.chunk_sizes):
-            _req(c >= 1 or c == -1, f"chunk_sizes[{i}]", f"must be >= 1 or -1 (full context), got {c}")
-        _req(len(self.left_chunks) > 0, "left_chunks", "must list at least one value")
-        for i, c in enumerate(self.left_chunks):
-            _req(c >= 1 or c == -1, f"left_chunks[{i}]", f"must be >= 1 or -1 (unlimited), got {c}")
-        for k in ("steps", "checkpoint_every", "keep_last", "log_every"):
-            _req(getattr(self, k) >= 1, k, f"must be >= 1, got {getattr(self, k)}")
-        _req(self.valid_every >= 0, "valid_every", f"must be >= 0 (0 = never), got {self.valid_every}")
-        _req(self.device in ("auto", "cpu", "cuda") or self.device.startswith("cuda:"), "device",
-             f"must be auto, cpu, cuda or cuda:N, got {self.device!r}")
-        _req(self.num_threads >= 0, "num_threads", f"must be >= 0 (0 = torch default), got {self.num_threads}")
+        _check_run(self)
 
 
-def _set_dotted(data: dict, key: str, value: Any) -> None:
-    parts = key.split(".")
-    node = data
-    for i, p in enumerate(parts[:-1]):
-        nxt = node.setdefault(p, {})
-        if not isinstance(nxt, dict):
-            raise ConfigError(f"{'.'.join(parts[:i + 1])}: is not a mapping, cannot set {key}")
-        node = nxt
-    node[parts[-1]] = value
+def _check_input(cfg: Any) -> None:
+    """The training data and model input keys of a run config (TrainConfig, PretrainConfig)."""
+    _req(len(cfg.data.train) > 0, "data.train", "at least one training manifest is required")
+    _req(cfg.model.encoder.num_features == cfg.model.fbank.num_mel_bins, "model.encoder.num_features",
+         f"must equal model.fbank.num_mel_bins ({cfg.model.fbank.num_mel_bins}), "
+         f"got {cfg.model.encoder.num_features}")
+
+
+def _check_run(cfg: Any) -> None:
+    """The chunking, step, device and thread keys of a run config (TrainConfig, PretrainConfig)."""
+    _req(len(cfg.chunk_sizes) > 0, "chunk_sizes", "must list at least one chunk size")
+    for i, c in enumerate(cfg.chunk_sizes):
+        _req(c >= 1 or c == -1, f"chunk_sizes[{i}]", f"must be >= 1 or -1 (full context), got {c}")
+    _req(len(cfg.left_chunks) > 0, "left_chunks", "must list at least one value")
+    for i, c in enumerate(cfg.left_chunks):
+        _req(c >= 1 or c == -1, f"left_chunks[{i}]", f"must be >= 1 or -1 (unlimited), got {c}")
+    for k in ("steps", "checkpoint_every", "keep_last", "log_every"):
+        _req(getattr(cfg, k) >= 1, k, f"must be >= 1, got {getattr(cfg, k)}")
+    _req(cfg.valid_every >= 0, "valid_every", f"must be >= 0 (0 = never), got {cfg.valid_every}")
+    check_device(cfg.device)
+    _req(cfg.num_threads >= 0, "num_threads", f"must be >= 0 (0 = torch default), got {cfg.num_threads}")
 
 
 def load_train_config(path: str | Path | None = None, overrides: Sequence[str] = (),
@@ -239,21 +237,12 @@ def load_train_config(path: str | Path | None = None, overrides: Sequence[str] =
 
     Unknown keys and bad values raise :class:`ConfigError` naming the key path.
     """
-    data: dict = {}
-    if path is not None:
-        with open(path, encoding="utf-8") as f:
-            loaded = yaml.safe_load(f) or {}
-        if not isinstance(loaded, dict):
-            raise ConfigError(f"{path}: top level must be a mapping, got {type(loaded).__name__}")
-        data = loaded
-    for item in overrides:
-        key, sep, raw = item.partition("=")
-        if not sep or not key.strip():
-            raise ConfigError(f"override {item!r}: expected KEY=VALUE, e.g. optim.lr=0.001")
-        _set_dotted(data, key.strip(), yaml.safe_load(raw))
-    if resume is not None:
-        data["resume"] = resume
-    return from_dict(TrainConfig, data)
+    return load_config(TrainConfig, path, overrides, "optim.lr=0.001", _resume_value(resume))
+
+
+def _resume_value(resume: bool | None) -> dict:
+    """The ``resume`` key a ``--resume`` flag sets (None: the config's own)."""
+    return {} if resume is None else {"resume": resume}
 
 
 # --------------------------------------------------------------------------- loss and schedule
@@ -411,15 +400,285 @@ class _Progress:
             self.bar.close()
 
 
+# The run machinery below is shared by :func:`train` and :func:`streamd.train.pretrain.pretrain`: ``cfg`` is a
+# TrainConfig or a PretrainConfig (the keys :func:`_check_run` checks, ``data``, ``optim``, ``spec_augment``,
+# ``model``, ``seed``, ``exp_dir``, ``resume``), ``logger`` the calling command's.
+
+
+def _start_run(cfg: Any) -> tuple[torch.device, TokenTable, Path, int | None]:
+    """Threads, device, token table and experiment folder of a run: ``(device, tokens, exp_dir, latest)``,
+    ``latest`` the step to resume from (None: a fresh start). ConfigError for a folder that holds checkpoints
+    unless resuming, or none of whose checkpoints can be resumed."""
+    if cfg.num_threads:
+        torch.set_num_threads(cfg.num_threads)
+    try:
+        device = resolve_device(cfg.device)
+    except RuntimeError as e:
+        raise ConfigError(f"device: {e}") from None
+    tokens = _load_tokens(cfg)
+    exp = Path(cfg.exp_dir)
+    existing = list_checkpoints(exp)
+    latest = _latest_complete(exp)
+    if existing and not cfg.resume:
+        raise ConfigError(f"exp_dir: {exp} holds checkpoints (latest step {existing[-1][0]}); set "
+                          "resume: true (or pass --resume) to continue, or choose an empty exp_dir")
+    if existing and latest is None:
+        raise ConfigError(f"exp_dir: cannot resume, no checkpoint in {exp} has its train_state-<step>.pt "
+                          "(optimizer state); choose an empty exp_dir")
+    return device, tokens, exp, latest
+
+
+def _run_data(cfg: Any, dataset: Callable[[Sequence[str], Sequence[int]], AsrDataset]
+              ) -> tuple[AsrDataset, dict[str, AsrDataset], LengthBucketSampler]:
+    """Training set (``dataset(manifests, repeat)``; ValueError when empty), validation sets by manifest and the
+    training batch sampler."""
+    dcfg = cfg.data
+    train_set = dataset(dcfg.train, dcfg.repeat)
+    if len(train_set) == 0:
+        raise ValueError(f"data.train: no usable utterance in {list(dcfg.train)} ({train_set.dropped} outside "
+                         f"[{dcfg.min_duration}, {dcfg.max_duration}] s)")
+    valid_sets = {m: dataset([m], ()) for m in dcfg.valid}
+    sampler = LengthBucketSampler(train_set.frames, dcfg.max_frames, seed=cfg.seed, shuffle=True,
+                                  bucket_frames=dcfg.bucket_frames)
+    return train_set, valid_sets, sampler
+
+
+def _adamw(params: Any, ocfg: OptimConfig) -> torch.optim.AdamW:
+    return torch.optim.AdamW(params, lr=ocfg.lr, betas=tuple(ocfg.betas), eps=ocfg.eps,
+                             weight_decay=ocfg.weight_decay)
+
+
+def _resume(exp: Path, latest: int, model: torch.nn.Module, model_cfg: ModelConfig, device: torch.device,
+            check_state: Callable[[dict], None] | None = None) -> dict:
+    """Load checkpoint ``latest`` of ``exp`` into ``model`` (ConfigError unless its model config is
+    ``model_cfg``) and return its train state (``check_state`` may refuse it first)."""
+    ck = torch.load(checkpoint_path(exp, latest), map_location="cpu", weights_only=True)
+    diff = _differing_keys(ck["model_config"], to_dict(model_cfg))
+    if diff:
+        raise ConfigError(f"model: differs from the model in {checkpoint_path(exp, latest)} "
+                          f"(keys {', '.join(diff)}); resume needs the same model config")
+    state = torch.load(_state_path(exp, latest), map_location=device, weights_only=True)
+    if check_state is not None:
+        check_state(state)
+    model.load_state_dict(ck["state_dict"], strict=True)
+    return state
+
+
+def _resume_position(state: dict, exp: Path, latest: int, logger: logging.Logger) -> tuple[int, int, int]:
+    """``(step, epoch, batch index)`` of a resumed train state; drops the log records past its step."""
+    step, epoch, index = int(state["step"]), int(state["epoch"]), int(state["batch_index"])
+    _truncate_log(exp / "log.jsonl", step)
+    logger.info("resumed from %s at step %d (epoch %d, batch %d)", checkpoint_path(exp, latest), step, epoch, index)
+    return step, epoch, index
+
+
+def _measure_feature_stats(encoder: torch.nn.Module, train_set: AsrDataset, cfg: Any, device: torch.device) -> int:
+    """Set the encoder's ``feat_mean`` / ``feat_std`` from a seeded sample of the training set; its size."""
+    rng = np.random.default_rng(cfg.seed)
+    n = min(len(train_set), cfg.data.stats_utterances)
+    idx = np.sort(rng.choice(len(train_set), size=n, replace=False)).tolist()
+    mean, std = feature_stats(train_set, idx, cfg.data.num_workers)
+    encoder.feat_mean.copy_(mean.to(device))
+    encoder.feat_std.copy_(std.to(device))
+    return n
+
+
+def _write_run_files(exp: Path, cfg: Any, tokens: TokenTable) -> None:
+    """``train.yaml`` (the resolved config) and ``tokens.txt`` of the experiment folder."""
+    (exp / "train.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False), encoding="utf-8")
+    tokens.to_file(exp / "tokens.txt")
+
+
+def _save_step(exp: Path, at: int, model: torch.nn.Module, tokens: TokenTable, meta: dict, state: dict,
+               keep_last: int) -> Path:
+    """Checkpoint and train state of step ``at`` (the state written atomically), then only the last
+    ``keep_last`` of each kept; the checkpoint's path."""
+    path = checkpoint_path(exp, at)
+    save_checkpoint(path, model, tokens, meta)
+    tmp = _state_path(exp, at).with_suffix(".tmp")
+    torch.save(state, tmp)
+    tmp.replace(_state_path(exp, at))
+    for old, p in list_checkpoints(exp)[:-keep_last]:
+        p.unlink(missing_ok=True)
+        _state_path(exp, old).unlink(missing_ok=True)
+    return path
+
+
+def _eval_loader(dataset: AsrDataset, max_frames: int, num_workers: int) -> torch.utils.data.DataLoader:
+    """``dataset`` in length buckets, in order (validation)."""
+    batches = LengthBucketSampler(dataset.frames, max_frames, shuffle=False).epoch_batches(0)
+    return torch.utils.data.DataLoader(dataset, batch_sampler=batches, collate_fn=collate,
+                                       num_workers=num_workers, worker_init_fn=worker_init)
+
+
+def _start_step(opt: torch.optim.Optimizer, cfg: Any, step: int) -> tuple[float, int, int]:
+    """Set step ``step``'s learning rate and dropout seed and draw its chunking: ``(lr, chunk, left)``."""
+    lr = learning_rate(cfg.optim, step, cfg.steps)
+    for g in opt.param_groups:
+        g["lr"] = lr
+    torch.manual_seed(_step_seed(cfg.seed, step, 0))  # dropout
+    pick = random.Random(_step_seed(cfg.seed, step, 1))
+    chunk = pick.choice(cfg.chunk_sizes)
+    left = pick.choice(cfg.left_chunks) if chunk > 0 else -1
+    return lr, chunk, left
+
+
+def _augment(feats: Tensor, feat_lengths: Tensor, sa: SpecAugmentConfig, seed: int, step: int, fill: Tensor,
+             device: torch.device) -> tuple[Tensor, Tensor]:
+    """Step ``step``'s augmentation of ``feats`` (B, T, F): ``(with the random channel response, with the
+    SpecAugment masks too)``, masked frames and bins set to ``fill``; both ``feats`` when disabled."""
+    if not sa.enabled:
+        return feats, feats
+    gen = torch.Generator().manual_seed(_step_seed(seed, step, 2))
+    if sa.max_eq_db > 0:
+        eq = sample_spectral_eq(feats.shape[0], feats.shape[2], sa.max_eq_db,
+                                torch.Generator().manual_seed(_step_seed(seed, step, 3)), device)
+        feats = feats + eq[:, None, :]  # (B, T, F) + (B, 1, F)
+    masks = sample_spec_augment(feat_lengths, feats.shape[2], sa.num_time_masks, sa.max_time_width,
+                                sa.max_time_fraction, sa.num_freq_masks, sa.max_freq_width, gen, device=device)
+    return feats, apply_spec_augment(feats, masks, fill)
+
+
+def _update(opt: torch.optim.Optimizer, loss: Tensor, params: Sequence[torch.nn.Parameter], grad_clip: float,
+            values: Sequence[Tensor], step: int, logger: logging.Logger) -> tuple[list[float], bool]:
+    """Backward ``loss``, clip the gradient norm at ``grad_clip`` (0: no clipping) and step (skipped when the
+    norm is not finite): ``(values + [norm] as floats, skipped)``."""
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    norm = torch.nn.utils.clip_grad_norm_(params, grad_clip if grad_clip > 0 else float("inf"))
+    vals = torch.stack([*values, norm]).detach().tolist()
+    skipped = not math.isfinite(vals[-1])
+    if skipped:
+        logger.warning("step %d: non-finite gradient norm, update skipped", step)
+    else:
+        opt.step()
+    return vals, skipped
+
+
+def _weighted_means(per: dict[str, dict[str, float]], sets: dict[str, Any], keys: Sequence[str]) -> dict[str, Any]:
+    """Utterance-weighted means of ``keys`` over the sets' results ``per`` and, with more than one set, each
+    one's under ``sets``."""
+    total = sum(len(ds) for ds in sets.values())
+    out: dict[str, Any] = {k: sum(per[name][k] * len(ds) for name, ds in sets.items()) / max(total, 1) for k in keys}
+    if len(sets) > 1:
+        out["sets"] = per
+    return out
+
+
+def _run_steps(cfg: Any, result: Any, position: tuple[int, int, int], train_set: AsrDataset,
+               sampler: LengthBucketSampler, valid_sets: dict[str, AsrDataset], device: torch.device,
+               opt: torch.optim.Optimizer, keys: Sequence[str], take_step: Callable[..., Any],
+               log_line: Callable[[Any, int, dict[str, float], float], tuple[str, dict]],
+               validate_sets: Callable[[], dict[str, Any]], report_valid: Callable[[dict[str, Any]], None],
+               save: Callable[[int, int, int, Any], Path], stop: Callable[[int], bool] | None,
+               logger: logging.Logger) -> Any:
+    """The step loop of a run from data position ``(step, epoch, batch index)`` to ``cfg.steps``, into ``result``
+    (``history``, ``valid``, ``checkpoint``, ``step``).
+
+    Per step: learning rate, seeds and chunking (:func:`_start_step`), then ``take_step(step, cpu_batch, lr,
+    chunk, left, audio_seconds)`` -> its record (with ``audio_seconds`` and the ``keys``); every ``log_every``
+    steps ``log_line(record, epoch, means of keys over the window, audio-s/s)`` -> (progress line, log.jsonl
+    record); every ``valid_every`` steps ``validate_sets()`` -> the validation figures, logged by
+    ``report_valid({"step": step, ...})`` and in log.jsonl; ``save(step, epoch, next batch index, record)`` at
+    checkpoints, the last step and when ``stop(step)`` says so (then the loop ends)."""
+    step, epoch, index = position
+    if step >= cfg.steps:
+        logger.info("already at step %d >= steps %d; nothing to do", step, cfg.steps)
+        return result
+    positions = sampler.iter_from(epoch, index)
+    loader = torch.utils.data.DataLoader(
+        train_set, batch_sampler=(ix for _, _, ix in sampler.iter_from(epoch, index)), collate_fn=collate,
+        num_workers=cfg.data.num_workers, worker_init_fn=worker_init, pin_memory=device.type == "cuda")
+    progress = _Progress(step, cfg.steps)
+    log_file = open(Path(cfg.exp_dir) / "log.jsonl", "a", encoding="utf-8")
+
+    def write(record: dict) -> None:
+        log_file.write(json.dumps(record) + "\n")
+        log_file.flush()
+
+    window: list[Any] = []
+    t_window = time.perf_counter()
+    try:
+        for (ep, ix, _), cpu_batch in zip(positions, loader):
+            step += 1
+            seconds = float(cpu_batch.num_samples.sum()) / cfg.model.fbank.sample_rate
+            rec = take_step(step, cpu_batch, *_start_step(opt, cfg, step), seconds)
+            result.history.append(rec)
+            window.append(rec)
+            line = None
+            if step % cfg.log_every == 0 or step == cfg.steps:
+                now = time.perf_counter()
+                m = {k: sum(getattr(r, k) for r in window) / len(window) for k in keys}
+                speed = sum(r.audio_seconds for r in window) / max(now - t_window, 1e-9)
+                line, record = log_line(rec, ep, m, speed)
+                write(record)
+                window, t_window = [], now
+            progress.update(line)
+            if valid_sets and cfg.valid_every and step % cfg.valid_every == 0:
+                t_valid = time.perf_counter()
+                v = {"step": step, **validate_sets()}
+                t_window += time.perf_counter() - t_valid  # throughput counts training time only
+                result.valid.append(v)
+                report_valid(v)
+                write({"valid": v})
+            stopping = stop is not None and stop(step)
+            if step % cfg.checkpoint_every == 0 or step == cfg.steps or stopping:
+                result.checkpoint = save(step, ep, ix + 1, rec)
+            if step >= cfg.steps or stopping:
+                break
+    finally:
+        progress.close()
+        log_file.close()
+    result.step = step
+    return result
+
+
+def _run_main(argv: Sequence[str] | None, prog: str, description: str, config_help: str, example: str,
+              load: Callable[..., Any], run: Callable[..., Any], errors: tuple[type[BaseException], ...],
+              logger: logging.Logger) -> int:
+    """The ``--config FILE [--resume] [--set KEY=VALUE ...]`` command line of a run: ``load(path, overrides,
+    resume=)`` the config, ``run(cfg, stop=)`` it; the first Ctrl-C stops after the current step with a
+    checkpoint (exit 130), ``errors`` and config errors exit 2."""
+    p = argparse.ArgumentParser(prog=prog, description=description)
+    p.add_argument("--config", required=True, help=config_help)
+    p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in exp_dir")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help=f"override a config value, e.g. --set {example} (repeatable; YAML values)")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    try:
+        cfg = load(args.config, args.set, resume=True if args.resume else None)
+    except (ConfigError, OSError) as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        return 2
+
+    interrupted = threading.Event()
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        def on_sigint(signum, frame):  # first Ctrl-C: finish the step, save, exit; second: abort
+            interrupted.set()
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            logger.warning("interrupt: saving a checkpoint after the current step (Ctrl-C again to abort)")
+        previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        res = run(cfg, stop=lambda _step: interrupted.is_set())
+    except errors as e:
+        print(f"{prog}: {e}", file=sys.stderr)
+        return 2
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+    logger.info("stopped at step %d; last checkpoint %s", res.step, res.checkpoint)
+    return 130 if interrupted.is_set() else 0
+
+
 @torch.no_grad()
 def evaluate(model: Transducer, dataset: AsrDataset, max_frames: int, weights: LossConfig,
              device: torch.device, num_workers: int = 0) -> dict[str, float]:
     """Utterance-weighted mean losses over ``dataset`` with the model's default streaming chunking."""
     was_training = model.training
     model.eval()
-    batches = LengthBucketSampler(dataset.frames, max_frames, shuffle=False).epoch_batches(0)
-    loader = torch.utils.data.DataLoader(dataset, batch_sampler=batches, collate_fn=collate,
-                                         num_workers=num_workers, worker_init_fn=worker_init)
+    loader = _eval_loader(dataset, max_frames, num_workers)
     enc_cfg = model.cfg.encoder
     sums = torch.zeros(4, dtype=torch.float64, device=device)
     n = 0
@@ -439,12 +698,7 @@ def validate(model: Transducer, sets: dict[str, AsrDataset], max_frames: int, we
     ``rnnt``, ``ctc``, ``kws``) and, with more than one manifest, each one's under ``sets`` (by its path), so a
     mix of synthetic and real validation data shows where a change helps."""
     per = {name: evaluate(model, ds, max_frames, weights, device, num_workers) for name, ds in sets.items()}
-    total = sum(len(ds) for ds in sets.values())
-    out: dict[str, Any] = {k: sum(per[name][k] * len(ds) for name, ds in sets.items()) / max(total, 1)
-                           for k in ("loss", "rnnt", "ctc", "kws")}
-    if len(sets) > 1:
-        out["sets"] = per
-    return out
+    return _weighted_means(per, sets, ("loss", "rnnt", "ctc", "kws"))
 
 
 def _apply_freeze(model: Transducer, prefixes: Sequence[str]) -> list[torch.nn.Parameter]:
@@ -546,55 +800,25 @@ def train(cfg: TrainConfig, stop: Callable[[int], bool] | None = None) -> TrainR
     a checkpoint and train state at that step and returns (an orderly
     interruption: ``resume: true`` continues exactly from there).
     """
-    if cfg.num_threads:
-        torch.set_num_threads(cfg.num_threads)
-    try:
-        device = resolve_device(cfg.device)
-    except RuntimeError as e:
-        raise ConfigError(f"device: {e}") from None
-    tokens = _load_tokens(cfg)
-    exp = Path(cfg.exp_dir)
-    existing = list_checkpoints(exp)
-    latest = _latest_complete(exp)
-    if existing and not cfg.resume:
-        raise ConfigError(f"exp_dir: {exp} holds checkpoints (latest step {existing[-1][0]}); set "
-                          "resume: true (or pass --resume) to continue, or choose an empty exp_dir")
-    if existing and latest is None:
-        raise ConfigError(f"exp_dir: cannot resume, no checkpoint in {exp} has its train_state-<step>.pt "
-                          "(optimizer state); choose an empty exp_dir")
+    device, tokens, exp, latest = _start_run(cfg)
     init = _load_init(cfg, tokens) if cfg.init_from and latest is None else None
 
     dcfg = cfg.data
-    train_set = AsrDataset(dcfg.train, tokens, cfg.model.fbank, cfg.model.keywords, dcfg.cache_features,
-                           dcfg.min_duration, dcfg.max_duration, dcfg.repeat)
-    if len(train_set) == 0:
-        raise ValueError(f"data.train: no usable utterance in {list(dcfg.train)} ({train_set.dropped} outside "
-                         f"[{dcfg.min_duration}, {dcfg.max_duration}] s)")
-    valid_sets = {m: AsrDataset([m], tokens, cfg.model.fbank, cfg.model.keywords, dcfg.cache_features,
-                                dcfg.min_duration, dcfg.max_duration) for m in dcfg.valid}
-    sampler = LengthBucketSampler(train_set.frames, dcfg.max_frames, seed=cfg.seed, shuffle=True,
-                                  bucket_frames=dcfg.bucket_frames)
+    train_set, valid_sets, sampler = _run_data(cfg, lambda manifests, repeat: AsrDataset(
+        manifests, tokens, cfg.model.fbank, cfg.model.keywords, dcfg.cache_features, dcfg.min_duration,
+        dcfg.max_duration, repeat))
 
     torch.manual_seed(cfg.seed)
     model = Transducer(cfg.model).to(device)
     trainable = _apply_freeze(model, cfg.freeze)
     ocfg = cfg.optim
-    opt = torch.optim.AdamW(trainable, lr=ocfg.lr, betas=tuple(ocfg.betas), eps=ocfg.eps,
-                            weight_decay=ocfg.weight_decay)
+    opt = _adamw(trainable, ocfg)
     step, epoch, index = 0, 0, 0
     exp.mkdir(parents=True, exist_ok=True)
     if cfg.resume and latest is not None:
-        ck = torch.load(checkpoint_path(exp, latest), map_location="cpu", weights_only=True)
-        diff = _differing_keys(ck["model_config"], to_dict(cfg.model))
-        if diff:
-            raise ConfigError(f"model: differs from the model in {checkpoint_path(exp, latest)} "
-                              f"(keys {', '.join(diff)}); resume needs the same model config")
-        model.load_state_dict(ck["state_dict"], strict=True)
-        st = torch.load(_state_path(exp, latest), map_location=device, weights_only=True)
+        st = _resume(exp, latest, model, cfg.model, device)
         opt.load_state_dict(st["optimizer"])
-        step, epoch, index = int(st["step"]), int(st["epoch"]), int(st["batch_index"])
-        _truncate_log(exp / "log.jsonl", step)
-        log.info("resumed from %s at step %d (epoch %d, batch %d)", checkpoint_path(exp, latest), step, epoch, index)
+        step, epoch, index = _resume_position(st, exp, latest, log)
     elif init is not None:
         if is_pretrain_checkpoint(init.meta):  # encoder (and its feature stats) only; the rest starts fresh
             model.encoder.load_state_dict(init.model.encoder.state_dict(), strict=True)
@@ -604,120 +828,46 @@ def train(cfg: TrainConfig, stop: Callable[[int], bool] | None = None) -> TrainR
                  "the encoder (pretrained) " if is_pretrain_checkpoint(init.meta) else "", cfg.init_from,
                  init.meta.get("step", "?"), f"{model.num_params():,}", len(train_set), train_set.dropped)
     else:
-        rng = np.random.default_rng(cfg.seed)
-        n = min(len(train_set), dcfg.stats_utterances)
-        idx = np.sort(rng.choice(len(train_set), size=n, replace=False)).tolist()
-        mean, std = feature_stats(train_set, idx, dcfg.num_workers)
-        model.encoder.feat_mean.copy_(mean.to(device))
-        model.encoder.feat_std.copy_(std.to(device))
+        n = _measure_feature_stats(model.encoder, train_set, cfg, device)
         log.info("feature stats from %d utterances; %s parameters; %d training utterances (%d dropped)",
                  n, f"{model.num_params():,}", len(train_set), train_set.dropped)
-    (exp / "train.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False), encoding="utf-8")
-    tokens.to_file(exp / "tokens.txt")
+    _write_run_files(exp, cfg, tokens)
 
     def save(at: int, ep: int, ix: int, recent: float | None) -> Path:
-        path = checkpoint_path(exp, at)
-        save_checkpoint(path, model, tokens, {"step": at, "epoch": ep, "train_loss": recent,
-                                              "train_config": to_dict(cfg)})
-        tmp = _state_path(exp, at).with_suffix(".tmp")
-        torch.save({"format": "streamd-train-state", "step": at, "epoch": ep, "batch_index": ix,
-                    "optimizer": opt.state_dict()}, tmp)
-        tmp.replace(_state_path(exp, at))
-        for old, p in list_checkpoints(exp)[:-cfg.keep_last]:
-            p.unlink(missing_ok=True)
-            _state_path(exp, old).unlink(missing_ok=True)
-        return path
+        return _save_step(exp, at, model, tokens, {"step": at, "epoch": ep, "train_loss": recent,
+                                                   "train_config": to_dict(cfg)},
+                          {"format": "streamd-train-state", "step": at, "epoch": ep, "batch_index": ix,
+                           "optimizer": opt.state_dict()}, cfg.keep_last)
 
-    result = TrainResult(step=step, history=[], valid=[], checkpoint=None)
-    if step >= cfg.steps:
-        log.info("already at step %d >= steps %d; nothing to do", step, cfg.steps)
-        return result
+    def take_step(step: int, cpu_batch: Batch, lr: float, chunk: int, left: int, seconds: float) -> StepRecord:
+        batch = cpu_batch.to(device)
+        _, batch.feats = _augment(batch.feats, cpu_batch.feat_lengths, cfg.spec_augment, cfg.seed, step,
+                                  model.encoder.feat_mean.detach(), device)
+        parts = compute_losses(model, batch, cfg.loss, chunk, left)
+        vals, skipped = _update(opt, parts.total, trainable, ocfg.grad_clip,
+                                [parts.total, parts.rnnt, parts.ctc, parts.kws], step, log)
+        return StepRecord(step, *vals, lr=lr, chunk_size=chunk, left_chunks=left, batch_size=batch.size,
+                          audio_seconds=seconds, skipped=skipped)
 
-    positions = sampler.iter_from(epoch, index)
-    loader = torch.utils.data.DataLoader(
-        train_set, batch_sampler=(ix for _, _, ix in sampler.iter_from(epoch, index)), collate_fn=collate,
-        num_workers=dcfg.num_workers, worker_init_fn=worker_init, pin_memory=device.type == "cuda")
-    progress = _Progress(step, cfg.steps)
-    log_file = open(exp / "log.jsonl", "a", encoding="utf-8")
-    params = trainable
-    clip = ocfg.grad_clip if ocfg.grad_clip > 0 else float("inf")
-    window: list[StepRecord] = []
-    t_window = time.perf_counter()
+    def log_line(rec: StepRecord, ep: int, m: dict[str, float], speed: float) -> tuple[str, dict]:
+        return (f"step {rec.step}/{cfg.steps} loss {m['loss']:.3f} (rnnt {m['rnnt']:.3f} ctc {m['ctc']:.3f} "
+                f"kws {m['kws']:.3f}) lr {rec.lr:.2e} grad {rec.grad_norm:.2f} epoch {ep} {speed:.1f} audio-s/s",
+                {"step": rec.step, "epoch": ep, **m, "lr": rec.lr, "grad_norm": rec.grad_norm,
+                 "audio_s_per_s": speed})
+
+    def report_valid(v: dict[str, Any]) -> None:
+        log.info("valid step %d: loss %.3f (rnnt %.3f ctc %.3f kws %.3f)", v["step"], v["loss"], v["rnnt"],
+                 v["ctc"], v["kws"])
+        for name, sv in v.get("sets", {}).items():
+            log.info("  %s: loss %.3f (rnnt %.3f ctc %.3f kws %.3f)", name, sv["loss"], sv["rnnt"], sv["ctc"],
+                     sv["kws"])
+
     model.train()
-    try:
-        for (ep, ix, _), cpu_batch in zip(positions, loader):
-            step += 1
-            lr = learning_rate(ocfg, step, cfg.steps)
-            for g in opt.param_groups:
-                g["lr"] = lr
-            torch.manual_seed(_step_seed(cfg.seed, step, 0))  # dropout
-            pick = random.Random(_step_seed(cfg.seed, step, 1))
-            chunk = pick.choice(cfg.chunk_sizes)
-            left = pick.choice(cfg.left_chunks) if chunk > 0 else -1
-            seconds = float(cpu_batch.num_samples.sum()) / cfg.model.fbank.sample_rate
-            batch = cpu_batch.to(device)
-            sa = cfg.spec_augment
-            if sa.enabled:
-                gen = torch.Generator().manual_seed(_step_seed(cfg.seed, step, 2))
-                if sa.max_eq_db > 0:
-                    eq = sample_spectral_eq(batch.feats.shape[0], batch.feats.shape[2], sa.max_eq_db,
-                                            torch.Generator().manual_seed(_step_seed(cfg.seed, step, 3)), device)
-                    batch.feats = batch.feats + eq[:, None, :]  # (B, T, F) + (B, 1, F)
-                masks = sample_spec_augment(cpu_batch.feat_lengths, batch.feats.shape[2], sa.num_time_masks,
-                                            sa.max_time_width, sa.max_time_fraction, sa.num_freq_masks,
-                                            sa.max_freq_width, gen, device=device)
-                batch.feats = apply_spec_augment(batch.feats, masks, model.encoder.feat_mean.detach())
-            parts = compute_losses(model, batch, cfg.loss, chunk, left)
-            opt.zero_grad(set_to_none=True)
-            parts.total.backward()
-            norm = torch.nn.utils.clip_grad_norm_(params, clip)
-            vals = torch.stack([parts.total, parts.rnnt, parts.ctc, parts.kws, norm]).detach().tolist()
-            skipped = not math.isfinite(vals[4])
-            if skipped:
-                log.warning("step %d: non-finite gradient norm, update skipped", step)
-            else:
-                opt.step()
-            rec = StepRecord(step, *vals, lr=lr, chunk_size=chunk, left_chunks=left, batch_size=batch.size,
-                             audio_seconds=seconds, skipped=skipped)
-            result.history.append(rec)
-            window.append(rec)
-            next_pos = (ep, ix + 1)
-            line = None
-            if step % cfg.log_every == 0 or step == cfg.steps:
-                now = time.perf_counter()
-                m = {k: sum(getattr(r, k) for r in window) / len(window) for k in ("loss", "rnnt", "ctc", "kws")}
-                speed = sum(r.audio_seconds for r in window) / max(now - t_window, 1e-9)
-                line = (f"step {step}/{cfg.steps} loss {m['loss']:.3f} (rnnt {m['rnnt']:.3f} ctc {m['ctc']:.3f} "
-                        f"kws {m['kws']:.3f}) lr {lr:.2e} grad {rec.grad_norm:.2f} epoch {ep} "
-                        f"{speed:.1f} audio-s/s")
-                log_file.write(json.dumps({"step": step, "epoch": ep, **m, "lr": lr, "grad_norm": rec.grad_norm,
-                                           "audio_s_per_s": speed}) + "\n")
-                log_file.flush()
-                window, t_window = [], now
-            progress.update(line)
-            if valid_sets and cfg.valid_every and step % cfg.valid_every == 0:
-                t_valid = time.perf_counter()
-                v = {"step": step, **validate(model, valid_sets, dcfg.max_frames, cfg.loss, device,
-                                              dcfg.num_workers)}
-                t_window += time.perf_counter() - t_valid  # throughput counts training time only
-                result.valid.append(v)
-                log.info("valid step %d: loss %.3f (rnnt %.3f ctc %.3f kws %.3f)", step, v["loss"], v["rnnt"],
-                         v["ctc"], v["kws"])
-                for name, sv in v.get("sets", {}).items():
-                    log.info("  %s: loss %.3f (rnnt %.3f ctc %.3f kws %.3f)", name, sv["loss"], sv["rnnt"], sv["ctc"],
-                             sv["kws"])
-                log_file.write(json.dumps({"valid": v}) + "\n")
-                log_file.flush()
-            stopping = stop is not None and stop(step)
-            if step % cfg.checkpoint_every == 0 or step == cfg.steps or stopping:
-                result.checkpoint = save(step, next_pos[0], next_pos[1], rec.loss)
-            if step >= cfg.steps or stopping:
-                break
-    finally:
-        progress.close()
-        log_file.close()
-    result.step = step
-    return result
+    return _run_steps(cfg, TrainResult(step=step, history=[], valid=[], checkpoint=None), (step, epoch, index),
+                      train_set, sampler, valid_sets, device, opt, ("loss", "rnnt", "ctc", "kws"), take_step,
+                      log_line, lambda: validate(model, valid_sets, dcfg.max_frames, cfg.loss, device,
+                                                 dcfg.num_workers),
+                      report_valid, lambda at, ep, ix, rec: save(at, ep, ix, rec.loss), stop, log)
 
 
 # --------------------------------------------------------------------------- CLI
@@ -725,37 +875,9 @@ def train(cfg: TrainConfig, stop: Callable[[int], bool] | None = None) -> TrainR
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``streamd train --config configs/train.yaml [--resume] [--set KEY=VALUE ...]``."""
-    p = argparse.ArgumentParser(prog="streamd train", description="Train a streaming transducer.")
-    p.add_argument("--config", required=True, help="training YAML (see configs/train.yaml)")
-    p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in exp_dir")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a config value, e.g. --set optim.lr=0.001 (repeatable; YAML values)")
-    args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    try:
-        cfg = load_train_config(args.config, args.set, resume=True if args.resume else None)
-    except (ConfigError, OSError) as e:
-        print(f"streamd train: {e}", file=sys.stderr)
-        return 2
-
-    interrupted = threading.Event()
-    previous = None
-    if threading.current_thread() is threading.main_thread():
-        def on_sigint(signum, frame):  # first Ctrl-C: finish the step, save, exit; second: abort
-            interrupted.set()
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-            log.warning("interrupt: saving a checkpoint after the current step (Ctrl-C again to abort)")
-        previous = signal.signal(signal.SIGINT, on_sigint)
-    try:
-        res = train(cfg, stop=lambda _step: interrupted.is_set())
-    except ConfigError as e:
-        print(f"streamd train: {e}", file=sys.stderr)
-        return 2
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGINT, previous)
-    log.info("stopped at step %d; last checkpoint %s", res.step, res.checkpoint)
-    return 130 if interrupted.is_set() else 0
+    return _run_main(argv, "streamd train", "Train a streaming transducer.",
+                     "training YAML (see configs/train.yaml)", "optim.lr=0.001", load_train_config, train,
+                     (ConfigError,), log)
 
 
 if __name__ == "__main__":  # pragma: no cover
