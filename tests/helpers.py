@@ -557,13 +557,7 @@ def tiny_config(exp_dir, manifest, **over):
             "optim": {"lr": 5e-3, "warmup_steps": 3, "schedule": "constant"},
             "chunk_sizes": [2, 4, -1], "left_chunks": [1, -1],
             "steps": 30, "log_every": 10, "checkpoint_every": 100, "num_threads": 1, "seed": 3}
-    for k, v in over.items():
-        node = data
-        *parents, last = k.split("__")
-        for p in parents:
-            node = node.setdefault(p, {})
-        node[last] = v
-    return from_dict(TrainConfig, data)
+    return from_dict(TrainConfig, set_nested(data, over))
 
 
 def _tts_engine_available(engine: str) -> bool:
@@ -608,15 +602,21 @@ async def drain(ws) -> list[dict]:
 
 async def http_get(port, path, headers=None):
     """Minimal HTTP/1.1 GET: (status, headers, body); the server closes the connection after answering."""
+    extra = "".join(f"\r\n{k}: {v}" for k, v in (headers or {}).items())
+    return await raw_http(port, f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}{extra}")
+
+
+async def raw_http(port: int, head: str) -> tuple[int, dict, bytes]:
+    """Send ``head`` (request line + headers, \\r\\n separated, no blank line) and read the whole answer:
+    (status, headers with lower-case names, body)."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
-    writer.write(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{extra}\r\n".encode())
+    writer.write(head.encode("latin-1") + b"\r\n\r\n")
     await writer.drain()
     data = await reader.read()
     writer.close()
-    head, _, body = data.partition(b"\r\n\r\n")
-    lines = head.decode("latin-1").split("\r\n")
-    hdrs = {k.lower(): v for k, v in (line.split(": ", 1) for line in lines[1:])}
+    top, _, body = data.partition(b"\r\n\r\n")
+    lines = top.decode("latin-1").split("\r\n")
+    hdrs = {k.lower(): v for k, v in (ln.split(": ", 1) for ln in lines[1:])}
     return int(lines[0].split()[1]), hdrs, body
 
 
@@ -668,3 +668,30 @@ def error_of(actions):
     assert msg["type"] == "error" and set(msg) == {"type", "code", "message"}
     assert actions[1].code == CLOSE_CODES[msg["code"]] and actions[1].reason == msg["code"]
     return msg["code"], msg["message"], actions[1].code
+
+
+def set_nested(data: dict, over: dict) -> dict:
+    """``data`` with ``over``'s values set in place, keys ``a__b__c`` naming nested mappings (created as needed)."""
+    for k, v in over.items():
+        node = data
+        *parents, last = k.split("__")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[last] = v
+    return data
+
+
+class LocalWsServer:
+    """A websocket server on a free loopback port for client tests: ``async with Sub() as srv`` serves
+    ``srv.handler`` (connections) after ``srv.http`` (process_request) at ``srv.url`` (the /v1/stream path)."""
+
+    async def __aenter__(self):
+        from websockets.asyncio.server import serve
+
+        self.server = await serve(self.handler, "127.0.0.1", 0, process_request=self.http)
+        self.url = f"ws://127.0.0.1:{self.server.sockets[0].getsockname()[1]}/v1/stream"
+        return self
+
+    async def __aexit__(self, *exc):
+        self.server.close()
+        await self.server.wait_closed()

@@ -19,7 +19,7 @@ import wave
 import numpy as np
 import pytest
 
-from helpers import make_app, random_audio, write_wav
+from helpers import LocalWsServer, make_app, random_audio, write_wav
 from streamd import events as E
 from streamd.feed import transcribe_files
 from streamd.client import (
@@ -276,22 +276,11 @@ def test_drain_ends_the_stream_with_its_finals_and_1001(ckpt, wavs, engine_event
     assert results(evs) == results(want) and any(isinstance(e, E.Final) for e in evs)
 
 
-class StandIn:
+class StandIn(LocalWsServer):
     """A misbehaving server: HTTP 503 for the first ``refuse`` handshakes, then ready and a close 1011."""
 
     def __init__(self, refuse=0):
         self.refuse, self.handshakes = refuse, 0
-
-    async def __aenter__(self):
-        from websockets.asyncio.server import serve
-
-        self.server = await serve(self.handler, "127.0.0.1", 0, process_request=self.http)
-        self.url = f"ws://127.0.0.1:{self.server.sockets[0].getsockname()[1]}/v1/stream"
-        return self
-
-    async def __aexit__(self, *exc):
-        self.server.close()
-        await self.server.wait_closed()
 
     def http(self, conn, request):
         self.handshakes += 1

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import random_audio
+from helpers import LocalWsServer, random_audio
 from helpers import write_wav as _write_wav
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -150,7 +150,7 @@ def test_server_error_gives_exit_status_1(daemon, tmp_path):
 # ---------------------------------------------------------------------------- stand-in with known timing
 
 
-class TimedStandIn:
+class TimedStandIn(LocalWsServer):
     """v1 test double: a partial PARTIAL_DELAY after each chunk of audio it covers; the final FINAL_DELAY after eof.
 
     ``every``: send only every n-th partial (like a server coalescing them).
@@ -164,17 +164,6 @@ class TimedStandIn:
     def __init__(self, every: int = 1, token: str | None = None):
         self.every, self.token = every, token
         self.headers = []
-
-    async def __aenter__(self):
-        from websockets.asyncio.server import serve
-
-        self.server = await serve(self.handler, "127.0.0.1", 0, process_request=self.http)
-        self.url = f"ws://127.0.0.1:{self.server.sockets[0].getsockname()[1]}/v1/stream"
-        return self
-
-    async def __aexit__(self, *exc):
-        self.server.close()
-        await self.server.wait_closed()
 
     def http(self, conn, request):
         self.headers.append(request.headers.get("Authorization"))

@@ -19,8 +19,8 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from helpers import (TIMEOUT, app_config, drain, http_get, make_app, pcm16, random_audio, run, slowed, until,
-                     write_wav)
+from helpers import (TIMEOUT, app_config, drain, http_get, make_app, pcm16, random_audio, raw_http, run, slowed,
+                     until, write_wav)
 from streamd.config import AppConfig, from_dict
 from streamd.engine import Recognizer
 from streamd.feed import transcribe_files
@@ -303,19 +303,6 @@ def test_trickling_clients_lose_their_slot(tiny_ckpt):
 
 
 # ----------------------------------------------------------------------------- header hardening
-
-
-async def raw_http(port: int, head: str) -> tuple[int, dict, bytes]:
-    """Send ``head`` (request line + headers, \\r\\n separated, no blank line) and read the whole answer."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(head.encode("latin-1") + b"\r\n\r\n")
-    await writer.drain()
-    data = await reader.read()
-    writer.close()
-    top, _, body = data.partition(b"\r\n\r\n")
-    lines = top.decode("latin-1").split("\r\n")
-    hdrs = {k.lower(): v for k, v in (ln.split(": ", 1) for ln in lines[1:])}
-    return int(lines[0].split()[1]), hdrs, body
 
 
 def upgrade(path: str, host: str, *extra: str) -> str:

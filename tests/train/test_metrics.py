@@ -7,6 +7,7 @@ import pytest
 
 from fractions import Fraction
 
+from helpers import levenshtein
 from streamd.train.metrics import (ReliabilityBins, align_words, auc_roc, confidence_scores, ece, nce, normalize_words,
                                    reliability)
 
@@ -37,19 +38,6 @@ def test_align_hand_cases(ref, hyp, counts, correct):
     assert list(a.hyp_correct) == correct
 
 
-def _levenshtein(r, h):
-    """Reference edit distance (textbook recursion, memoized)."""
-    from functools import lru_cache
-
-    @lru_cache(maxsize=None)
-    def d(i, j):
-        if i == 0 or j == 0:
-            return i + j
-        return min(d(i - 1, j) + 1, d(i, j - 1) + 1, d(i - 1, j - 1) + (r[i - 1] != h[j - 1]))
-
-    return d(len(r), len(h))
-
-
 @pytest.mark.parametrize("seed", range(5))
 def test_align_random_vs_reference(seed):
     g = np.random.default_rng(seed)
@@ -57,7 +45,7 @@ def test_align_random_vs_reference(seed):
         ref = list(g.choice(list("abcd"), size=g.integers(0, 8)))
         hyp = list(g.choice(list("abcd"), size=g.integers(0, 8)))
         a = align_words(ref, hyp)
-        assert a.errors == _levenshtein(tuple(ref), tuple(hyp))
+        assert a.errors == levenshtein(tuple(ref), tuple(hyp))
         assert a.hits + a.subs + a.dels == len(ref) and a.hits + a.subs + a.ins == len(hyp)
         # the ops walk both sequences in order and matches are equal words
         assert [r for _, r, _ in a.ops if r is not None] == list(range(len(ref)))

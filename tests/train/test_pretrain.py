@@ -24,7 +24,7 @@ from streamd.train.pretrain import (AudioDataset, EmaConfig, EmaTeacher, Pretrai
                                     instance_norm, load_pretrain_config, main, pretrain, regression_loss,
                                     sample_time_masks)
 from streamd.train.trainer import is_pretrain_checkpoint, load_train_config, train
-from helpers import TINY_MODEL, make_corpus, tiny_config
+from helpers import TINY_MODEL, make_corpus, set_nested, tiny_config
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -37,13 +37,7 @@ def tiny_pretrain_config(exp_dir, manifest, **over) -> PretrainConfig:
             "mask": {"span": 4}, "ema": {"tau0": 0.999, "tau_end": 0.9999, "tau_n": 100},
             "chunk_sizes": [2, 4, -1], "left_chunks": [1, -1],
             "steps": 10, "log_every": 10, "checkpoint_every": 100, "num_threads": 1, "seed": 3}
-    for k, v in over.items():
-        node = data
-        *parents, last = k.split("__")
-        for p in parents:
-            node = node.setdefault(p, {})
-        node[last] = v
-    return from_dict(PretrainConfig, data)
+    return from_dict(PretrainConfig, set_nested(data, over))
 
 
 def audio_corpus(root: Path, seconds, seed=0) -> Path:
