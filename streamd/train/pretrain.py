@@ -76,7 +76,7 @@ from ..model.encoder import StreamingEncoder
 from ..model.transducer import Transducer
 from .data import AsrDataset, Batch, Utterance, _header_duration, default_char_tokens
 from .manifest_lines import iter_audio_lines
-from .trainer import (DataConfig, OptimConfig, SpecAugmentConfig, _adamw, _augment, _check_input, _check_run,
+from .trainer import (DataConfig, OptimConfig, RunConfig, SpecAugmentConfig, _adamw, _augment, _check_input, _check_run,
                       _eval_loader, _measure_feature_stats, _req, _resume, _resume_position, _resume_value, _run_data,
                       _run_main, _run_steps, _save_step, _start_run, _state_path, _step_seed, _update,
                       _weighted_means, _write_run_files)
@@ -155,7 +155,7 @@ def _default_model() -> ModelConfig:
 
 
 @dataclass(frozen=True)
-class PretrainConfig:
+class PretrainConfig(RunConfig):
     """Everything ``streamd pretrain`` needs (see configs/pretrain.yaml for the meaning of each key).
 
     ``model``: the encoder and fbank are pretrained; the rest of the model only shapes the placeholder
@@ -172,17 +172,6 @@ class PretrainConfig:
     ema: EmaConfig = field(default_factory=EmaConfig)
     target: TargetConfig = field(default_factory=TargetConfig)
     loss: RegressionLossConfig = field(default_factory=RegressionLossConfig)
-    chunk_sizes: tuple[int, ...] = (4, 8, 16, -1)
-    left_chunks: tuple[int, ...] = (2, 4, -1)
-    steps: int = 20000
-    checkpoint_every: int = 1000
-    keep_last: int = 5
-    log_every: int = 50
-    valid_every: int = 1000
-    seed: int = 0
-    device: str = "auto"
-    num_threads: int = 0
-    resume: bool = False
 
     def __post_init__(self) -> None:
         _req(self.exp_dir != "", "exp_dir", "must not be empty")

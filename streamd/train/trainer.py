@@ -173,15 +173,10 @@ class SpecAugmentConfig:
 
 
 @dataclass(frozen=True)
-class TrainConfig:
-    """Everything ``streamd train`` needs (see configs/train.yaml for the meaning of each key)."""
+class RunConfig:
+    """The run keys ``streamd train`` and ``streamd pretrain`` share: chunking, steps, checkpoints, logging,
+    validation, seed, device, threads, resume (checked by :func:`_check_run`)."""
 
-    exp_dir: str = "exp/train"
-    model: ModelConfig = field(default_factory=ModelConfig)
-    data: DataConfig = field(default_factory=DataConfig)
-    optim: OptimConfig = field(default_factory=OptimConfig)
-    loss: LossConfig = field(default_factory=LossConfig)
-    spec_augment: SpecAugmentConfig = field(default_factory=SpecAugmentConfig)
     chunk_sizes: tuple[int, ...] = (4, 8, 16, -1)
     left_chunks: tuple[int, ...] = (2, 4, -1)
     steps: int = 20000
@@ -193,6 +188,18 @@ class TrainConfig:
     device: str = "auto"
     num_threads: int = 0
     resume: bool = False
+
+
+@dataclass(frozen=True)
+class TrainConfig(RunConfig):
+    """Everything ``streamd train`` needs (see configs/train.yaml for the meaning of each key)."""
+
+    exp_dir: str = "exp/train"
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    loss: LossConfig = field(default_factory=LossConfig)
+    spec_augment: SpecAugmentConfig = field(default_factory=SpecAugmentConfig)
     init_from: str = ""
     freeze: tuple[str, ...] = ()
 
