@@ -71,12 +71,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..config import ConfigError, FbankConfig, ModelConfig, load_config, to_dict
+from ..config import ConfigError, FbankConfig, ModelConfig, load_config
 from ..model.encoder import StreamingEncoder
 from ..model.transducer import Transducer
 from .data import AsrDataset, Batch, Utterance, _header_duration, default_char_tokens
 from .manifest_lines import iter_audio_lines
 from .trainer import (DataConfig, OptimConfig, RunConfig, SpecAugmentConfig, _adamw, _augment, _check_input, _check_run,
+                      config_dict,
                       _eval_loader, _measure_feature_stats, _req, _resume, _resume_position, _resume_value, _run_data,
                       _run_main, _run_steps, _save_step, _start_run, _state_path, _step_seed, _update,
                       _weighted_means, _write_run_files)
@@ -523,7 +524,7 @@ def pretrain(cfg: PretrainConfig, stop: Callable[[int], bool] | None = None) -> 
 
     def save(at: int, ep: int, ix: int, rec: PretrainStep | None) -> Path:
         info = {"method": PRETRAIN_METHOD, "step": at, "loss": rec.loss if rec else None,
-                "target_var": rec.target_var if rec else None, "config": to_dict(cfg)}
+                "target_var": rec.target_var if rec else None, "config": config_dict(cfg)}
         return _save_step(exp, at, model, tokens, {"step": at, "epoch": ep, "train_loss": rec.loss if rec else None,
                                                    "pretrain": info},
                           {"format": STATE_FORMAT, "step": at, "epoch": ep, "batch_index": ix,

@@ -41,7 +41,7 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -61,7 +61,8 @@ from .data import (AsrDataset, Batch, LengthBucketSampler, apply_spec_augment, c
                    feature_stats, sample_spec_augment, sample_spectral_eq, worker_init)
 from .losses import ctc_loss, max_pooling_kws_loss, rnnt_loss
 
-__all__ = ["DataConfig", "OptimConfig", "LossConfig", "SpecAugmentConfig", "TrainConfig", "load_train_config",
+__all__ = ["DataConfig", "OptimConfig", "LossConfig", "SpecAugmentConfig", "RunConfig", "TrainConfig", "config_dict",
+           "load_train_config",
            "is_pretrain_checkpoint",
            "LossParts", "compute_losses", "learning_rate", "evaluate", "validate", "StepRecord", "TrainResult", "train", "main"]
 
@@ -188,6 +189,14 @@ class RunConfig:
     device: str = "auto"
     num_threads: int = 0
     resume: bool = False
+
+
+def config_dict(cfg: RunConfig) -> dict:
+    """``to_dict(cfg)`` with the command's own keys first and the shared run keys after them (the order of
+    the written ``train.yaml`` and of a checkpoint's ``meta``)."""
+    d = to_dict(cfg)
+    run = [f.name for f in fields(RunConfig)]
+    return {**{k: v for k, v in d.items() if k not in run}, **{k: d[k] for k in run}}
 
 
 @dataclass(frozen=True)
@@ -492,7 +501,7 @@ def _measure_feature_stats(encoder: torch.nn.Module, train_set: AsrDataset, cfg:
 
 def _write_run_files(exp: Path, cfg: Any, tokens: TokenTable) -> None:
     """``train.yaml`` (the resolved config) and ``tokens.txt`` of the experiment folder."""
-    (exp / "train.yaml").write_text(yaml.safe_dump(to_dict(cfg), sort_keys=False), encoding="utf-8")
+    (exp / "train.yaml").write_text(yaml.safe_dump(config_dict(cfg), sort_keys=False), encoding="utf-8")
     tokens.to_file(exp / "tokens.txt")
 
 
@@ -842,7 +851,7 @@ def train(cfg: TrainConfig, stop: Callable[[int], bool] | None = None) -> TrainR
 
     def save(at: int, ep: int, ix: int, recent: float | None) -> Path:
         return _save_step(exp, at, model, tokens, {"step": at, "epoch": ep, "train_loss": recent,
-                                                   "train_config": to_dict(cfg)},
+                                                   "train_config": config_dict(cfg)},
                           {"format": "streamd-train-state", "step": at, "epoch": ep, "batch_index": ix,
                            "optimizer": opt.state_dict()}, cfg.keep_last)
 

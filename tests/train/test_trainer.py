@@ -268,3 +268,16 @@ def test_cli_main(tmp_path, capsys):
     assert len(valid) == 1 and valid[0]["step"] == 2 and math.isfinite(valid[0]["loss"])
     assert main(["--config", str(path), "--set", "optim.lr=-1"]) == 2
     assert "optim.lr: must be > 0" in capsys.readouterr().err
+
+
+def test_written_config_keeps_the_command_keys_first():
+    """train.yaml and the checkpoint meta list the command's own keys first, then the shared run keys."""
+    import dataclasses
+
+    from streamd.train.trainer import DataConfig, LossConfig, RunConfig, TrainConfig, config_dict
+
+    d = config_dict(TrainConfig(data=DataConfig(train=("x.jsonl",)), loss=LossConfig(kws=0.0)))
+    run = [f.name for f in dataclasses.fields(RunConfig)]
+    keys = list(d)
+    assert keys[0] == "exp_dir" and keys[-len(run):] == run
+    assert set(keys) == {f.name for f in dataclasses.fields(TrainConfig)}
