@@ -310,6 +310,14 @@ async def first_error(url, start=None, **kw):
     return msgs, ws.close_code
 
 
+async def ready_stream(url):
+    """A v1 stream started with the defaults; asserts the server answered ``ready``."""
+    ws = await connect(url)
+    await ws.send('{"type": "start"}')
+    assert json.loads(await ws.recv())["type"] == "ready"
+    return ws
+
+
 def test_overloaded_refusals_readyz_and_recovery_on_the_wire(tiny_ckpt):
     async def body():
         async with make_app(tiny_ckpt) as app:
@@ -319,12 +327,8 @@ def test_overloaded_refusals_readyz_and_recovery_on_the_wire(tiny_ckpt):
             app.admission._p90 = lambda d, now: None  # nor the measured lags (this machine)
             url = f"ws://127.0.0.1:{app.port}/v1/stream"
             assert (await http_get(app.port, "/readyz"))[0] == 200
-            a = await connect(url)
-            await a.send('{"type": "start"}')
-            assert json.loads(await a.recv())["type"] == "ready"
-            b = await connect(url)
-            await b.send('{"type": "start"}')
-            assert json.loads(await b.recv())["type"] == "ready"
+            a = await ready_stream(url)
+            b = await ready_stream(url)
             status, hdrs, text = await http_get(app.port, "/readyz")
             assert (status, text, hdrs.get("retry-after")) == (503, b"overloaded\n", str(int(RETRY_AFTER)))
             msgs, code = await first_error(url)  # refused at connect, before its start message
@@ -336,9 +340,7 @@ def test_overloaded_refusals_readyz_and_recovery_on_the_wire(tiny_ckpt):
             # cost-weighted: a beam-64 stream does not fit beside the greedy one, and is refused at its start
             msgs, code = await first_error(url, {"type": "start", "method": "modified_beam", "beam": 64})
             assert code == 1013 and [m["code"] for m in msgs] == ["overloaded"] and "cost 10.6" in msgs[0]["message"]
-            c = await connect(url)
-            await c.send('{"type": "start"}')
-            assert json.loads(await c.recv())["type"] == "ready"
+            c = await ready_stream(url)
             for ws in (a, c):
                 await ws.send('{"type": "eof"}')
                 assert (await drain(ws))[-1]["type"] == "done"
@@ -356,12 +358,8 @@ def test_client_quota_and_backlog_bound_on_the_wire(tiny_ckpt):
             url = f"ws://127.0.0.1:{app.port}/v1/stream"
             msgs, code = await first_error(url, {"type": "start", "method": "modified_beam", "beam": 8})
             assert code == 1013 and msgs[0]["code"] == "client_limit" and msgs[0]["retry_after"] > 0
-            a = await connect(url)
-            await a.send('{"type": "start"}')
-            assert json.loads(await a.recv())["type"] == "ready"
-            b = await connect(url)
-            await b.send('{"type": "start"}')
-            assert json.loads(await b.recv())["type"] == "ready"
+            a = await ready_stream(url)
+            b = await ready_stream(url)
             msgs, code = await first_error(url)  # a third greedy stream from 127.0.0.1: over its 2 units
             assert (code, msgs[0]["code"]) == (1013, "client_limit")
             await b.send(pcm16(random_audio(3.0, seed=4)))  # 3 s at once: over the 1 s backlog bound
