@@ -499,21 +499,24 @@ class Recognizer:
                 continue
             r = torch.tensor([row], device=self.device)
             st.enc = b.enc.select(r)
-        for method, (rows, state) in b.groups.items():
-            for j, row in enumerate(rows.tolist()):
-                st = self._streams.get(b.ids[row])
-                if st is not None:
-                    st.search = state.select(torch.tensor([j], device=self.device))
+        for rows, state in b.groups.values():
+            self._scatter(b.ids, rows, state, "search")
         if b.kws_rows is not None:
-            for j, row in enumerate(b.kws_rows.tolist()):
-                st = self._streams.get(b.ids[row])
-                if st is not None:
-                    st.kws = b.kws.select(torch.tensor([j], device=self.device))
+            self._scatter(b.ids, b.kws_rows, b.kws, "kws")
         if b.wake_rows is not None:
-            for j, row in enumerate(b.wake_rows.tolist()):
-                st = self._streams.get(b.ids[row])
-                if st is not None:
-                    st.kwsearch = b.wake.select(torch.tensor([j], device=self.device))
+            self._scatter(b.ids, b.wake_rows, b.wake, "kwsearch")
+
+    def _scatter(self, ids: tuple[int, ...], rows: Tensor, state: Any, attr: str) -> None:
+        """Give each still-open stream of ``rows`` (R,) its one-row slice of the batched ``state`` as ``attr``."""
+        for j, row in enumerate(rows.tolist()):
+            st = self._streams.get(ids[row])
+            if st is not None:
+                setattr(st, attr, state.select(torch.tensor([j], device=self.device)))
+
+    def _stack(self, streams: list[_Stream], rows: list[int], attr: str) -> tuple[Tensor, Any]:
+        """(R,) row indices and the streams' ``attr`` states of ``rows`` concatenated into one batched state."""
+        states = [getattr(streams[r], attr) for r in rows]
+        return torch.tensor(rows, device=self.device), type(states[0]).cat(states)
 
     def _init_search(self, st: _Stream) -> Any:
         return self.searches[st.opts.method].new_state(st.opts.beam, self.device, graph=st.hot)
@@ -536,17 +539,13 @@ class Recognizer:
         for row, st in enumerate(streams):
             by_method.setdefault(st.opts.method, []).append(row)
         for method, rows in by_method.items():
-            state_cls = type(streams[rows[0]].search)
-            batch.groups[method] = (torch.tensor(rows, device=self.device),
-                                    state_cls.cat([streams[r].search for r in rows]))
+            batch.groups[method] = self._stack(streams, rows, "search")
         kws_rows = [row for row, st in enumerate(streams) if st.kws is not None]
         if kws_rows:
-            batch.kws_rows = torch.tensor(kws_rows, device=self.device)
-            batch.kws = type(streams[kws_rows[0]].kws).cat([streams[r].kws for r in kws_rows])
+            batch.kws_rows, batch.kws = self._stack(streams, kws_rows, "kws")
         wake_rows = [row for row, st in enumerate(streams) if st.kwsearch is not None]
         if wake_rows:
-            batch.wake_rows = torch.tensor(wake_rows, device=self.device)
-            batch.wake = KeywordState.cat([streams[r].kwsearch for r in wake_rows])
+            batch.wake_rows, batch.wake = self._stack(streams, wake_rows, "kwsearch")
         for st in streams:  # the batch owns the state now
             st.enc = st.search = st.kws = st.kwsearch = None
         self._batch = batch
