@@ -34,7 +34,7 @@ from torch import Tensor, nn
 
 from ..config import EncoderConfig
 
-__all__ = ["EncoderCache", "StreamingEncoder", "chunk_attention_mask"]
+__all__ = ["EncoderCache", "StreamingEncoder", "chunk_attention_mask", "widen_feedforwards"]
 
 
 @dataclass
@@ -353,3 +353,33 @@ class StreamingEncoder(nn.Module):
     @staticmethod
     def param_count(module: nn.Module) -> int:
         return sum(p.numel() for p in module.parameters())
+
+
+def widen_feedforwards(state: dict[str, Tensor], ff_dim: int, generator: torch.Generator | None = None
+                       ) -> dict[str, Tensor]:
+    """An encoder state dict with every feed-forward module widened to ``ff_dim`` hidden units, computing the
+    same function: the new units get random input weights (``nn.Linear``'s own initialization) and zero output
+    weights, so they contribute nothing until fine-tuning trains them (function-preserving growth, as in
+    Net2Net's wider step).
+
+    state: the encoder's (or the whole model's) state dict; ``*.w1.weight`` (F, D), ``*.w1.bias`` (F,),
+    ``*.w2.weight`` (D, F) of each FeedForward are replaced by (ff_dim, D), (ff_dim,), (D, ff_dim); other
+    tensors are returned as they are.  ValueError unless ``ff_dim`` is at least the current width."""
+    out = dict(state)
+    for name in [k for k in state if k.endswith(".w1.weight")]:
+        prefix = name[: -len("w1.weight")]
+        w1, b1, w2 = state[name], state[prefix + "w1.bias"], state[prefix + "w2.weight"]
+        old, d = w1.shape
+        if ff_dim < old:
+            raise ValueError(f"feed-forward width can only grow: {prefix[:-1]} has {old} units, asked {ff_dim}")
+        fresh = nn.Linear(d, ff_dim - old)
+        if generator is not None:
+            bound = 1.0 / d ** 0.5  # nn.Linear's default uniform bound, drawn from the given generator
+            with torch.no_grad():
+                fresh.weight.uniform_(-bound, bound, generator=generator)
+                fresh.bias.uniform_(-bound, bound, generator=generator)
+        out[name] = torch.cat([w1, fresh.weight.detach().to(w1.dtype)], 0)
+        out[prefix + "w1.bias"] = torch.cat([b1, fresh.bias.detach().to(b1.dtype)], 0)
+        out[prefix + "w2.weight"] = torch.cat([w2, w2.new_zeros(w2.shape[0], ff_dim - old)], 1)
+    return out
+

@@ -55,6 +55,7 @@ from ..config import ConfigError, ModelConfig, check_device, load_config, to_dic
 from ..tokens import TokenTable
 from ..model.checkpoint import CheckpointError, LoadedModel, load_checkpoint, save_checkpoint
 from ..model.decoder import grow_context_conv
+from ..model.encoder import widen_feedforwards
 from ..model.transducer import Transducer
 from .average import checkpoint_path, list_checkpoints
 from .data import (AsrDataset, Batch, LengthBucketSampler, apply_spec_augment, collate, default_char_tokens,
@@ -785,27 +786,39 @@ def _load_init(cfg: TrainConfig, tokens: TokenTable) -> LoadedModel:
         return src
     have, want = to_dict(src.model.cfg), to_dict(cfg.model)
     diff = _differing_keys(have, want)
-    grow = (diff == ["decoder"] and _differing_keys(have["decoder"], want["decoder"]) == ["context_size"]
-            and want["decoder"]["kind"] == "stateless" and want["decoder"]["context_size"] > have["decoder"]["context_size"])
-    if diff and not grow:
-        raise ConfigError(f"init_from: model in {cfg.init_from} differs from model: (keys {', '.join(diff)})"
-                          + ("; of the decoder only a stateless context_size may change, and only grow"
-                             if diff == ["decoder"] else ""))
+    grow_context = ("decoder" in diff and _differing_keys(have["decoder"], want["decoder"]) == ["context_size"]
+                    and want["decoder"]["kind"] == "stateless"
+                    and want["decoder"]["context_size"] > have["decoder"]["context_size"])
+    grow_ff = ("encoder" in diff and _differing_keys(have["encoder"], want["encoder"]) == ["ff_dim"]
+               and want["encoder"]["ff_dim"] > have["encoder"]["ff_dim"])
+    left = [k for k in diff if not (k == "decoder" and grow_context or k == "encoder" and grow_ff)]
+    if left:
+        raise ConfigError(f"init_from: model in {cfg.init_from} differs from model: (keys {', '.join(left)})"
+                          "; only a stateless decoder's context_size and the encoder's ff_dim may change, "
+                          "and only grow")
     if src.tokens.tokens != tokens.tokens:
         raise ConfigError(f"init_from: token table of {cfg.init_from} differs from this run's tokens")
-    if grow:
-        return _grow_decoder_context(src, cfg.model)
+    if grow_context or grow_ff:
+        return _grown(src, cfg.model, grow_ff, cfg.seed)
     return src
 
 
-def _grow_decoder_context(src: LoadedModel, mcfg: ModelConfig) -> LoadedModel:
-    """``src`` rebuilt with ``mcfg``'s longer stateless decoder context (same function; see grow_context_conv)."""
+def _grown(src: LoadedModel, mcfg: ModelConfig, widen: bool, seed: int) -> LoadedModel:
+    """``src`` rebuilt with ``mcfg``'s longer stateless decoder context (:func:`grow_context_conv`) and / or
+    wider encoder feed-forwards (:func:`widen_feedforwards`, its new units drawn with ``seed``): the same
+    function, more room to learn."""
     model = Transducer(mcfg)
     sd = src.model.state_dict()
-    sd["decoder.conv.weight"] = grow_context_conv(sd.get("decoder.conv.weight"), model.decoder.conv.weight.shape)
+    old_ctx, old_ff = src.model.cfg.decoder.context_size, src.model.cfg.encoder.ff_dim
+    if mcfg.decoder.context_size != old_ctx:
+        sd["decoder.conv.weight"] = grow_context_conv(sd.get("decoder.conv.weight"), model.decoder.conv.weight.shape)
+        log.info("init_from: decoder context grown from %d to %d tokens (new positions start at zero weight)",
+                 old_ctx, mcfg.decoder.context_size)
+    if widen:
+        sd = widen_feedforwards(sd, mcfg.encoder.ff_dim, torch.Generator().manual_seed(seed))
+        log.info("init_from: encoder feed-forwards widened from %d to %d units (new units start at zero output "
+                 "weight)", old_ff, mcfg.encoder.ff_dim)
     model.load_state_dict(sd, strict=True)
-    log.info("init_from: decoder context grown from %d to %d tokens (new positions start at zero weight)",
-             src.model.cfg.decoder.context_size, mcfg.decoder.context_size)
     return LoadedModel(model=model, tokens=src.tokens, meta=src.meta, path=src.path)
 
 

@@ -1,10 +1,11 @@
-"""Streaming equals offline: chunked forward with caches vs whole utterance under the chunk mask."""
+"""Streaming equals offline: chunked forward with caches vs whole utterance under the chunk mask; widening the
+feed-forwards keeps the function."""
 
 import pytest
 import torch
 
 from streamd.config import EncoderConfig
-from streamd.model.encoder import EncoderCache, StreamingEncoder, chunk_attention_mask
+from streamd.model.encoder import EncoderCache, StreamingEncoder, chunk_attention_mask, widen_feedforwards
 
 
 def small_cfg(**kw):
@@ -112,3 +113,24 @@ def test_rope_relative_far_from_start():
 
     torch.testing.assert_close(score(5, 2), score(1_000_005, 1_000_002), atol=1e-4, rtol=1e-4)
     assert not torch.allclose(score(5, 2), score(5, 4))
+
+
+def test_widened_feedforwards_compute_the_same_function():
+    torch.manual_seed(5)
+    enc = StreamingEncoder(small_cfg()).eval()
+    cfg = small_cfg(ff_dim=small_cfg().ff_dim + 24)
+    wide = StreamingEncoder(cfg).eval()
+    sd = widen_feedforwards(enc.state_dict(), cfg.ff_dim, torch.Generator().manual_seed(0))
+    wide.load_state_dict(sd, strict=True)
+    w1 = wide.layers[0].ff1.w1.weight
+    assert w1.shape == (cfg.ff_dim, cfg.d_model) and w1[-24:].abs().sum() > 0  # new units: random inputs
+    assert wide.layers[0].ff2.w2.weight[:, -24:].abs().sum() == 0  # ... and zero outputs
+    x, lengths = torch.randn(2, 40, enc.cfg.num_features), torch.tensor([40, 29])
+    with torch.no_grad():
+        a, la = enc(x, lengths)
+        b, lb = wide(x, lengths)
+    assert torch.equal(la, lb) and torch.allclose(a, b, atol=1e-5)
+    again = widen_feedforwards(enc.state_dict(), cfg.ff_dim, torch.Generator().manual_seed(0))
+    assert all(torch.equal(sd[k], again[k]) for k in sd)  # seeded: reproducible
+    with pytest.raises(ValueError, match="can only grow"):
+        widen_feedforwards(sd, small_cfg().ff_dim)

@@ -153,13 +153,21 @@ def test_init_from_fine_tunes_from_a_checkpoint(tmp_path):
         train(tiny_config(tmp_path / "x", man, model__joiner_dim=16, init_from=str(src.checkpoint)))
     with pytest.raises(ConfigError, match=r"^init_from: .*no such checkpoint file"):
         train(tiny_config(tmp_path / "y", man, init_from=str(tmp_path / "missing.pt")))
-    # the one change allowed: a longer stateless decoder context, starting as the same function
+    # the changes allowed: a longer stateless decoder context and wider encoder feed-forwards, starting as the
+    # same function (each growth's exactness: tests/model/test_decoder.py, test_encoder.py)
+    ff = load_checkpoint(src.checkpoint).model.cfg.encoder.ff_dim
     wide = train(tiny_config(tmp_path / "wide", man, spec_augment__enabled=False, steps=2, model__decoder__context_size=4,
-                             init_from=str(src.checkpoint)))
+                             model__encoder__ff_dim=ff + 8, init_from=str(src.checkpoint)))
     assert wide.history[0].loss < 2.0 * np.mean([r.loss for r in src.history[-3:]])
-    assert load_checkpoint(wide.checkpoint).model.decoder.conv.weight.shape[-1] == 4
-    with pytest.raises(ConfigError, match=r"\(keys decoder\); of the decoder only a stateless context_size may change"):
-        train(tiny_config(tmp_path / "z", man, model__decoder__context_size=3, init_from=str(wide.checkpoint)))
+    grown = load_checkpoint(wide.checkpoint).model
+    assert grown.decoder.conv.weight.shape[-1] == 4 and grown.encoder.layers[0].ff1.w1.weight.shape[0] == ff + 8
+    with pytest.raises(ConfigError, match=r"\(keys decoder\); only a stateless decoder's context_size and the "
+                                          r"encoder's ff_dim may change, and only grow"):
+        train(tiny_config(tmp_path / "z", man, model__decoder__context_size=3, model__encoder__ff_dim=ff + 8,
+                          init_from=str(wide.checkpoint)))
+    with pytest.raises(ConfigError, match=r"\(keys encoder\)"):
+        train(tiny_config(tmp_path / "n", man, model__decoder__context_size=4, model__encoder__ff_dim=ff,
+                          init_from=str(wide.checkpoint)))
 
 
 def test_repeat_lists_a_manifest_n_times(tmp_path):
