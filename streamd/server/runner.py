@@ -101,6 +101,7 @@ class EngineRunner:
         self._client: dict[int, str] = {}  # engine stream id -> client (fair share)
         self._opened = itertools.count()
         self._seq: dict[int, int] = {}  # engine stream id -> open order
+        self._owed = False  # the last step served streams on time only: the next one serves the others too
 
     def calibrate(self, large: int = 16, reps: int = 3) -> CapacityModel:
         """Time greedy steps of 1 and ``large`` throwaway streams (quiet noise; median of ``reps`` each) and
@@ -139,7 +140,11 @@ class EngineRunner:
             return None
         cands = [Candidate(sid, self._client.get(sid, f"stream {sid}"), self._cost.get(sid, 1.0), rec.backlog(sid),
                            self._seq.get(sid, 0)) for sid in ready]
-        only = fair_pick(cands, budget, rec.config.max_batch, ON_TIME_CHUNKS * self.chunk_seconds)
+        on_time = ON_TIME_CHUNKS * self.chunk_seconds
+        owed, self._owed = self._owed, False
+        only = fair_pick(cands, budget, rec.config.max_batch, None if owed else on_time)
+        if not owed and only is not None and any(c.backlog > on_time for c in cands):
+            self._owed = True  # the streams behind waited for this step: the next one is theirs too
         return None if only is not None and len(only) == len(ready) else only
 
     def cycle(self, cmds: list[Command]) -> CycleResult:

@@ -81,3 +81,19 @@ def test_runner_steps_the_fair_pick_under_a_budget(rec):
     runner.budget = None  # no limit: every ready stream in one step
     res = runner.cycle([])
     assert {k for k, e in res.events if isinstance(e, Partial)} == {1, 10, 11, 12, 13}
+
+
+def test_streams_behind_are_not_starved_by_streams_on_time(rec):
+    """Streams on time go first in a step of their own, but the streams behind get the next step: with a live
+    stream ready at every cycle, a stream behind still advances every other step."""
+    runner = EngineRunner(rec, max_steps=1)
+    chunk = rec.chunk_frames * rec.frame_shift_s
+    runner.budget = 100.0
+    res = runner.cycle([OpenStream(1, {}, client="live"), OpenStream(2, {}, client="burst"),
+                        FeedPcm(2, pcm16(random_audio(8 * chunk, seed=3)), "s16le")])
+    stepped = []
+    for i in range(6):  # one chunk of live audio per cycle
+        res = runner.cycle([FeedPcm(1, pcm16(random_audio(chunk + (0.05 if i == 0 else 0.0), seed=10 + i)), "s16le")])
+        stepped.append({k for k, e in res.events if isinstance(e, Partial)})
+    # without the rule the live stream took every step ([{1}] * 6) and the stream behind starved
+    assert stepped == [{1}, {1, 2}] * 3, stepped
