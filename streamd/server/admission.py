@@ -39,7 +39,14 @@ its monotonic clock) and asks for decisions.
   :data:`LATE_CHUNKS` chunk late (90th percentiles over :data:`LAG_WINDOW`),
   and beyond ``max(16, 0.25 x demand)`` cost units admitted a second (slow
   start: the measurements catch up before the next ones; with a faster one
-  up to 114 streams got in where 88 stay real time, docs/benchmarks.md).  An
+  up to 114 streams got in where 88 stay real time, docs/benchmarks.md).
+  The slow start applies above the *held* level only: the largest demand
+  (of streams admitted before the lag window) at which the live streams'
+  partials came within :data:`HELD_CHUNKS` of a chunk over the last
+  :data:`HELD_WINDOW` seconds, rescaled by how much slower the host runs
+  now, is admitted again at up to :data:`HELD_RATE` of it a second (after a
+  load ends, the clients of its peak come back in about two seconds, not a
+  6 s ramp; not all at one instant, whose streams would step in phase).  An
   idle server always takes one stream.  Per-client quotas
   (``limits.max_cost_per_client`` by client address,
   ``limits.max_cost_per_token`` by bearer token, in cost units) give
@@ -71,7 +78,7 @@ from ..config import LimitsConfig
 
 __all__ = ["stream_cost", "CapacityModel", "Refusal", "StreamLoad", "Admission", "Candidate", "fair_pick",
            "BURST_STEP", "MIN_BATCH_UNITS", "RETRY_AFTER", "WINDOW", "LAG_WINDOW", "LOOP_LAG_LIMIT", "LATE_CHUNKS",
-           "GROWTH", "GROWTH_MIN"]
+           "GROWTH", "GROWTH_MIN", "HELD_WINDOW", "HELD_RATE", "HELD_CHUNKS"]
 
 WINDOW = 5.0  # seconds of recent cycles behind the scale, and of audio arrivals behind a stream's rate
 RETRY_AFTER = 3.0  # seconds a refused client is told to wait when the live streams fill the model (some must end)
@@ -84,6 +91,9 @@ LOOP_LAG_LIMIT = 0.1  # the event loop waking this late (90th percentile): no ne
 LATE_CHUNKS = 1.0  # live streams' (at most 1.2x real time) partials this many chunks late (90th pct.): none
 MIN_SAMPLES = 5  # observations needed before an observed signal counts
 GROWTH, GROWTH_MIN = 0.25, 16.0  # at most max(16, 0.25 x demand a second ago) cost units admitted per second
+HELD_WINDOW = 60.0  # seconds a demand seen on time is remembered: admitted again without the slow start, ...
+HELD_RATE = 0.5  # ... at most half of it a second (streams admitted at one instant step in phase: a burst)
+HELD_CHUNKS = 0.5  # on time: live streams' partials at most this many chunks late (90th pct.)
 
 
 def stream_cost(method: str, beam: int = 4) -> float:
@@ -234,6 +244,7 @@ class Admission:
         self._late: deque[tuple[float, float]] = deque()  # (now, seconds) partial lags of live streams
         self._loop_lag: deque[tuple[float, float]] = deque()  # (now, seconds late)
         self._admitted: deque[tuple[float, float, int]] = deque()  # (now, cost, key) of the last window's admissions
+        self._held: deque[tuple[float, float]] = deque()  # (now, demand x scale) seen on time; units decreasing
         self._seq = 0
 
     # ----------------------------------------------------------------- demand
@@ -342,27 +353,50 @@ class Admission:
         if model is None or not max_load or not self.streams:
             return None  # no rule, or an idle server: one stream is always taken
         demand = self.demand(now)
+        self._trim_admitted(now)
+        recent = sum(c for t, c, k in self._admitted if t > now - 1.0 and k in self.streams)
+        lag = self._p90(self._loop_lag, now)
+        late = self._p90(self._late, now)
+        lag_bad = lag is not None and lag > LOOP_LAG_LIMIT
+        late_bad = late is not None and late > LATE_CHUNKS * model.chunk_seconds
+        if late is not None and late <= HELD_CHUNKS * model.chunk_seconds and not lag_bad:
+            settled = sum(c for t, c, k in self._admitted if t > now - LAG_WINDOW - 1.0 and k in self.streams)
+            self._note_held(now, (demand - settled) * model.scale(now))  # what the lags measured
+
         load = model.load(demand + cost, now)
         if load > max_load:
             return Refusal("overloaded", f"server is at capacity: with this stream (cost {cost:g}; a greedy stream "
                                          f"is 1) the {len(self.streams)} live streams would need {100 * load:.0f} % "
                                          f"of real time to decode (limit {100 * max_load:.0f} %, limits.max_load); "
                                          f"try again in {RETRY_AFTER:g} s or use another server")
-        self._trim_admitted(now)
-        lag = self._p90(self._loop_lag, now)
-        if lag is not None and lag > LOOP_LAG_LIMIT:
+        if lag_bad:
             return Refusal("overloaded", f"server is at capacity: its event loop runs {1000 * lag:.0f} ms late; "
                                          f"try again in {LAG_WINDOW:g} s or use another server", retry_after=LAG_WINDOW)
-        late = self._p90(self._late, now)
-        if late is not None and late > LATE_CHUNKS * model.chunk_seconds:
+        if late_bad:
             return Refusal("overloaded", f"server is at capacity: live streams' partials come {late:.2f} s after "
                                          f"their audio; try again in {LAG_WINDOW:g} s or use another server",
                            retry_after=LAG_WINDOW)
-        recent = sum(c for t, c, k in self._admitted if t > now - 1.0 and k in self.streams)
-        if recent + cost > max(GROWTH_MIN, GROWTH * (demand - recent)):  # grows with what was there a second ago
+        base = demand - recent  # what was there a second ago
+        held = self.held(now)
+        if recent + cost > max(GROWTH_MIN, GROWTH * base, min(held - base, HELD_RATE * held)):
             return Refusal("overloaded", f"server is taking on streams gradually ({recent:g} cost units in the last "
                                          f"second; a greedy stream is 1): try again in 1 s", retry_after=1.0)
         return None
+
+    def _note_held(self, now: float, units: float) -> None:
+        """The live streams were on time at a demand of ``units`` (cost units x the model's scale then)."""
+        while self._held and self._held[-1][1] <= units:
+            self._held.pop()
+        self._held.append((now, units))
+
+    def held(self, now: float) -> float:
+        """The largest demand (cost units, at today's scale) seen on time in the last :data:`HELD_WINDOW`
+        seconds: admitted again without the slow start (0: none known)."""
+        while self._held and self._held[0][0] < now - HELD_WINDOW:
+            self._held.popleft()
+        if not self._held or self.model is None:
+            return 0.0
+        return self._held[0][1] / self.model.scale(now)
 
     def _trim_admitted(self, now: float) -> None:
         while self._admitted and self._admitted[0][0] <= now - self.window:
@@ -374,7 +408,7 @@ class Admission:
         if self.model is not None:
             out.update(load=self.model.load(out["demand"], now), scale=self.model.scale(now),
                        busy=self.model.busy(now))
-        out.update(loop_lag=self._p90(self._loop_lag, now), late=self._p90(self._late, now))
+        out.update(loop_lag=self._p90(self._loop_lag, now), late=self._p90(self._late, now), held=self.held(now))
         return out
 
     def overloaded(self, now: float) -> Refusal | None:

@@ -15,7 +15,7 @@ from websockets.asyncio.client import connect
 
 from helpers import drain, http_get, make_app, pcm16, random_audio, run, until
 from streamd.config import AppConfig, ConfigError, LimitsConfig, from_dict
-from streamd.server.admission import (GROWTH_MIN, MIN_BATCH_UNITS, RETRY_AFTER, Admission, CapacityModel, Candidate,
+from streamd.server.admission import (GROWTH_MIN, HELD_WINDOW, MIN_BATCH_UNITS, RETRY_AFTER, Admission, CapacityModel, Candidate,
                                       Refusal, fair_pick, stream_cost)
 from streamd.server.protocol import CLOSE_CODES
 
@@ -171,6 +171,57 @@ def test_slow_start_and_observed_overload():
     sig = c.signals(10.0)
     assert sig["streams"] == 2 and sig["late"] == pytest.approx(0.6) and sig["loop_lag"] is None
     assert sig["busy"] == 0.0 and sig["load"] == pytest.approx(m.load(5.0, 10.0))  # 1 + 4 (the 4x stream)
+
+
+def held_at(a: Admission, n: int, now: float, lag: float) -> None:
+    """``n`` live streams (forced in: no slow start) sending in real time for 10 s before ``now``, their partials
+    ``lag`` seconds after their audio, and the transport's periodic look (``overloaded``)."""
+    for k in range(n):
+        a.reserve(k, now - 10.0, 1.0, "c", force=True)
+        for i in range(21):
+            a.note_audio(k, 0.5 * i, now - 10.0 + 0.5 * i)
+    for k in range(n):
+        a.note_lag(k, lag, now)
+    a.overloaded(now)
+
+
+def test_slow_start_resumes_above_the_level_seen_on_time():
+    m = model(fixed=0.001, per_unit=0.0001)  # the model would take 2500 units
+    a = Admission(limits(), m)
+    held_at(a, 100, 20.0, lag=0.05)  # 100 streams, partials on time
+    assert a.held(20.0) == pytest.approx(100.0) and a.signals(20.0)["held"] == pytest.approx(100.0)
+    for k in range(100):
+        a.release(k)
+    a.reserve(1000, 21.0, 1.0, "c")  # idle: taken
+    t = 22.5  # the load is gone: its clients come back, half the held level a second
+    for k in range(50):
+        assert a.reserve(2000 + k, t, 1.0, "c") is None, k
+    assert "gradually" in a.check(t, 1.0).message
+    for k in range(50, 99):
+        assert a.reserve(2000 + k, t + 1.1, 1.0, "c") is None, k
+    r = a.check(t + 1.1, 1.0)  # above it: the slow start again (16 a second, a quarter of the demand)
+    assert r.code == "overloaded" and "gradually" in r.message
+    assert a.check(t + 2.2, 1.0) is None
+    # a host that got twice as slow since then: the held level counts half
+    m.add_step(30.0, 100.0, 2 * (m.fixed + m.per_unit * 100))
+    assert a.held(30.0) == pytest.approx(50.0)
+    # forgotten after HELD_WINDOW seconds
+    assert a.held(20.0 + HELD_WINDOW + 0.1) == 0.0
+    # late partials, or no partials at all, record nothing: the slow start from the first stream
+    late, silent = Admission(limits(), model(fixed=0.001, per_unit=0.0001)), Admission(limits(), model())
+    held_at(late, 100, 20.0, lag=0.2)  # more than half a chunk
+    for k in range(100):
+        silent.reserve(k, 10.0, 1.0, "c", force=True)
+    silent.overloaded(20.0)
+    for b in (late, silent):
+        assert b.held(20.0) == 0.0
+        for k in range(100):
+            b.release(k)
+        b.reserve(1000, 21.0, 1.0, "c")
+        n = 0
+        while b.reserve(2000 + n, 22.5, 1.0, "c") is None:
+            n += 1
+        assert n == GROWTH_MIN  # 16 units in a second
 
 
 def test_demand_counts_streams_that_send_faster_than_real_time():
