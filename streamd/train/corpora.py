@@ -85,6 +85,9 @@ __all__ = [
     "saytime",
     "alsa_sounds",
     "klettres",
+    "CODEC2_WAV",
+    "pause_cuts",
+    "codec2_examples",
     "jsonl",
     "holdout_of",
     "split_holdout",
@@ -715,6 +718,73 @@ def klettres(root: str | Path = "/usr/share/klettres", languages: Sequence[str] 
 
 
 # --------------------------------------------------------------------------- JSON lines
+
+
+# --------------------------------------------------------------------------- untranscribed recordings
+
+CODEC2_WAV = "/usr/share/codec2/wav"
+# codec2-examples recordings that repeat others: all.wav joins several of them, f2400 / m2400 are forig / morig
+# through the 2400 bit/s codec
+_CODEC2_REPEATS = frozenset({"all", "f2400", "m2400"})
+MIN_PIECE_S = 0.5  # a shorter tail of a cut recording is dropped (short_piece)
+
+
+def pause_cuts(x: Any, rate: int, max_seconds: float, frame_seconds: float = 0.02) -> list[tuple[int, int]]:
+    """Sample ranges ``[(start, end), ...]`` that tile the samples ``x`` (N,) in order, none longer than
+    ``max_seconds``: each cut is in the middle of the quietest ``frame_seconds`` frame (lowest mean square) of
+    the second half of the span it ends, a pause between words where the span has one."""
+    import numpy as np
+
+    x = np.asarray(x, dtype=np.float64)
+    n, m, f = len(x), int(max_seconds * rate), max(1, int(frame_seconds * rate))
+    if m < 2 * f:
+        raise ValueError(f"max_seconds {max_seconds} is too short for {frame_seconds} s frames")
+    out, start = [], 0
+    while n - start > m:
+        lo = start + m // 2
+        frames = (start + m - lo) // f
+        energy = (x[lo:lo + frames * f].reshape(frames, f) ** 2).mean(axis=1)
+        cut = lo + int(np.argmin(energy)) * f + f // 2
+        out.append((start, cut))
+        start = cut
+    out.append((start, n))
+    return out
+
+
+def codec2_examples(out_dir: str | Path, root: str | Path = CODEC2_WAV, *, max_seconds: float = 15.0,
+                    dropped: Counter | None = None) -> list[dict]:
+    """Debian ``codec2-examples`` (LGPL-2.1): the speech recordings of its ``wav/`` folder (8 kHz: the codec's
+    test sentences by several speakers, amateur-radio contacts), without transcripts, as audio-only manifest
+    rows ``{"audio", "duration", "speaker", "source"}`` for ``streamd label`` (the teachers write the text).
+
+    Recordings that repeat others (``all.wav``, the coded ``f2400`` / ``m2400``) are left out (``repeat``);
+    one longer than ``max_seconds`` is cut at pauses (:func:`pause_cuts`) into ``out_dir/<name>_<k>.wav``
+    (16-bit, its own rate), a tail under :data:`MIN_PIECE_S` dropped (``short_piece``).  The speaker is the
+    file name (the package names no speakers)."""
+    import soundfile
+
+    out_dir = Path(out_dir)
+    rows: list[dict] = []
+    for f in _audio_files(Path(root)):
+        if f.stem in _CODEC2_REPEATS:
+            _count(dropped, "repeat")
+            continue
+        dur, rate = audio_info(f)
+        base = {"speaker": f.stem, "source": "codec2-examples"}
+        if dur <= max_seconds:
+            rows.append({"audio": os.path.abspath(f), "duration": round(dur, 4), **base})
+            continue
+        x, rate = soundfile.read(str(f), dtype="float32", always_2d=True)
+        x = x.mean(axis=1)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for k, (a, b) in enumerate(pause_cuts(x, rate, max_seconds)):
+            if (b - a) / rate < MIN_PIECE_S:
+                _count(dropped, "short_piece")
+                continue
+            piece = out_dir / f"{f.stem}_{k:03d}.wav"
+            soundfile.write(str(piece), x[a:b], rate, subtype="PCM_16", format="WAV")
+            rows.append({"audio": os.path.abspath(piece), "duration": round((b - a) / rate, 4), **base})
+    return rows
 
 
 def jsonl(path: str | Path, *, source: str | None = None, dropped: Counter | None = None) -> list[Record]:

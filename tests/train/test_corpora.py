@@ -319,6 +319,42 @@ def test_debian_package_layouts(tmp_path):
 # --------------------------------------------------------------------------- writer and stats
 
 
+def test_pause_cuts_tile_the_audio_and_cut_in_pauses():
+    rate = 1000
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(25 * rate) * 0.3  # 25 s of "speech" with two pauses
+    x[7000:7300] = 0.0  # in the second half of the first 10 s span
+    x[15500:15800] = 0.001
+    cuts = C.pause_cuts(x, rate, 10.0)
+    assert cuts[0][0] == 0 and cuts[-1][1] == len(x) and all(a[1] == b[0] for a, b in zip(cuts, cuts[1:]))
+    assert all(0 < e - s <= 10 * rate for s, e in cuts)
+    assert 7000 <= cuts[0][1] < 7300 and 15500 <= cuts[1][1] < 15800  # in the pauses
+    assert C.pause_cuts(x[:9000], rate, 10.0) == [(0, 9000)]  # short enough: whole
+    flat = np.ones(30 * rate)
+    assert all(e - s <= 10 * rate for s, e in C.pause_cuts(flat, rate, 10.0))  # no pause: still bounded
+    with pytest.raises(ValueError, match="too short"):
+        C.pause_cuts(x, rate, 0.01)
+
+
+def test_codec2_examples_lists_audio_for_the_teachers(tmp_path):
+    root = tmp_path / "wav"
+    root.mkdir()
+    for name, sec in (("hts1a", 3.0), ("all", 4.0), ("f2400", 1.0), ("ve9qrp", 40.0)):
+        audio(root / f"{name}.wav", sec, rate=8000)
+    dropped = Counter()
+    rows = C.codec2_examples(tmp_path / "out", root, max_seconds=15.0, dropped=dropped)
+    assert dropped == {"repeat": 2}  # all.wav joins the others, f2400 is a coded copy
+    assert rows[0] == {"audio": str(root / "hts1a.wav"), "duration": 3.0, "speaker": "hts1a",
+                       "source": "codec2-examples"}
+    pieces = rows[1:]
+    assert len(pieces) >= 3 and all(r["speaker"] == "ve9qrp" and r["duration"] <= 15.0 for r in pieces)
+    assert sum(r["duration"] for r in pieces) == pytest.approx(40.0, abs=C.MIN_PIECE_S)
+    for r in pieces:
+        info = sf.info(r["audio"])
+        assert info.samplerate == 8000 and info.duration == pytest.approx(r["duration"], abs=1e-3)
+        assert r["audio"].startswith(str(tmp_path / "out"))
+
+
 def test_writer_paths_and_stats_cli(tmp_path, capsys):
     out = tmp_path / "out"
     inside = audio(out / "wav" / "a.wav", 0.5)
