@@ -55,8 +55,9 @@ its monotonic clock) and asks for decisions.
 * **Fair share** (:func:`fair_pick`): streams on time (a live stream whose
   chunk just completed) go before streams behind (a burst the admission did
   not foresee, audio sent faster than real time), in steps of their own
-  (the engine runner gives the step after such a step to all of them, so
-  the streams behind are never starved); and
+  (the engine runner gives the step after such a step to the streams
+  behind, unless they send faster than real time by choice, so they are
+  never starved); and
   when the ready streams cost more than one step may take
   (:meth:`CapacityModel.step_budget`: a quarter of a chunk's duration), the
   step takes them by per-client water-filling (the client that would have

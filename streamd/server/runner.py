@@ -34,6 +34,8 @@ __all__ = ["CycleResult", "RouteTarget", "EngineRunner", "Batcher", "release_mem
 log = logging.getLogger("streamd.server")
 
 ON_TIME_CHUNKS = 2.0  # a stream with at most this many chunks of audio undecoded is on time (admission.fair_pick)
+FAST_RATE = 1.5  # a stream whose audio came this much faster than real time ...
+FAST_AFTER = 2.0  # ... over at least this many seconds is behind by its own choice: it is owed no step
 
 
 def release_memory() -> None:
@@ -102,6 +104,7 @@ class EngineRunner:
         self._opened = itertools.count()
         self._seq: dict[int, int] = {}  # engine stream id -> open order
         self._owed = False  # the last step served streams on time only: the next one serves the others too
+        self._fed: dict[int, tuple[float, float]] = {}  # engine stream id -> (first audio, audio seconds since)
 
     def calibrate(self, large: int = 16, reps: int = 3) -> CapacityModel:
         """Time greedy steps of 1 and ``large`` throwaway streams (quiet noise; median of ``reps`` each) and
@@ -142,10 +145,26 @@ class EngineRunner:
                            self._seq.get(sid, 0)) for sid in ready]
         on_time = ON_TIME_CHUNKS * self.chunk_seconds
         owed, self._owed = self._owed, False
-        only = fair_pick(cands, budget, rec.config.max_batch, None if owed else on_time)
-        if not owed and only is not None and any(c.backlog > on_time for c in cands):
-            self._owed = True  # the streams behind waited for this step: the next one is theirs too
+        now = time.perf_counter()
+        behind = [c for c in cands if c.backlog > on_time and not self._fast(c.sid, now)]
+        if owed and 0 < len(behind) < len(cands):  # their own step, as the on-time streams had theirs
+            only = fair_pick(behind, budget, rec.config.max_batch)
+            only = [c.sid for c in behind] if only is None else only
+        else:
+            only = fair_pick(cands, budget, rec.config.max_batch, on_time)
+            timely = any(c.backlog <= on_time for c in cands)
+            self._owed = timely and bool(behind)  # they waited for this on-time step: the next one is theirs
         return None if only is not None and len(only) == len(ready) else only
+
+    def _fast(self, sid: int, now: float) -> bool:
+        """Stream ``sid`` sends faster than real time (:data:`FAST_RATE` over :data:`FAST_AFTER` s or more): a
+        file pushed at full speed, an adversary; behind by its own choice, it takes what on-time streams leave."""
+        t0, seconds = self._fed.get(sid, (now, 0.0))
+        return now - t0 >= FAST_AFTER and seconds / (now - t0) > FAST_RATE
+
+    def _note_fed(self, sid: int, seconds: float) -> None:
+        t0, total = self._fed.get(sid, (time.perf_counter(), 0.0))
+        self._fed[sid] = (t0, total + seconds)
 
     def cycle(self, cmds: list[Command]) -> CycleResult:
         res = CycleResult()
@@ -198,12 +217,16 @@ class EngineRunner:
             case FeedPcm(data=data, fmt=fmt):
                 evs = rec.accept_pcm(sid, data, fmt)
                 if not evs:
-                    res.audio_seconds += len(data) / SAMPLE_WIDTH[fmt] / rec.stream_options(sid).sample_rate
+                    seconds = len(data) / SAMPLE_WIDTH[fmt] / rec.stream_options(sid).sample_rate
+                    res.audio_seconds += seconds
+                    self._note_fed(sid, seconds)
                 self._emit(evs or self._bound(c.key, sid), res)
             case FeedSamples(samples=samples):
                 evs = rec.accept_audio(sid, samples)
                 if not evs:
-                    res.audio_seconds += samples.size / rec.stream_options(sid).sample_rate
+                    seconds = samples.size / rec.stream_options(sid).sample_rate
+                    res.audio_seconds += seconds
+                    self._note_fed(sid, seconds)
                 self._emit(evs or self._bound(c.key, sid), res)
             case ResetStream():
                 rec.reset(sid)
@@ -247,6 +270,7 @@ class EngineRunner:
             self._cost.pop(sid, None)
             self._client.pop(sid, None)
             self._seq.pop(sid, None)
+            self._fed.pop(sid, None)
             if close and self.rec.has_stream(sid):
                 self.rec.close(sid)
 

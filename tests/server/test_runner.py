@@ -3,6 +3,9 @@ command only fails its stream, the backlog bound, the fair pick under a step bud
 
 from __future__ import annotations
 
+import time
+from types import SimpleNamespace
+
 import pytest
 
 from helpers import pcm16, random_audio
@@ -84,8 +87,8 @@ def test_runner_steps_the_fair_pick_under_a_budget(rec):
 
 
 def test_streams_behind_are_not_starved_by_streams_on_time(rec):
-    """Streams on time go first in a step of their own, but the streams behind get the next step: with a live
-    stream ready at every cycle, a stream behind still advances every other step."""
+    """Streams on time go first in a step of their own, but the streams behind get the next step (of their own):
+    with a live stream ready at every cycle, a stream behind still advances."""
     runner = EngineRunner(rec, max_steps=1)
     chunk = rec.chunk_frames * rec.frame_shift_s
     runner.budget = 100.0
@@ -95,5 +98,34 @@ def test_streams_behind_are_not_starved_by_streams_on_time(rec):
     for i in range(6):  # one chunk of live audio per cycle
         res = runner.cycle([FeedPcm(1, pcm16(random_audio(chunk + (0.05 if i == 0 else 0.0), seed=10 + i)), "s16le")])
         stepped.append({k for k, e in res.events if isinstance(e, Partial)})
-    # without the rule the live stream took every step ([{1}] * 6) and the stream behind starved
-    assert stepped == [{1}, {1, 2}] * 3, stepped
+    # without the rule the live stream took every step ([{1}] * 6) and the stream behind starved; with it the
+    # stream behind gets the step after the on-time one, a step of its own, and then both go on
+    assert stepped[:2] == [{1}, {2}], stepped
+    assert all(2 in s for s in stepped[2:]), stepped
+
+
+def test_a_stream_behind_by_its_own_choice_is_owed_no_step():
+    """A stream whose audio came 1.5x faster than real time or more, over 2 s or more (a file pushed at full
+    speed, an adversary) takes what the on-time streams leave, as before the no-starvation rule."""
+
+    class Ready:  # the two calls _pick makes of the recognizer: which streams are ready, and their backlogs
+        model_info = {"chunk_seconds": 0.32}
+        config = SimpleNamespace(max_batch=256)
+        backlogs = {1: 0.32, 2: 3.0}  # stream 1 on time, stream 2 behind
+
+        def ready_streams(self):
+            return [1, 2]
+
+        def backlog(self, sid):
+            return self.backlogs[sid]
+
+    runner = EngineRunner(Ready())
+    runner.budget = 100.0
+    now = time.perf_counter()
+    runner._fed = {1: (now - 3.0, 3.0), 2: (now - 3.0, 3.5)}  # both near real time: stream 2 is owed
+    assert [runner._pick() for _ in range(4)] == [[1], [2], [1], [2]]
+    runner._fed[2] = (now - 1.0, 3.5)  # 3.5x, but over 1 s only: not known yet, still owed
+    assert not runner._fast(2, time.perf_counter())
+    runner._fed[2] = (now - 3.0, 6.0)  # 2x over 3 s: fast, owed nothing
+    assert runner._fast(2, time.perf_counter())
+    assert [runner._pick() for _ in range(3)] == [[1], [1], [1]]
