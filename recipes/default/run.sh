@@ -14,12 +14,12 @@
 # Every step is offline and resumable: a step whose output exists is skipped (delete it to redo it), and an
 # interrupted training run resumes from its last checkpoint.
 #   bash recipes/default/run.sh [FIRST_STEP]      steps: import label augment split synth train average train16
-#                                                  average16 train17 average17 train18 average18 release eval
+#                                                  average16 train17 average17 train18 average18 release lm eval
 set -euo pipefail
 REAL=${REAL:-../shared/real}          # speech_commands/train (training), librispeech_unlabeled (teacher-labelled)
 first=${1:-import}
 steps=(import label augment split synth train average train16 average16 train17 average17 train18 average18 release
-       eval)
+       lm eval)
 # run STEP: true when STEP is at or after FIRST_STEP
 at() { local seen=0 s; for s in "${steps[@]}"; do [[ $s == "$first" ]] && seen=1; [[ $s == "$1" ]] && return $((1 - seen)); done; }
 
@@ -137,8 +137,15 @@ if at release; then
       --set data/synth/valid/manifest.jsonl --set data/real/split/sc_train.valid.jsonl \
       --set data/real/split/asterisk.valid.jsonl --out exp/release/default.pt --plot exp/release/reliability_valid.png
 fi
+if at lm; then
+  # the shipped n-gram: 300 000 generated sentences, everyday English and the fitting splits' texts
+  # (recipes/default/lm_texts.py); this file is streamd/assets/default.lm.pt
+  [[ -f data/real/split/lm_texts.txt ]] || python3 recipes/default/lm_texts.py --out data/real/split/lm_texts.txt
+  [[ -f exp/release/default.lm.pt ]] || streamd lm --model exp/release/default.pt --out exp/release/default.lm.pt \
+      --text data/real/split/lm_texts.txt
+fi
 if at eval; then
-  streamd eval --model exp/release/default.pt --lm streamd/assets/default.lm.pt \
+  streamd eval --model exp/release/default.pt --lm exp/release/default.lm.pt \
       --set "$REAL/speech_commands/dev/manifest.jsonl" --set data/real/asterisk/dev.jsonl \
       --set ../shared/eval/dev/asr.jsonl --set ../shared/eval/dev/kws.jsonl
 fi
