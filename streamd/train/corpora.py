@@ -173,24 +173,33 @@ def _audio_files(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in AUDIO_EXTENSIONS)
 
 
-def _cut_pieces(src: Path, out_dir: Path, piece_s: float, prefix: str) -> list[tuple[Path, float]]:
-    """Cut ``src`` into whole ``piece_s`` pieces (tail dropped) as WAV files at its own rate and subtype.
+def _cut_pieces(src: Path, out_dir: Path, prefix: str, cuts: Callable[[Any, int], list[tuple[int, int]]]
+                ) -> list[tuple[Path, float, float]]:
+    """Write the sample ranges ``cuts(samples, rate)`` of ``src`` (samples (N, C) float32) as
+    ``out_dir/<prefix>_<k>.wav`` at its own rate and subtype.
 
-    Returns ``[(piece path, start seconds), ...]``; existing identical pieces are rewritten.
+    Returns ``[(piece path, start seconds, duration seconds), ...]``; existing pieces are rewritten.
     """
     import soundfile
 
     info = soundfile.info(str(src))
     data, rate = soundfile.read(str(src), always_2d=True, dtype="float32")
-    n = int(round(piece_s * rate))
     out_dir.mkdir(parents=True, exist_ok=True)
     subtype = info.subtype if info.subtype in soundfile.available_subtypes("WAV") else "PCM_16"
     pieces = []
-    for i in range(len(data) // n):
-        p = out_dir / f"{prefix}_{i:04d}.wav"
-        soundfile.write(str(p), data[i * n:(i + 1) * n], rate, subtype=subtype, format="WAV")
-        pieces.append((p, i * n / rate))
+    for k, (a, b) in enumerate(cuts(data, rate)):
+        p = out_dir / f"{prefix}_{k:04d}.wav"
+        soundfile.write(str(p), data[a:b], rate, subtype=subtype, format="WAV")
+        pieces.append((p, a / rate, (b - a) / rate))
     return pieces
+
+
+def _whole_pieces(piece_s: float) -> Callable[[Any, int], list[tuple[int, int]]]:
+    """Cuts into whole ``piece_s`` pieces, the tail dropped (for :func:`_cut_pieces`)."""
+    def cuts(data: Any, rate: int) -> list[tuple[int, int]]:
+        n = int(round(piece_s * rate))
+        return [(i * n, (i + 1) * n) for i in range(len(data) // n)]
+    return cuts
 
 
 # --------------------------------------------------------------------------- Speech Commands
@@ -251,7 +260,8 @@ def speech_commands(root: str | Path, split: str = "all", *, noise_piece_s: floa
                 if noise_piece_s > 0 and info[0] >= 2 * noise_piece_s:
                     if noise_dir is None:
                         raise ValueError("speech commands: cutting background noise needs noise_dir")
-                    for p, start in _cut_pieces(f, Path(noise_dir), noise_piece_s, f"{folder.name}_{f.stem}"):
+                    for p, start, _ in _cut_pieces(f, Path(noise_dir), f"{folder.name}_{f.stem}",
+                                                   _whole_pieces(noise_piece_s)):
                         out.append(_record(f"{folder.name}/{f.stem}@{start:.3f}", p, "", "speech_commands",
                                            noise=True, extra=(("piece_of", str(f.resolve())), ("start", start))))
                     continue
@@ -759,9 +769,15 @@ def codec2_examples(out_dir: str | Path, root: str | Path = CODEC2_WAV, *, max_s
 
     Recordings that repeat others (``all.wav``, the coded ``f2400`` / ``m2400``) are left out (``repeat``);
     one longer than ``max_seconds`` is cut at pauses (:func:`pause_cuts`) into ``out_dir/<name>_<k>.wav``
-    (16-bit, its own rate), a tail under :data:`MIN_PIECE_S` dropped (``short_piece``).  The speaker is the
-    file name (the package names no speakers)."""
-    import soundfile
+    (its own rate and subtype), a tail under :data:`MIN_PIECE_S` dropped (``short_piece``).  The speaker is
+    the file name (the package names no speakers)."""
+
+    def at_pauses(data: Any, rate: int) -> list[tuple[int, int]]:
+        cuts = pause_cuts(data.mean(axis=1), rate, max_seconds)
+        kept = [(a, b) for a, b in cuts if (b - a) / rate >= MIN_PIECE_S]
+        if len(kept) < len(cuts):
+            _count(dropped, "short_piece", len(cuts) - len(kept))
+        return kept
 
     out_dir = Path(out_dir)
     rows: list[dict] = []
@@ -769,21 +785,13 @@ def codec2_examples(out_dir: str | Path, root: str | Path = CODEC2_WAV, *, max_s
         if f.stem in _CODEC2_REPEATS:
             _count(dropped, "repeat")
             continue
-        dur, rate = audio_info(f)
+        dur, _ = audio_info(f)
         base = {"speaker": f.stem, "source": "codec2-examples"}
         if dur <= max_seconds:
             rows.append({"audio": os.path.abspath(f), "duration": round(dur, 4), **base})
             continue
-        x, rate = soundfile.read(str(f), dtype="float32", always_2d=True)
-        x = x.mean(axis=1)
-        out_dir.mkdir(parents=True, exist_ok=True)
-        for k, (a, b) in enumerate(pause_cuts(x, rate, max_seconds)):
-            if (b - a) / rate < MIN_PIECE_S:
-                _count(dropped, "short_piece")
-                continue
-            piece = out_dir / f"{f.stem}_{k:03d}.wav"
-            soundfile.write(str(piece), x[a:b], rate, subtype="PCM_16", format="WAV")
-            rows.append({"audio": os.path.abspath(piece), "duration": round((b - a) / rate, 4), **base})
+        for piece, _, seconds in _cut_pieces(f, out_dir, f.stem, at_pauses):
+            rows.append({"audio": os.path.abspath(piece), "duration": round(seconds, 4), **base})
     return rows
 
 
