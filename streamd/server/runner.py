@@ -162,7 +162,9 @@ class EngineRunner:
         t0, seconds = self._fed.get(sid, (now, 0.0))
         return now - t0 >= FAST_AFTER and seconds / (now - t0) > FAST_RATE
 
-    def _note_fed(self, sid: int, seconds: float) -> None:
+    def _fed_audio(self, res: CycleResult, sid: int, seconds: float) -> None:
+        """Stream ``sid`` took ``seconds`` of audio: counted in the cycle's total and in its arrival rate."""
+        res.audio_seconds += seconds
         t0, total = self._fed.get(sid, (time.perf_counter(), 0.0))
         self._fed[sid] = (t0, total + seconds)
 
@@ -217,16 +219,12 @@ class EngineRunner:
             case FeedPcm(data=data, fmt=fmt):
                 evs = rec.accept_pcm(sid, data, fmt)
                 if not evs:
-                    seconds = len(data) / SAMPLE_WIDTH[fmt] / rec.stream_options(sid).sample_rate
-                    res.audio_seconds += seconds
-                    self._note_fed(sid, seconds)
+                    self._fed_audio(res, sid, len(data) / SAMPLE_WIDTH[fmt] / rec.stream_options(sid).sample_rate)
                 self._emit(evs or self._bound(c.key, sid), res)
             case FeedSamples(samples=samples):
                 evs = rec.accept_audio(sid, samples)
                 if not evs:
-                    seconds = samples.size / rec.stream_options(sid).sample_rate
-                    res.audio_seconds += seconds
-                    self._note_fed(sid, seconds)
+                    self._fed_audio(res, sid, samples.size / rec.stream_options(sid).sample_rate)
                 self._emit(evs or self._bound(c.key, sid), res)
             case ResetStream():
                 rec.reset(sid)
