@@ -553,6 +553,11 @@ class LimitsConfig:
     stream may have waiting to be decoded; beyond it the stream ends with ``backlog_exceeded`` (bounds
     memory; at least ``burst_seconds``).  ``max_cost_per_client`` / ``max_cost_per_token``: cost units one
     client address / one bearer token may hold at once (0 = no limit); beyond: ``client_limit``.
+    ``light_lane``: cost units of streams a second engine lane serves (:mod:`streamd.server.lane`: a child
+    process with the same checkpoint and engine config): the stream of a client that holds no other one and
+    costs at most
+    :data:`~streamd.server.admission.LIGHT_STREAM_COST` goes there while the lane has room, so that a light
+    client's partials do not wait behind the batch steps of a heavy one (0 = one lane for every stream).
     """
 
     max_streams: int = 64
@@ -569,6 +574,7 @@ class LimitsConfig:
     max_backlog_seconds: float = 60.0
     max_cost_per_client: float = 0.0
     max_cost_per_token: float = 0.0
+    light_lane: float = 4.0
 
     def __post_init__(self) -> None:
         _check(self.max_streams >= 1, "max_streams", f"must be >= 1, got {self.max_streams}")
@@ -592,7 +598,7 @@ class LimitsConfig:
         _check(not self.max_realtime or self.max_backlog_seconds >= self.burst_seconds, "max_backlog_seconds",
                f"must be >= burst_seconds ({self.burst_seconds:g}: a full burst is a legitimate backlog), "
                f"got {self.max_backlog_seconds:g}")
-        for name in ("max_cost_per_client", "max_cost_per_token"):
+        for name in ("max_cost_per_client", "max_cost_per_token", "light_lane"):
             v = getattr(self, name)
             _check(math.isfinite(v) and (v == 0 or v >= 1), name,
                    f"must be 0 (no limit) or >= 1 cost unit (one greedy stream), got {v!r}")

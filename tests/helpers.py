@@ -326,12 +326,14 @@ def dec_push(model, st, tok):
 
 
 def app_config(**sections):
-    """An AppConfig for tests: the given sections over the defaults, any free port, CPU."""
+    """An AppConfig for tests: the given sections over the defaults, any free port, CPU, and one engine lane
+    (``limits.light_lane: 0``: no second engine process per test app; the light lane's tests turn it on)."""
     from streamd.config import AppConfig, from_dict
 
     data = {k: dict(v) for k, v in sections.items()}
     data.setdefault("server", {}).setdefault("port", 0)
     data.setdefault("engine", {}).setdefault("device", "cpu")
+    data.setdefault("limits", {}).setdefault("light_lane", 0)
     return from_dict(AppConfig, data)
 
 

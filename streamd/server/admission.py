@@ -66,6 +66,14 @@ its monotonic clock) and asks for decisions.
   opened many costly streams then falls behind alone, and its streams end at
   ``limits.max_backlog_seconds`` (``backlog_exceeded``) rather than holding
   unbounded audio.
+* **Light lane** (:meth:`Admission.light`): a step cannot be interrupted, so
+  under load a light client's partial waits for the batch step in progress
+  (of a heavy client's streams) and then for its own: 4-9x its unloaded lag
+  at 5x overload in one lane.  The stream of a client that holds no other
+  one and costs at most :data:`LIGHT_STREAM_COST` goes to a second engine
+  lane (``limits.light_lane`` cost units of them; the daemon runs it in a
+  process of its own, :mod:`.lane`) while the lane has room; every stream
+  still counts in the one capacity model above.
 """
 
 from __future__ import annotations
@@ -79,7 +87,7 @@ from ..config import LimitsConfig
 
 __all__ = ["stream_cost", "CapacityModel", "Refusal", "StreamLoad", "Admission", "Candidate", "fair_pick",
            "BURST_STEP", "MIN_BATCH_UNITS", "RETRY_AFTER", "WINDOW", "LAG_WINDOW", "LOOP_LAG_LIMIT", "LATE_CHUNKS",
-           "GROWTH", "GROWTH_MIN", "HELD_WINDOW", "HELD_RATE", "HELD_CHUNKS"]
+           "GROWTH", "GROWTH_MIN", "HELD_WINDOW", "HELD_RATE", "HELD_CHUNKS", "LIGHT_STREAM_COST"]
 
 WINDOW = 5.0  # seconds of recent cycles behind the scale, and of audio arrivals behind a stream's rate
 RETRY_AFTER = 3.0  # seconds a refused client is told to wait when the live streams fill the model (some must end)
@@ -95,6 +103,7 @@ GROWTH, GROWTH_MIN = 0.25, 16.0  # at most max(16, 0.25 x demand a second ago) c
 HELD_WINDOW = 60.0  # seconds a demand seen on time is remembered: admitted again without the slow start, ...
 HELD_RATE = 0.5  # ... at most half of it a second (streams admitted at one instant step in phase: a burst)
 HELD_CHUNKS = 0.5  # on time: live streams' partials at most this many chunks late (90th pct.)
+LIGHT_STREAM_COST = 2.0  # the most a light client's one stream costs (greedy; modified beam up to 6)
 
 
 def stream_cost(method: str, beam: int = 4) -> float:
@@ -435,6 +444,18 @@ class Admission:
         """Stream ``key`` ended (idempotent)."""
         self.streams.pop(key, None)
         self._audio.pop(key, None)
+
+    def light(self, key: int, lane: Iterable[int], lane_cost: float) -> bool:
+        """Admitted stream ``key`` belongs in the light lane (``limits.light_lane``): its client holds no
+        other stream, it costs at most :data:`LIGHT_STREAM_COST` units, and with the lane's streams ``lane``
+        (keys) it costs at most ``lane_cost`` units."""
+        load = self.streams.get(key)
+        if load is None or load.cost > LIGHT_STREAM_COST:
+            return False
+        if any(k != key and s.client == load.client for k, s in self.streams.items()):
+            return False
+        held = sum(self.streams[k].cost for k in lane if k in self.streams and k != key)
+        return held + load.cost <= lane_cost
 
 
 # --------------------------------------------------------------------------- fair scheduling

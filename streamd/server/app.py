@@ -68,6 +68,7 @@ from .conn import Conn, MicStream, discard, run_mic
 from .drain import ThroughputWindow, drain_plan
 from .exhaustion import ACCEPT_ERROR_LOG_SECONDS, RESOURCE_ERRNOS, ResourceErrors
 from .guard import BadRequest, HostRule, RateLimitedLog, check_request
+from .lane import LaneProcess
 from .metrics import CONTENT_TYPE, Metrics
 from .notify import Notifier, watchdog_interval
 from .protocol import CLOSE_CODES, V1Session, public_model_info
@@ -129,6 +130,11 @@ class App:
         self.subscribers: set[Conn] = set()
         self.mics: dict[int, MicStream] = {}  # microphone streams not yet done (a retry opens a new one)
         self.batcher: Batcher | None = None
+        # the light lane (limits.light_lane): a second engine in a child process (.lane), fed by its batcher
+        self.light: Batcher | None = None
+        self.light_lane: LaneProcess | None = None
+        self.light_executor: ThreadPoolExecutor | None = None
+        self._light_keys: set[int] = set()  # streams in the light lane
         self._keys = itertools.count(1)
         self._tasks: list[asyncio.Task] = []
         self._mic_task: asyncio.Task | None = None
@@ -157,10 +163,19 @@ class App:
                 self.admission.reserve(cmd.key, time.monotonic(), self._cost_of(cmd.options), "local", force=True)
             if cmd.client is None:
                 cmd = dataclasses.replace(cmd, client=load.client if load is not None else "local")
-        elif isinstance(cmd, CloseStream):
-            self.admission.release(cmd.key)
-        if self.batcher is not None:
-            self.batcher.submit(cmd)
+            if self.light is not None and self.light_lane.alive and self.admission.light(
+                    cmd.key, self._light_keys, self.config.limits.light_lane):
+                self._light_keys.add(cmd.key)
+        batcher = self.light if cmd.key in self._light_keys else self.batcher
+        if isinstance(cmd, CloseStream):
+            self._ended(cmd.key)
+        if batcher is not None:
+            batcher.submit(cmd)
+
+    def _ended(self, key: int) -> None:
+        """Stream ``key`` ended (closed, done, failed, or never opened): no longer counted anywhere."""
+        self.admission.release(key)
+        self._light_keys.discard(key)
 
     @property
     def default_method(self) -> str:
@@ -200,12 +215,12 @@ class App:
         now = time.monotonic()
         for key, err in res.opened:
             if err is not None:
-                self.admission.release(key)
+                self._ended(key)
             if key in targets:
                 targets[key].on_opened(err)
         for key, ev in res.events:
             if isinstance(ev, Done) or (isinstance(ev, Error) and ev.fatal):
-                self.admission.release(key)
+                self._ended(key)
             if isinstance(ev, WakeWord):
                 self.metrics.wake_events.labels(ev.keyword).inc()
             elif isinstance(ev, Partial) and key in targets:
@@ -238,7 +253,7 @@ class App:
             # the last stream ended: hand the freed buffers back to the OS (glibc keeps them otherwise)
             self._had_streams = False
             try:
-                asyncio.get_running_loop().run_in_executor(self.executor, release_memory)
+                asyncio.get_running_loop().run_in_executor(self.executor, release_memory)  # one process heap
             except RuntimeError:  # the executor is shut down (the server is stopping): nothing to give back
                 pass
         elif n:
@@ -449,6 +464,10 @@ class App:
             self.vosk_port = vs.sockets[0].getsockname()[1]
             log.info("vosk listening on %s://%s:%d (every path)", scheme, s.host, self.vosk_port)
         loop = asyncio.get_running_loop()
+        lane = None  # the light lane's process loads beside the main engine (the daemon is ready with both)
+        path = self.model_path or getattr(getattr(self.rec, "loaded", None), "path", "")
+        if lim.light_lane and path:
+            lane = loop.create_task(self._start_light_lane(str(path)))
         if self.rec is None:
             loader = self.loader
             if loader is None:
@@ -461,6 +480,8 @@ class App:
             t0 = time.perf_counter()
             await loop.run_in_executor(self.executor, self.rec.warm_up, s.warmup_seconds)
             log.info("warmed up (%.1f s of audio, every method) in %.2f s", s.warmup_seconds, time.perf_counter() - t0)
+        if lane is not None:  # loaded before the calibration below, which it would slow down
+            await lane
         runner = await loop.run_in_executor(self.executor, EngineRunner, self.rec, s.max_steps_per_cycle,
                                             lim.max_backlog_seconds)
         if lim.max_load:  # admission by capacity: the step-time model, calibrated on this machine now
@@ -489,11 +510,35 @@ class App:
         interval = watchdog_interval()
         if interval and self.notifier.enabled:
             self._tasks.append(loop.create_task(
-                self.notifier.watchdog_loop(interval, lambda: not self.batcher.stalled(2 * interval))))
+                self.notifier.watchdog_loop(interval, lambda: not self._stalled(2 * interval))))
         if cfg.mic.enabled:
             if self.mic_factory is None:
                 raise ConfigError("mic.enabled: no microphone capture available")
             self._mic_task = loop.create_task(run_mic(self, self.mic_factory))
+
+    async def _start_light_lane(self, model_path: str) -> None:
+        """The light lane (``limits.light_lane``, :mod:`.lane`): the same checkpoint and engine config in a
+        child process, driven by a batcher of its own.  Its steps are not fed to the capacity model (the
+        main lane's are); every stream still counts in the admission."""
+        s, lim = self.config.server, self.config.limits
+        loop = asyncio.get_running_loop()
+        config = self.rec.config if self.rec is not None else self.config.engine  # the main engine's
+        self.light_executor = ThreadPoolExecutor(1, thread_name_prefix="streamd-light")
+        try:
+            self.light_lane = await loop.run_in_executor(
+                self.light_executor, functools.partial(LaneProcess, model_path, config, s.max_steps_per_cycle,
+                                                       lim.max_backlog_seconds, min(s.warmup_seconds, 1.0)))
+        except RuntimeError as e:
+            log.error("%s; every stream goes to the main engine", e)
+            return
+        self.light = Batcher(self.light_lane, self.light_executor, self._route)
+        self._tasks.append(loop.create_task(self.light.run()))
+        log.info("light lane: the only stream of a client (up to %g cost units of them) decodes in a second "
+                 "engine process (pid %s)", lim.light_lane, self.light_lane.pid)
+
+    def _stalled(self, limit: float) -> bool:
+        """An engine lane has been in one cycle longer than ``limit`` seconds (the systemd watchdog)."""
+        return any(b is not None and b.stalled(limit) for b in (self.batcher, self.light))
 
     async def _watch_loop_lag(self, interval: float = 0.1) -> None:
         """How late this event loop wakes up (its own saturation: reading and answering every client), for the
@@ -584,6 +629,15 @@ class App:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
         await asyncio.get_running_loop().run_in_executor(None, self.executor.shutdown)
+        if self.light_lane is not None:  # from the lane's thread, after the cycle it may be in (one pipe writer)
+            closing = asyncio.get_running_loop().run_in_executor(self.light_executor, self.light_lane.close)
+            try:
+                await asyncio.wait_for(asyncio.shield(closing), 5.0)
+            except asyncio.TimeoutError:
+                self.light_lane.kill()
+                await closing
+        if self.light_executor is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self.light_executor.shutdown)
         self.notifier.close()
         self.resource_errors.restore()
         log.info("stopped")

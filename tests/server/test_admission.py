@@ -15,8 +15,8 @@ from websockets.asyncio.client import connect
 
 from helpers import drain, http_get, make_app, pcm16, random_audio, run, until
 from streamd.config import AppConfig, ConfigError, LimitsConfig, from_dict
-from streamd.server.admission import (GROWTH_MIN, HELD_WINDOW, MIN_BATCH_UNITS, RETRY_AFTER, Admission, CapacityModel, Candidate,
-                                      Refusal, fair_pick, stream_cost)
+from streamd.server.admission import (GROWTH_MIN, HELD_WINDOW, LIGHT_STREAM_COST, MIN_BATCH_UNITS, RETRY_AFTER,
+                                      Admission, CapacityModel, Candidate, Refusal, fair_pick, stream_cost)
 from streamd.server.protocol import CLOSE_CODES
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -280,15 +280,41 @@ def test_per_client_and_per_token_quotas_are_cost_weighted():
     assert a.reserve(8, 0.0, 2.0, "local", force=True) is None and a.client_cost("local") == 2.0  # replaced
 
 
+def test_light_lane_takes_the_one_cheap_stream_of_a_client_while_it_has_room():
+    a = Admission(limits())
+    lane: set[int] = set()
+
+    def opened(key, client, cost):
+        assert a.reserve(key, 0.0, cost, client, force=True) is None
+        if a.light(key, lane, 4.0):
+            lane.add(key)
+        return key in lane
+
+    assert stream_cost("modified_beam", 4) <= LIGHT_STREAM_COST < stream_cost("modified_beam", 8)
+    assert opened(1, "10.0.0.1", 1.0)  # a client's only stream, greedy
+    assert not opened(2, "10.0.0.1", 1.0)  # its second: the client is heavy now (the first stays)
+    assert not opened(3, "10.0.0.2", stream_cost("modified_beam", 64))  # one stream, but a costly one
+    assert opened(4, "10.0.0.3", stream_cost("modified_beam", 4))
+    assert not opened(5, "10.0.0.4", 1.5)  # light, but 1 + 1.6 + 1.5 units is over the lane's 4
+    assert opened(6, "10.0.0.6", 1.3)  # 3.9 units
+    assert not opened(7, "10.0.0.5", 0.2)  # the lane is full
+    a.release(1)
+    lane.discard(1)
+    assert opened(7, "10.0.0.5", 1.0)  # room again
+    assert not a.light(99, lane, 4.0)  # not admitted: no lane at all
+
+
 def test_new_config_keys_are_validated():
     d = LimitsConfig()
-    assert (d.max_load, d.max_backlog_seconds, d.max_cost_per_client, d.max_cost_per_token) == (0.8, 60.0, 0, 0)
+    assert (d.max_load, d.max_backlog_seconds, d.max_cost_per_client, d.max_cost_per_token, d.light_lane) == \
+        (0.8, 60.0, 0, 0, 4.0)
     assert from_dict(AppConfig, {}).engine.num_threads == 1  # the safe default on a busy host
     for data, path in (({"max_load": 1.5}, "limits.max_load"), ({"max_load": -0.1}, "limits.max_load"),
                        ({"max_backlog_seconds": 0.5}, "limits.max_backlog_seconds"),
                        ({"max_backlog_seconds": 20}, "limits.max_backlog_seconds"),  # under the 30 s burst
                        ({"max_cost_per_client": 0.5}, "limits.max_cost_per_client"),
-                       ({"max_cost_per_token": -1}, "limits.max_cost_per_token")):
+                       ({"max_cost_per_token": -1}, "limits.max_cost_per_token"),
+                       ({"light_lane": 0.5}, "limits.light_lane")):
         with pytest.raises(ConfigError, match=path.replace(".", r"\.")):
             from_dict(AppConfig, {"limits": data})
     ok = from_dict(AppConfig, {"limits": {"max_backlog_seconds": 5, "burst_seconds": 5}})

@@ -25,6 +25,7 @@ from streamd.config import AppConfig, from_dict
 from streamd.engine import Recognizer
 from streamd.feed import transcribe_files
 from streamd.server.app import App
+from streamd.server.protocol import CLOSE_CODES
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny models on 2 shared cores
 
@@ -442,6 +443,77 @@ def test_ready_echo_partials_final_done(tiny_ckpt):
             assert "partial" not in [m["type"] for m in msgs]
 
     run(body())
+
+
+def test_light_lane_serves_a_light_client_beside_a_slow_heavy_one(tiny_ckpt):
+    """limits.light_lane: a client's only stream decodes in the lane's own process, not behind the main
+    engine's steps (slowed here to 0.25 s each): the light stream is done first; both transcripts equal the
+    engine's; the lane's process ends with the daemon."""
+    from streamd.events import Final
+
+    cfg = app_config(limits={"max_load": 0, "light_lane": 4})
+    x = random_audio(2.0, seed=8)
+    ref_rec = Recognizer.from_checkpoint(tiny_ckpt, cfg.engine)
+    sid = ref_rec.create_stream()
+    ref_rec.accept_audio(sid, x)
+    ref_rec.finish(sid)
+    ref = [e.text for e in ref_rec.drain() if isinstance(e, Final)]
+    rec = slowed(Recognizer.from_checkpoint(tiny_ckpt, cfg.engine), 0.25)  # the main engine only
+
+    async def opened(port):
+        ws = await connect(f"ws://127.0.0.1:{port}/v1/stream")
+        await ws.send('{"type": "start"}')
+        assert json.loads(await ws.recv())["type"] == "ready"
+        return ws
+
+    async def finish(ws):
+        data = pcm16(x)
+        for i in range(0, len(data), 6400):
+            await ws.send(data[i:i + 6400])
+        await ws.send('{"type": "eof"}')
+        msgs = await drain(ws)
+        return msgs, time.monotonic()
+
+    async def body():
+        async with App(cfg, recognizer=rec) as app:
+            assert app.light is not None and app.light_lane.alive  # ready means ready with its lane
+            proc = app.light_lane._proc
+            light = await opened(app.port)  # the client's only stream: the light lane
+            heavy = await opened(app.port)  # its second: the main lane
+            await until(lambda: rec.num_streams == 1)
+            assert len(app._light_keys) == 1
+            got = await asyncio.gather(finish(light), finish(heavy))
+        return got, proc
+
+    ((light_msgs, light_done), (heavy_msgs, heavy_done)), proc = run(body())
+    assert light_done < heavy_done
+    for msgs in (light_msgs, heavy_msgs):
+        assert [m["text"] for m in msgs if m["type"] == "final"] == ref and msgs[-1]["type"] == "done"
+    assert not proc.is_alive() and proc.exitcode == 0
+
+
+def test_a_dead_light_lane_ends_its_streams_and_the_main_engine_takes_the_next(tiny_ckpt, caplog):
+    cfg = app_config(limits={"light_lane": 4})
+    x = pcm16(random_audio(1.0, seed=9))
+
+    async def body():
+        async with App(cfg, recognizer=Recognizer.from_checkpoint(tiny_ckpt, cfg.engine)) as app:
+            ws = await connect(f"ws://127.0.0.1:{app.port}/v1/stream")
+            await ws.send('{"type": "start"}')
+            await ws.send(x)
+            await until(lambda: len(app._light_keys) == 1)
+            app.light_lane._proc.kill()
+            await ws.send(x)  # the next cycle finds the process gone
+            msgs = await drain(ws)
+            assert not app.light_lane.alive and not app._light_keys
+            after, code, _ = await session(app.port, {}, [x])  # a light client again: the main engine now
+            return msgs, ws.close_code, after, code
+
+    msgs, close, after, code = run(body())
+    assert msgs[-1]["type"] == "error" and msgs[-1]["code"] == "internal" and "light lane" in msgs[-1]["message"]
+    assert close == CLOSE_CODES["internal"]
+    assert after[-1]["type"] == "done" and code == 1000
+    assert any("light lane's engine process ended" in r.getMessage() for r in caplog.records)
 
 
 def test_reset_closes_a_segment(tiny_ckpt):

@@ -1,0 +1,53 @@
+"""streamd.server.lane: the light lane's engine process gives exactly what the same runner gives in this
+process, refuses to start with a clear error, and ends with its pipe.  (On the wire, with the daemon's
+routing and a lane that dies mid-stream: tests/server/test_app.py.)"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from helpers import pcm16, random_audio
+from streamd.config import EngineConfig, from_dict
+from streamd.engine import Recognizer
+from streamd.server.commands import CloseStream, FeedPcm, FeedSamples, FinishStream, OpenStream
+from streamd.server.lane import LaneProcess
+from streamd.server.runner import EngineRunner
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def script():
+    """Cycles of commands: two streams, audio in pieces (bytes and samples), a finish, a close."""
+    a, b = random_audio(1.6, seed=21), random_audio(1.1, seed=22)
+    cycles = [[OpenStream(1, {"method": "greedy"}, "10.0.0.1"),
+               OpenStream(2, {"method": "modified_beam", "beam": 3}, "10.0.0.2")]]
+    for i in range(0, a.size, 4000):
+        cycles.append([FeedPcm(1, pcm16(a[i:i + 4000]), "s16le"), FeedSamples(2, b[i:i + 4000].astype(np.float32))])
+    cycles += [[FinishStream(1), CloseStream(2)]] + [[] for _ in range(8)]
+    return cycles
+
+
+def test_the_lane_process_gives_what_the_runner_gives_here(tiny_ckpt):
+    cfg = from_dict(EngineConfig, {"device": "cpu"})
+    here = EngineRunner(Recognizer.from_checkpoint(tiny_ckpt, cfg), 4, 60.0)
+    lane = LaneProcess(tiny_ckpt, cfg, 4, 60.0)
+    seen = []
+    try:
+        assert lane.alive and lane.pid
+        for cmds in script():
+            want, got = here.cycle(cmds), lane.cycle(cmds)
+            assert got.opened == want.opened and got.acks == want.acks and got.pending == want.pending
+            assert [(k, e.to_wire()) for k, e in got.events] == [(k, e.to_wire()) for k, e in want.events]
+            assert [b for b, _, _ in got.steps] == [b for b, _, _ in want.steps]
+            assert got.audio_seconds == pytest.approx(want.audio_seconds)
+            seen += [(k, e.to_wire()["type"]) for k, e in got.events]
+        assert (1, "final") in seen and (1, "done") in seen and (2, "partial") in seen
+    finally:
+        lane.close()
+    assert lane._proc.exitcode == 0 and not lane.alive
+
+
+def test_a_lane_that_cannot_load_says_why(tmp_path):
+    with pytest.raises(RuntimeError, match="light lane could not start.*nope.pt"):
+        LaneProcess(str(tmp_path / "nope.pt"), EngineConfig(device="cpu"))
