@@ -12,7 +12,11 @@ samples its RSS and file descriptors from /proc, and at the end prints one table
 
 Scenarios (the issue's targets in brackets; docs/benchmarks.md "Overload" has the figures):
 
-* ``baseline``  one greedy stream alone: the victim's unloaded partial lag.
+* ``baseline``  one greedy stream alone: the victim's unloaded partial lag.  The victim (here and below) is a
+  process of its own, as another user's client is; ``--shared-victim`` runs it in this process's event loop
+  beside the load instead (how it was measured before 2026-12-03 16:00: its partials then also waited for
+  this loop, busy with hundreds of load clients).  ``--light-lane N`` sets ``limits.light_lane`` (0: one
+  engine) in every configured daemon, for A/B runs.
 * ``capacity``  capacity search with admission off (``limits.max_load: 0``): the most real-time greedy
   streams (p95 partial lag <= one chunk, no growth), doubling then bisecting.
 * ``default``   out of the box (no config file): 32 real-time greedy streams [all real time, >= 32].
@@ -39,6 +43,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import random
 import re
@@ -140,14 +145,25 @@ class Daemon:
         return {m.group(1): float(m.group(2)) for m in
                 re.finditer(r'^streamd_errors_total\{code="([^"]+)"\} (\S+)$', text, re.M)}
 
-    def rss_mb(self) -> float | None:
+    def rss_mb(self, pid: int | None = None) -> float | None:
+        """The daemon's resident memory (or process ``pid``'s), MiB."""
         try:
-            for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            for line in Path(f"/proc/{pid or self.proc.pid}/status").read_text().splitlines():
                 if line.startswith("VmRSS:"):
                     return int(line.split()[1]) / 1024
         except OSError:
             return None
         return None
+
+    def children_rss_mb(self) -> float | None:
+        """Resident memory of the daemon's child processes together (the light lane's engine, multiprocessing's
+        resource tracker), MiB."""
+        try:  # a child is listed under the thread that started it
+            kids = [k for t in Path(f"/proc/{self.proc.pid}/task").iterdir()
+                    for k in (t / "children").read_text().split()]
+        except OSError:
+            return None
+        return sum(self.rss_mb(int(k)) or 0.0 for k in kids)
 
     def fds(self) -> int | None:
         try:
@@ -297,18 +313,32 @@ class Load:
             await asyncio.sleep(min(wait, max(0.0, until - time.monotonic())))
 
 
-def victim_split(s: Session, t_from: float, t_to: float) -> tuple[list[float], list[float]]:
-    """The victim's partial lags before ``t_from`` and between ``t_from`` and ``t_to`` (perf_counter)."""
-    before, during = [], []
+def session_partials(s: Session) -> list[tuple[float, float]]:
+    """(arrival, lag) of each partial of a session that has a lag (perf_counter seconds)."""
     tr = s.trace
+    out = []
     for arrival, end in tr.partials:
         lag = partial_latency(end, arrival, tr.sent_at, tr.packet_samples, tr.total_samples)
         if lag is not None:
-            if arrival < t_from:
-                before.append(lag)
-            elif arrival <= t_to:
-                during.append(lag)
+            out.append((arrival, lag))
+    return out
+
+
+def victim_split(partials: list[tuple[float, float]], t_from: float, t_to: float = math.inf
+                 ) -> tuple[list[float], list[float]]:
+    """The victim's partial lags before ``t_from`` and between ``t_from`` and ``t_to`` (perf_counter)."""
+    before = [lag for arrival, lag in partials if arrival < t_from]
+    during = [lag for arrival, lag in partials if t_from <= arrival <= t_to]
     return before, during
+
+
+async def victim_main(url: str, seconds: float, audio: AudioLoop) -> None:
+    """``--victim URL``: one greedy stream from ``VICTIM_ADDR``; prints its partials and how it ended (JSON)."""
+    load = Load(url, audio, seed=7)
+    s = await load.stream(seconds, addr=VICTIM_ADDR, kind="victim")
+    r = summarize_sessions([s])
+    print(json.dumps({"partials": session_partials(s), "accepted_ended": r["accepted_ended"],
+                      "audio_lost_s": r["audio_lost_s"]}))
 
 
 def pct(values: list[float], q: float) -> float | None:
@@ -357,9 +387,33 @@ class Ctx:
     victim_p95_ms: float | None = None
     results: dict = field(default_factory=dict)
     tracebacks: dict = field(default_factory=dict)
+    light_lane: float | None = None  # limits.light_lane of every configured daemon (None: the default)
+    audio_files: list[str] | None = None  # --audio (the victim process reads the same)
+    shared_victim: bool = False  # the victim in this process's event loop, beside the load (before 2026-12-03 16:00)
+    victim_sessions: list = field(default_factory=list)  # the victim processes' summaries
 
     def daemon(self, name: str, config: dict | None, **kw: Any) -> Daemon:
+        if config is not None and self.light_lane is not None:
+            config = {**config, "limits": {**config.get("limits", {}), "light_lane": self.light_lane}}
         return Daemon(name, self.out_dir, config, self.model, **kw)
+
+    async def victim(self, load: Load, url: str, seconds: float) -> list[tuple[float, float]]:
+        """One greedy stream of another user (``VICTIM_ADDR``) for ``seconds``: its partials as (arrival,
+        lag), arrival on the system's monotonic clock (``time.perf_counter`` here and in a child process).
+
+        By default the victim is a process of its own, as another user's client would be: in this process
+        its partials would also wait for this event loop, busy with hundreds of load clients."""
+        if self.shared_victim:
+            s = await load.stream(seconds, addr=VICTIM_ADDR, kind="victim")
+            return session_partials(s)
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--victim", url, "--seconds", str(seconds)]
+        if self.audio_files:
+            cmd += ["--audio", *self.audio_files]
+        proc = await asyncio.create_subprocess_exec(*cmd, stdout=asyncio.subprocess.PIPE)
+        out, _ = await proc.communicate()
+        got = json.loads(out)
+        self.victim_sessions.append(got)
+        return [tuple(x) for x in got["partials"]]
 
     def done_with(self, d: Daemon) -> None:
         self.tracebacks[d.name] = d.tracebacks()
@@ -372,9 +426,10 @@ def cfg(**limits: Any) -> dict:
 async def scenario_baseline(ctx: Ctx) -> dict:
     with ctx.daemon("baseline", cfg()) as d:
         load = Load(d.url, ctx.audio, seed=1)
-        await load.stream(20.0, addr=VICTIM_ADDR, kind="victim")
+        lags = [lag for _, lag in await ctx.victim(load, d.url, 20.0)]
         ctx.done_with(d)
-    r = summarize_sessions(load.sessions)
+    r = {"partials": len(lags), "p50_ms": ms(pct(lags, 50)), "p95_ms": ms(pct(lags, 95)),
+         "max_ms": ms(max(lags) if lags else None)}
     ctx.victim_p95_ms = r["p95_ms"]
     return r
 
@@ -447,8 +502,7 @@ async def overload_round(ctx: Ctx, d: Daemon, k: float, sampler: Sampler, load_w
     n = int(round(k * cap))
     load = Load(d.url, ctx.audio, seed)
     alone = 8.0  # the victim alone first: its unloaded lag in the same daemon, minutes apart from nothing
-    victim = asyncio.create_task(load.stream(alone + load_window + ctx.seconds + 4, addr=VICTIM_ADDR,
-                                             kind="victim"))
+    victim = asyncio.create_task(ctx.victim(load, d.url, alone + load_window + ctx.seconds + 4))
     await asyncio.sleep(alone)
     t_load = time.perf_counter()
     until = time.monotonic() + load_window
@@ -468,14 +522,14 @@ async def overload_round(ctx: Ctx, d: Daemon, k: float, sampler: Sampler, load_w
     await asyncio.gather(*(again.persistent(3.0, t_end + 20.0, ramp=0.0, kind="recovery") for _ in range(n_rec)))
     got = sorted(s.started for s in again.sessions if s.accepted)
     full_after = got[-1] - t_end if len(got) == n_rec else None
-    await victim
+    partials = await victim
     rec = [s for s in again.sessions if s.accepted]
     await asyncio.sleep(3.0)
     sessions = [s for s in load.sessions if s.kind == "load"]
     r = summarize_sessions(sessions)
-    vs = [s for s in load.sessions if s.kind == "victim"]
-    v = summarize_sessions(vs)
-    before, during = victim_split(vs[0], t_load, t_end - time.monotonic() + time.perf_counter())
+    v = ctx.victim_sessions[-1] if not ctx.shared_victim else \
+        summarize_sessions([s for s in load.sessions if s.kind == "victim"])
+    before, during = victim_split(partials, t_load, t_end - time.monotonic() + time.perf_counter())
     r.update(offered=n, k=k, peak_concurrent=peak, victim_p95_ms=ms(pct(during, 95)),
              victim_alone_p95_ms=ms(pct(before, 95)), victim_ended=v["accepted_ended"],
              victim_audio_lost_s=v["audio_lost_s"],
@@ -483,6 +537,7 @@ async def overload_round(ctx: Ctx, d: Daemon, k: float, sampler: Sampler, load_w
              recovery_accepted=len(rec), recovery_offered=n_rec,
              full_capacity_within_s=None if full_after is None else round(full_after, 2),
              rss_before_mb=rss_before, rss_peak_mb=sampler.peak_rss(), rss_idle_after_mb=d.rss_mb(),
+             children_rss_idle_after_mb=d.children_rss_mb(),
              fds_idle_after=d.fds())
     print(f"  overload {k}x ({n} clients): accepted {r['accepted']} (peak {peak}), refused {r['refused']}, "
           f"p95 {r['p95_ms']} ms, victim p95 {r['victim_p95_ms']} ms (alone {r['victim_alone_p95_ms']} ms), "
@@ -497,11 +552,13 @@ async def scenario_overload(ctx: Ctx) -> dict:
     with ctx.daemon("overload", cfg(max_streams=4000)) as d, Sampler(d) as sampler:
         await asyncio.sleep(1.0)
         out["idle_rss_mb"] = d.rss_mb()
+        out["idle_children_rss_mb"] = d.children_rss_mb()
         for name, k in (("2x", 2), ("5x_1", 5), ("5x_2", 5), ("5x_3", 5), ("10x", 10)):
             out[name] = await overload_round(ctx, d, k, sampler, seed=hash(name) % 1000)
         ctx.done_with(d)
     rss = [out[f"5x_{i}"]["rss_idle_after_mb"] for i in (1, 2, 3)]
     out["rss_rounds_mb"] = rss
+    out["children_rss_rounds_mb"] = [out[f"5x_{i}"]["children_rss_idle_after_mb"] for i in (1, 2, 3)]
     out["rss_third_vs_first"] = round(rss[2] / rss[0], 3) if all(rss) else None
     return out
 
@@ -510,23 +567,19 @@ async def scenario_adversary(ctx: Ctx) -> dict:
     with ctx.daemon("adversary", cfg()) as d:
         load = Load(d.url, ctx.audio, seed=5)
         alone, total = 15.0, 50.0  # the victim alone first (its unloaded lag, same daemon and hour), then not
-        victim = asyncio.create_task(load.stream(total, addr=VICTIM_ADDR, kind="victim"))
+        victim = asyncio.create_task(ctx.victim(load, d.url, total))
         await asyncio.sleep(alone)
         t_adv = time.perf_counter()
         until = time.monotonic() + 25.0
         await asyncio.gather(*(load.persistent(60.0, until, ramp=0.5, addr=ADVERSARY_ADDR, kind="adversary",
                                                method="modified_beam", beam=64, speed=3.9) for _ in range(60)))
-        await victim
+        partials = await victim
         errors = d.errors()
         ctx.done_with(d)
-    v = summarize_sessions([s for s in load.sessions if s.kind == "victim"])
     a = summarize_sessions([s for s in load.sessions if s.kind == "adversary"])
-    vs = next(s for s in load.sessions if s.kind == "victim")
-    before, during = [], []
-    for arrival, end in vs.trace.partials:
-        lag = partial_latency(end, arrival, vs.trace.sent_at, vs.trace.packet_samples, vs.trace.total_samples)
-        if lag is not None:
-            (before if arrival < t_adv else during).append(lag)
+    before, during = victim_split(partials, t_adv)
+    lags = before + during
+    v = {"partials": len(lags), "p95_ms": ms(pct(lags, 95))}
     r = {"victim": v, "adversary": {k: a[k] for k in ("attempts", "accepted", "refused", "refusal_codes",
                                                        "accepted_ended", "refusals_not_1013_with_reason",
                                                        "bad_refusal_examples")},
@@ -1061,7 +1114,11 @@ async def main_async(args: argparse.Namespace) -> int:
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     audio = AudioLoop.from_files(args.audio or default_bench_audio())
-    ctx = Ctx(out_dir, args.model, audio, args.seconds, capacity=args.capacity)
+    if args.victim:
+        await victim_main(args.victim, args.seconds, audio)
+        return 0
+    ctx = Ctx(out_dir, args.model, audio, args.seconds, capacity=args.capacity, light_lane=args.light_lane,
+              audio_files=args.audio, shared_victim=args.shared_victim)
     if args.victim_p95_ms:
         ctx.victim_p95_ms = args.victim_p95_ms
     names = [n.strip() for n in args.scenarios.split(",") if n.strip()]
@@ -1070,7 +1127,8 @@ async def main_async(args: argparse.Namespace) -> int:
         print(f"stress.py: unknown scenario {unknown[0]!r} (known: {', '.join(SCENARIOS)})", file=sys.stderr)
         return 2
     meta = {"started": time.strftime("%Y-%m-%d %H:%M:%S"), "cpus": os.cpu_count(),
-            "load_average": os.getloadavg(), "seconds_per_stream": args.seconds}
+            "load_average": os.getloadavg(), "seconds_per_stream": args.seconds, "light_lane": args.light_lane,
+            "victim": "shared event loop" if args.shared_victim else "own process"}
     for name in names:
         print(f"== {name}", flush=True)
         t0 = time.monotonic()
@@ -1100,6 +1158,11 @@ def main() -> int:
     ap.add_argument("--audio", nargs="*", help="WAV files (default: the package's six sample recordings)")
     ap.add_argument("--out-dir", default="bench-out/stress", help="daemon logs and configs")
     ap.add_argument("--json", help="result file (default: OUT_DIR/stress.json)")
+    ap.add_argument("--light-lane", type=float, help="limits.light_lane of every configured daemon (0: one lane)")
+    ap.add_argument("--shared-victim", action="store_true",
+                    help="run the victim in this process's event loop beside the load (the measurement before "
+                         "2026-12-03 16:00) instead of a process of its own")
+    ap.add_argument("--victim", metavar="URL", help=argparse.SUPPRESS)  # internal: be the victim process
     args = ap.parse_args()
     return asyncio.run(main_async(args))
 
