@@ -68,6 +68,7 @@ from streamd.bench_server import (PACKET_S, RATE, AudioLoop, ClientPlan, ClientT
 
 PKT = int(PACKET_S * RATE)
 VICTIM_ADDR, ADVERSARY_ADDR = "127.0.0.2", "127.0.0.3"
+ROUNDS = (("2x", 2), ("5x_1", 5), ("5x_2", 5), ("5x_3", 5), ("10x", 10))  # the overload scenario's rounds
 ALLOCATOR_ENV = {"MALLOC_ARENA_MAX": "2", "MALLOC_MMAP_THRESHOLD_": "65536"}  # as in systemd/streamd.service
 
 
@@ -391,6 +392,7 @@ class Ctx:
     audio_files: list[str] | None = None  # --audio (the victim process reads the same)
     shared_victim: bool = False  # the victim in this process's event loop, beside the load (before 2026-12-03 16:00)
     victim_sessions: list = field(default_factory=list)  # the victim processes' summaries
+    rounds: list = field(default_factory=lambda: list(ROUNDS))  # the overload scenario's (name, k x capacity)
 
     def daemon(self, name: str, config: dict | None, **kw: Any) -> Daemon:
         if config is not None and self.light_lane is not None:
@@ -553,13 +555,14 @@ async def scenario_overload(ctx: Ctx) -> dict:
         await asyncio.sleep(1.0)
         out["idle_rss_mb"] = d.rss_mb()
         out["idle_children_rss_mb"] = d.children_rss_mb()
-        for name, k in (("2x", 2), ("5x_1", 5), ("5x_2", 5), ("5x_3", 5), ("10x", 10)):
+        for name, k in ctx.rounds:
             out[name] = await overload_round(ctx, d, k, sampler, seed=hash(name) % 1000)
         ctx.done_with(d)
-    rss = [out[f"5x_{i}"]["rss_idle_after_mb"] for i in (1, 2, 3)]
-    out["rss_rounds_mb"] = rss
-    out["children_rss_rounds_mb"] = [out[f"5x_{i}"]["children_rss_idle_after_mb"] for i in (1, 2, 3)]
-    out["rss_third_vs_first"] = round(rss[2] / rss[0], 3) if all(rss) else None
+    if all(f"5x_{i}" in out for i in (1, 2, 3)):
+        rss = [out[f"5x_{i}"]["rss_idle_after_mb"] for i in (1, 2, 3)]
+        out["rss_rounds_mb"] = rss
+        out["children_rss_rounds_mb"] = [out[f"5x_{i}"]["children_rss_idle_after_mb"] for i in (1, 2, 3)]
+        out["rss_third_vs_first"] = round(rss[2] / rss[0], 3) if all(rss) else None
     return out
 
 
@@ -1119,6 +1122,9 @@ async def main_async(args: argparse.Namespace) -> int:
         return 0
     ctx = Ctx(out_dir, args.model, audio, args.seconds, capacity=args.capacity, light_lane=args.light_lane,
               audio_files=args.audio, shared_victim=args.shared_victim)
+    if args.rounds:
+        ks = [float(k.rstrip("x")) for k in args.rounds.split(",")]
+        ctx.rounds = [(f"{k:g}x_{i + 1}", k) for i, k in enumerate(ks)]
     if args.victim_p95_ms:
         ctx.victim_p95_ms = args.victim_p95_ms
     names = [n.strip() for n in args.scenarios.split(",") if n.strip()]
@@ -1158,6 +1164,8 @@ def main() -> int:
     ap.add_argument("--audio", nargs="*", help="WAV files (default: the package's six sample recordings)")
     ap.add_argument("--out-dir", default="bench-out/stress", help="daemon logs and configs")
     ap.add_argument("--json", help="result file (default: OUT_DIR/stress.json)")
+    ap.add_argument("--rounds", help="the overload scenario's rounds, e.g. 10x,10x,10x (default: 2x, 5x three "
+                                     "times, 10x)")
     ap.add_argument("--light-lane", type=float, help="limits.light_lane of every configured daemon (0: one lane)")
     ap.add_argument("--shared-victim", action="store_true",
                     help="run the victim in this process's event loop beside the load (the measurement before "
