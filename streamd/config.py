@@ -418,7 +418,7 @@ class DecodingConfig:
     lm_weight: float = 0.2
     lm_bonus: float = 0.5
     hotwords: tuple[PhraseSpec, ...] = ()
-    hotword_boost: float = 4.0
+    hotword_boost: float = 3.5
     ctc_insertion_penalty: float = 0.2
 
     def __post_init__(self) -> None:
