@@ -86,6 +86,8 @@ __all__ = ["App", "CycleResult", "EngineRunner", "Conn", "MicStream", "resolve_c
            "RESOURCE_ERRNOS", "ACCEPT_ERROR_LOG_SECONDS"]
 
 log = logging.getLogger("streamd.server")
+# a dead light lane is started again after 2 s, doubling (up to 5 min) while each lane dies within a minute
+LANE_RESTART_DELAY, LANE_RESTART_MAX, LANE_STABLE = 2.0, 300.0, 60.0
 
 V1_PATH, VOSK_PATH, EVENTS_PATH = "/v1/stream", "/vosk", "/v1/events"
 PROBE_PATHS = ("/healthz", "/readyz")  # answered whatever the Host (load balancers probe by any name)
@@ -135,6 +137,9 @@ class App:
         self.light_lane: LaneProcess | None = None
         self.light_executor: ThreadPoolExecutor | None = None
         self._light_keys: set[int] = set()  # streams in the light lane
+        self._lane_restart: asyncio.Task | None = None  # a new lane process after the last one died
+        self._lane_started = 0.0  # monotonic start of the current lane process
+        self._lane_quick_deaths = 0  # lanes in a row that died within LANE_STABLE of their start
         self._keys = itertools.count(1)
         self._tasks: list[asyncio.Task] = []
         self._mic_task: asyncio.Task | None = None
@@ -166,6 +171,7 @@ class App:
             if self.light is not None and self.light_lane.alive and self.admission.light(
                     cmd.key, self._light_keys, self.config.limits.light_lane):
                 self._light_keys.add(cmd.key)
+                self._lane_gauge()
         batcher = self.light if cmd.key in self._light_keys else self.batcher
         if isinstance(cmd, CloseStream):
             self._ended(cmd.key)
@@ -176,6 +182,12 @@ class App:
         """Stream ``key`` ended (closed, done, failed, or never opened): no longer counted anywhere."""
         self.admission.release(key)
         self._light_keys.discard(key)
+        self._lane_gauge()
+
+    def _lane_gauge(self) -> None:
+        lane = self.light_lane
+        self.metrics.light_lane.set(len(self._light_keys) if lane is not None and lane.alive
+                                    else -1 if lane is not None else 0)
 
     @property
     def default_method(self) -> str:
@@ -240,6 +252,11 @@ class App:
             self.metrics.load.set(model.load(self.admission.demand(now), now))
         if res.audio_seconds:
             self.metrics.audio_seconds.inc(res.audio_seconds)
+        lane = self.light_lane
+        if lane is not None and not lane.alive and self._lane_restart is None and not self.draining:
+            self._lane_gauge()
+            self._lane_restart = asyncio.get_running_loop().create_task(self._restart_light_lane())
+            self._tasks.append(self._lane_restart)
 
     def broadcast(self, message: dict, droppable: bool = False) -> None:
         for sub in list(self.subscribers):
@@ -533,8 +550,40 @@ class App:
             return
         self.light = Batcher(self.light_lane, self.light_executor, self._route)
         self._tasks.append(loop.create_task(self.light.run()))
+        self._lane_started = time.monotonic()
+        self._lane_gauge()
         log.info("light lane: the only stream of a client (up to %g cost units of them) decodes in a second "
                  "engine process (pid %s)", lim.light_lane, self.light_lane.pid)
+
+    async def _restart_light_lane(self) -> None:
+        """The lane's process died (its streams have their errors): start a new one after
+        :data:`LANE_RESTART_DELAY`, doubled for each lane in a row that died within :data:`LANE_STABLE` of
+        its start (meanwhile every stream goes to the main engine); if it cannot start, the daemon goes on
+        with one engine."""
+        quick = time.monotonic() - self._lane_started < LANE_STABLE
+        self._lane_quick_deaths = self._lane_quick_deaths + 1 if quick else 0
+        delay = min(LANE_RESTART_MAX, LANE_RESTART_DELAY * 2 ** (self._lane_quick_deaths - 1)) if quick \
+            else LANE_RESTART_DELAY
+        log.info("light lane: starting a new engine process in %g s", delay)
+        await asyncio.sleep(delay)
+        old, loop = self.light_lane, asyncio.get_running_loop()
+        s, lim = self.config.server, self.config.limits
+        await loop.run_in_executor(self.light_executor, old.close)
+        try:
+            lane = await loop.run_in_executor(
+                self.light_executor, functools.partial(LaneProcess, old.model_path, old.config, s.max_steps_per_cycle,
+                                                       lim.max_backlog_seconds, min(s.warmup_seconds, 1.0)))
+        except RuntimeError as e:
+            log.error("%s; every stream goes to the main engine", e)
+            return
+        if self.draining:
+            await loop.run_in_executor(self.light_executor, lane.close)
+            return
+        self.light_lane = self.light.runner = lane
+        self._lane_started = time.monotonic()
+        self._lane_restart = None
+        self._lane_gauge()
+        log.info("light lane: a new engine process (pid %s)", lane.pid)
 
     def _stalled(self, limit: float) -> bool:
         """An engine lane has been in one cycle longer than ``limit`` seconds (the systemd watchdog)."""

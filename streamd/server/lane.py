@@ -73,6 +73,7 @@ class LaneProcess:
 
     def __init__(self, model_path: str, config: Any, max_steps: int = 4, max_backlog: float = 0.0,
                  warmup: float = 0.0, timeout: float = 120.0):
+        self.model_path, self.config = model_path, config  # what a replacement lane is started with
         ctx = multiprocessing.get_context("spawn")  # never fork a process that runs threads and torch
         self._conn, child = ctx.Pipe()
         self._proc = ctx.Process(target=_child, name="streamd-light-lane", daemon=True,

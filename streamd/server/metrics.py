@@ -43,6 +43,8 @@ class Metrics:
         self.load = Gauge("streamd_load", "Predicted wall time of one batch step over every live stream, as a share "
                                           "of a chunk's duration (new streams are refused above limits.max_load)",
                           registry=r)
+        self.light_lane = Gauge("streamd_light_lane_streams", "Streams decoding in the light lane's engine process "
+                                "(limits.light_lane); -1 while the lane is down", registry=r)
         self.dropped_partials = Counter("streamd_dropped_partials",
                                         "Partials replaced by a newer one before a slow client read them",
                                         registry=r)

@@ -492,28 +492,49 @@ def test_light_lane_serves_a_light_client_beside_a_slow_heavy_one(tiny_ckpt):
     assert not proc.is_alive() and proc.exitcode == 0
 
 
-def test_a_dead_light_lane_ends_its_streams_and_the_main_engine_takes_the_next(tiny_ckpt, caplog):
+def test_a_dead_light_lane_ends_its_streams_and_comes_back(tiny_ckpt, caplog, monkeypatch):
+    """The lane's process killed mid-stream: its stream gets internal (1011), the main engine takes new
+    streams meanwhile, and a new lane process is started (streamd_light_lane_streams -1 while it is down)."""
+    import streamd.server.app as app_module
+
+    monkeypatch.setattr(app_module, "LANE_RESTART_DELAY", 0.5)
+    caplog.set_level(logging.INFO, logger="streamd.server")
     cfg = app_config(limits={"light_lane": 4})
     x = pcm16(random_audio(1.0, seed=9))
 
+    def gauge(app):
+        return next(float(line.split()[1]) for line in app.metrics.render().decode().splitlines()
+                    if line.startswith("streamd_light_lane_streams "))
+
     async def body():
         async with App(cfg, recognizer=Recognizer.from_checkpoint(tiny_ckpt, cfg.engine)) as app:
+            first = app.light_lane
             ws = await connect(f"ws://127.0.0.1:{app.port}/v1/stream")
             await ws.send('{"type": "start"}')
             await ws.send(x)
             await until(lambda: len(app._light_keys) == 1)
-            app.light_lane._proc.kill()
+            assert gauge(app) == 1
+            first._proc.kill()
             await ws.send(x)  # the next cycle finds the process gone
             msgs = await drain(ws)
-            assert not app.light_lane.alive and not app._light_keys
+            assert not first.alive and not app._light_keys and gauge(app) == -1
             after, code, _ = await session(app.port, {}, [x])  # a light client again: the main engine now
-            return msgs, ws.close_code, after, code
+            assert app.light_lane is first and not app._light_keys
+            await until(lambda: app.light_lane is not first and app.light_lane.alive, timeout=60)
+            assert gauge(app) == 0 and not first._proc.is_alive()
+            again, code2, _ = await session(app.port, {}, [x])  # the new lane serves it
+            assert app.light.runner is app.light_lane
+            return msgs, ws.close_code, after, code, again, code2
 
-    msgs, close, after, code = run(body())
+    msgs, close, after, code, again, code2 = run(body())
     assert msgs[-1]["type"] == "error" and msgs[-1]["code"] == "internal" and "light lane" in msgs[-1]["message"]
     assert close == CLOSE_CODES["internal"]
     assert after[-1]["type"] == "done" and code == 1000
-    assert any("light lane's engine process ended" in r.getMessage() for r in caplog.records)
+    assert again[-1]["type"] == "done" and code2 == 1000
+    assert [m["text"] for m in again if m["type"] == "final"] == [m["text"] for m in after if m["type"] == "final"]
+    log = [r.getMessage() for r in caplog.records]
+    assert any("light lane's engine process ended" in m for m in log)
+    assert any("light lane: a new engine process" in m for m in log)
 
 
 def test_reset_closes_a_segment(tiny_ckpt):
