@@ -12,7 +12,7 @@ from its one worker thread exactly as it drives the main lane; commands and resu
 (pickled; a 100 ms packet is 3.2 kB).  The child ignores SIGTERM and SIGINT (systemd and a terminal signal
 the whole group: the daemon drains its lane's streams like the others) and exits when the pipe closes.  If
 the child dies, every stream of the lane gets an ``internal`` error and :attr:`LaneProcess.alive` turns
-False (the daemon then sends new streams to the main lane).
+False (the daemon then sends new streams to the main lane and starts a new lane process).
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ class LaneProcess:
             except (EOFError, OSError) as e:
                 self.alive = False
                 log.error("the light lane's engine process ended (exit code %s: %s); its streams end, new ones "
-                          "go to the main engine", self._exitcode(), type(e).__name__)
+                          "go to the main engine until a new lane is up", self._exitcode(), type(e).__name__)
             else:
                 self._forget(res, cmds)
                 return res
