@@ -333,13 +333,16 @@ def victim_split(partials: list[tuple[float, float]], t_from: float, t_to: float
     return before, during
 
 
-async def victim_main(url: str, seconds: float, audio: AudioLoop) -> None:
-    """``--victim URL``: one greedy stream from ``VICTIM_ADDR``; prints its partials and how it ended (JSON)."""
-    load = Load(url, audio, seed=7)
-    s = await load.stream(seconds, addr=VICTIM_ADDR, kind="victim")
+def victim_report(s: Session) -> dict:
+    """The victim's session: its partials as (arrival, lag), how it ended, the audio it lost."""
     r = summarize_sessions([s])
-    print(json.dumps({"partials": session_partials(s), "accepted_ended": r["accepted_ended"],
-                      "audio_lost_s": r["audio_lost_s"]}))
+    return {"partials": session_partials(s), "accepted_ended": r["accepted_ended"], "audio_lost_s": r["audio_lost_s"]}
+
+
+async def victim_main(url: str, seconds: float, audio: AudioLoop) -> None:
+    """``--victim URL``: one greedy stream from ``VICTIM_ADDR``; prints :func:`victim_report` (JSON)."""
+    load = Load(url, audio, seed=7)
+    print(json.dumps(victim_report(await load.stream(seconds, addr=VICTIM_ADDR, kind="victim"))))
 
 
 def pct(values: list[float], q: float) -> float | None:
@@ -391,7 +394,6 @@ class Ctx:
     light_lane: float | None = None  # limits.light_lane of every configured daemon (None: the default)
     audio_files: list[str] | None = None  # --audio (the victim process reads the same)
     shared_victim: bool = False  # the victim in this process's event loop, beside the load (before 2026-12-03 16:00)
-    victim_sessions: list = field(default_factory=list)  # the victim processes' summaries
     rounds: list = field(default_factory=lambda: list(ROUNDS))  # the overload scenario's (name, k x capacity)
 
     def daemon(self, name: str, config: dict | None, **kw: Any) -> Daemon:
@@ -399,23 +401,22 @@ class Ctx:
             config = {**config, "limits": {**config.get("limits", {}), "light_lane": self.light_lane}}
         return Daemon(name, self.out_dir, config, self.model, **kw)
 
-    async def victim(self, load: Load, url: str, seconds: float) -> list[tuple[float, float]]:
-        """One greedy stream of another user (``VICTIM_ADDR``) for ``seconds``: its partials as (arrival,
-        lag), arrival on the system's monotonic clock (``time.perf_counter`` here and in a child process).
+    async def victim(self, load: Load, url: str, seconds: float) -> dict:
+        """One greedy stream of another user (``VICTIM_ADDR``) for ``seconds``: its :func:`victim_report`,
+        partial arrivals on the system's monotonic clock (``time.perf_counter`` here and in a child process).
 
         By default the victim is a process of its own, as another user's client would be: in this process
         its partials would also wait for this event loop, busy with hundreds of load clients."""
         if self.shared_victim:
-            s = await load.stream(seconds, addr=VICTIM_ADDR, kind="victim")
-            return session_partials(s)
+            return victim_report(await load.stream(seconds, addr=VICTIM_ADDR, kind="victim"))
         cmd = [sys.executable, str(Path(__file__).resolve()), "--victim", url, "--seconds", str(seconds)]
         if self.audio_files:
             cmd += ["--audio", *self.audio_files]
         proc = await asyncio.create_subprocess_exec(*cmd, stdout=asyncio.subprocess.PIPE)
         out, _ = await proc.communicate()
         got = json.loads(out)
-        self.victim_sessions.append(got)
-        return [tuple(x) for x in got["partials"]]
+        got["partials"] = [tuple(x) for x in got["partials"]]
+        return got
 
     def done_with(self, d: Daemon) -> None:
         self.tracebacks[d.name] = d.tracebacks()
@@ -428,7 +429,7 @@ def cfg(**limits: Any) -> dict:
 async def scenario_baseline(ctx: Ctx) -> dict:
     with ctx.daemon("baseline", cfg()) as d:
         load = Load(d.url, ctx.audio, seed=1)
-        lags = [lag for _, lag in await ctx.victim(load, d.url, 20.0)]
+        lags = [lag for _, lag in (await ctx.victim(load, d.url, 20.0))["partials"]]
         ctx.done_with(d)
     r = {"partials": len(lags), "p50_ms": ms(pct(lags, 50)), "p95_ms": ms(pct(lags, 95)),
          "max_ms": ms(max(lags) if lags else None)}
@@ -524,14 +525,12 @@ async def overload_round(ctx: Ctx, d: Daemon, k: float, sampler: Sampler, load_w
     await asyncio.gather(*(again.persistent(3.0, t_end + 20.0, ramp=0.0, kind="recovery") for _ in range(n_rec)))
     got = sorted(s.started for s in again.sessions if s.accepted)
     full_after = got[-1] - t_end if len(got) == n_rec else None
-    partials = await victim
+    v = await victim
     rec = [s for s in again.sessions if s.accepted]
     await asyncio.sleep(3.0)
     sessions = [s for s in load.sessions if s.kind == "load"]
     r = summarize_sessions(sessions)
-    v = ctx.victim_sessions[-1] if not ctx.shared_victim else \
-        summarize_sessions([s for s in load.sessions if s.kind == "victim"])
-    before, during = victim_split(partials, t_load, t_end - time.monotonic() + time.perf_counter())
+    before, during = victim_split(v["partials"], t_load, t_end - time.monotonic() + time.perf_counter())
     r.update(offered=n, k=k, peak_concurrent=peak, victim_p95_ms=ms(pct(during, 95)),
              victim_alone_p95_ms=ms(pct(before, 95)), victim_ended=v["accepted_ended"],
              victim_audio_lost_s=v["audio_lost_s"],
@@ -576,19 +575,19 @@ async def scenario_adversary(ctx: Ctx) -> dict:
         until = time.monotonic() + 25.0
         await asyncio.gather(*(load.persistent(60.0, until, ramp=0.5, addr=ADVERSARY_ADDR, kind="adversary",
                                                method="modified_beam", beam=64, speed=3.9) for _ in range(60)))
-        partials = await victim
+        v = await victim
         errors = d.errors()
         ctx.done_with(d)
     a = summarize_sessions([s for s in load.sessions if s.kind == "adversary"])
-    before, during = victim_split(partials, t_adv)
+    before, during = victim_split(v["partials"], t_adv)
     lags = before + during
-    v = {"partials": len(lags), "p95_ms": ms(pct(lags, 95))}
-    r = {"victim": v, "adversary": {k: a[k] for k in ("attempts", "accepted", "refused", "refusal_codes",
+    r = {"victim": {"partials": len(lags), "p95_ms": ms(pct(lags, 95)), "accepted_ended": v["accepted_ended"],
+                    "audio_lost_s": v["audio_lost_s"]}, "adversary": {k: a[k] for k in ("attempts", "accepted", "refused", "refusal_codes",
                                                        "accepted_ended", "refusals_not_1013_with_reason",
                                                        "bad_refusal_examples")},
          "victim_alone_p95_ms": ms(pct(before, 95)), "victim_with_adversary_p95_ms": ms(pct(during, 95)),
          "victim_with_adversary_p50_ms": ms(pct(during, 50)),
-         "victim_p95_ms": v["p95_ms"], "unloaded_victim_p95_ms": ctx.victim_p95_ms, "server_errors": errors}
+         "victim_p95_ms": ms(pct(lags, 95)), "unloaded_victim_p95_ms": ctx.victim_p95_ms, "server_errors": errors}
     print(f"  adversary: victim p95 alone {r['victim_alone_p95_ms']} ms, with the adversary "
           f"{r['victim_with_adversary_p95_ms']} ms (baseline run {ctx.victim_p95_ms}), adversary {r['adversary']}",
           flush=True)

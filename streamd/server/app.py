@@ -537,23 +537,30 @@ class App:
         """The light lane (``limits.light_lane``, :mod:`.lane`): the same checkpoint and engine config in a
         child process, driven by a batcher of its own.  Its steps are not fed to the capacity model (the
         main lane's are); every stream still counts in the admission."""
-        s, lim = self.config.server, self.config.limits
-        loop = asyncio.get_running_loop()
         config = self.rec.config if self.rec is not None else self.config.engine  # the main engine's
         self.light_executor = ThreadPoolExecutor(1, thread_name_prefix="streamd-light")
+        lane = await self._new_lane(model_path, config)
+        if lane is None:
+            return
+        self.light_lane = lane
+        self.light = Batcher(lane, self.light_executor, self._route)
+        self._tasks.append(asyncio.get_running_loop().create_task(self.light.run()))
+        self._lane_started = time.monotonic()
+        self._lane_gauge()
+        log.info("light lane: the only stream of a client (up to %g cost units of them) decodes in a second "
+                 "engine process (pid %s)", self.config.limits.light_lane, lane.pid)
+
+    async def _new_lane(self, model_path: str, config: Any) -> LaneProcess | None:
+        """A light lane process, loaded (in the lane's thread), or None (logged: the main engine takes every
+        stream)."""
+        s, lim = self.config.server, self.config.limits
         try:
-            self.light_lane = await loop.run_in_executor(
+            return await asyncio.get_running_loop().run_in_executor(
                 self.light_executor, functools.partial(LaneProcess, model_path, config, s.max_steps_per_cycle,
                                                        lim.max_backlog_seconds, min(s.warmup_seconds, 1.0)))
         except RuntimeError as e:
             log.error("%s; every stream goes to the main engine", e)
-            return
-        self.light = Batcher(self.light_lane, self.light_executor, self._route)
-        self._tasks.append(loop.create_task(self.light.run()))
-        self._lane_started = time.monotonic()
-        self._lane_gauge()
-        log.info("light lane: the only stream of a client (up to %g cost units of them) decodes in a second "
-                 "engine process (pid %s)", lim.light_lane, self.light_lane.pid)
+            return None
 
     async def _restart_light_lane(self) -> None:
         """The lane's process died (its streams have their errors): start a new one after
@@ -567,14 +574,9 @@ class App:
         log.info("light lane: starting a new engine process in %g s", delay)
         await asyncio.sleep(delay)
         old, loop = self.light_lane, asyncio.get_running_loop()
-        s, lim = self.config.server, self.config.limits
         await loop.run_in_executor(self.light_executor, old.close)
-        try:
-            lane = await loop.run_in_executor(
-                self.light_executor, functools.partial(LaneProcess, old.model_path, old.config, s.max_steps_per_cycle,
-                                                       lim.max_backlog_seconds, min(s.warmup_seconds, 1.0)))
-        except RuntimeError as e:
-            log.error("%s; every stream goes to the main engine", e)
+        lane = await self._new_lane(old.model_path, old.config)
+        if lane is None:
             return
         if self.draining:
             await loop.run_in_executor(self.light_executor, lane.close)
