@@ -31,7 +31,7 @@ import random
 import sys
 import time
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -170,10 +170,15 @@ def _throughput(rec, clips: list[np.ndarray], n: int, method: str, beam: int) ->
 
 def bench_engine(model: str, streams: Sequence[int], method: str, device: str, seconds: float,
                  audio_files: Sequence[str], beam: int = 4, single_seconds: float | None = None,
-                 seed: int = 0, wake_words: Sequence[str] = ()) -> tuple[list[EngineResult], dict]:
+                 seed: int = 0, wake_words: Sequence[str] = (),
+                 on_result: Callable[[EngineResult], None] | None = None) -> tuple[list[EngineResult], dict]:
     """Run the engine benchmark; returns per-N results and a summary dict.
 
-    wake_words: runtime wake words of every stream (the keyword search runs beside recognition)."""
+    wake_words: runtime wake words of every stream (the keyword search runs beside recognition).
+    single_seconds: audio seconds per stream of the two throughput runs (default ``seconds``): the unbatched
+    one decodes the N streams one after another, which at thousands of streams needs shorter clips.
+    on_result: called with each N's result as soon as it is measured (a long run's rows are not lost to a
+    timeout)."""
     import torch
 
     clips = _load_audio(audio_files, seconds)
@@ -192,10 +197,13 @@ def bench_engine(model: str, streams: Sequence[int], method: str, device: str, s
         ts = _throughput(_make_rec(model, device, 1, wake_words), single_clips, n, method, beam)
         results.append(EngineResult(n, method, str(rec.device), step_time / audio_s, p50, p95, p99,
                                     bool(p95 < chunk_ms), chunk_ms, mean_batch, tb, ts, tb / ts))
+        if on_result is not None:
+            on_result(results[-1])
     rt = [r.streams for r in results if r.realtime]
     summary = {"summary": True, "method": method, "device": results[0].device if results else device,
                "max_realtime_streams": max(rt) if rt else 0, "threads": torch.get_num_threads(),
-               "model": model, "seconds": seconds, "wake_words": len(wake_words)}
+               "model": model, "seconds": seconds, "single_seconds": single_seconds or seconds,
+               "wake_words": len(wake_words)}
     return results, summary
 
 
@@ -210,6 +218,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     e.add_argument("--beam", type=int, default=4)
     e.add_argument("--device", default="cpu")
     e.add_argument("--seconds", type=float, default=10.0, help="audio seconds per stream")
+    e.add_argument("--single-seconds", type=float, default=None,
+                   help="audio seconds per stream of the throughput runs (default --seconds; the unbatched run "
+                        "decodes the streams one after another)")
     e.add_argument("--audio", nargs="*", help="WAV files to replay (default: the package's six sample recordings; "
                                               "docs/benchmarks.md names the files its figures replayed)")
     e.add_argument("--wake-words", metavar="LIST", default="",
@@ -234,11 +245,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     from .config import parse_phrases
 
     wake_words = [s.phrase for s in parse_phrases(args.wake_words, "--wake-words")]
+    if args.single_seconds is not None and not 0 < args.single_seconds <= args.seconds:
+        print("streamd bench: --single-seconds must be in (0, --seconds]", file=sys.stderr)
+        return 2
+    row = (lambda r: print(json.dumps(r.to_json()), flush=True)) if args.json else None
     results, summary = bench_engine(model_arg(args.model), streams, args.method, args.device, args.seconds, audio,
-                                    beam=args.beam, wake_words=wake_words)
+                                    beam=args.beam, single_seconds=args.single_seconds, wake_words=wake_words,
+                                    on_result=row)
     if args.json:
-        for r in results:
-            print(json.dumps(r.to_json()))
         print(json.dumps(summary))
     else:
         print(f"{'streams':>7} {'rtf':>7} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'batch':>6} "

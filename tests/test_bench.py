@@ -19,6 +19,18 @@ def test_bench_engine_json(tiny_ckpt, tmp_path, capsys):
             assert k in r
         assert r["method"] == "greedy" and r["device"] == "cpu" and r["rtf"] > 0
     assert summary["max_realtime_streams"] in (0, 1, 3)
+    assert summary["single_seconds"] == 1.0
+
+
+def test_bench_engine_single_seconds(tiny_ckpt, tmp_path, capsys):
+    """Shorter clips for the throughput runs are taken; a value out of (0, --seconds] is a clear error."""
+    wavs = [write_wav(tmp_path / "0.wav", random_audio(1.0), 16000)]
+    args = ["engine", "--model", tiny_ckpt, "--streams", "2", "--seconds", "1.0", "--json", "--audio", *wavs]
+    assert main(args + ["--single-seconds", "0.5"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert rows[-1]["single_seconds"] == 0.5 and rows[0]["throughput_single"] > 0
+    assert main(args + ["--single-seconds", "2"]) == 2
+    assert "--single-seconds must be in (0, --seconds]" in capsys.readouterr().err
 
 
 def test_bench_default_audio_is_the_shipped_samples_only():

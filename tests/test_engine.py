@@ -600,3 +600,46 @@ def test_every_search_has_the_complete_interface(tiny_ckpt):
         else:
             with pytest.raises(ValueError, match="no hotwords"):
                 search.new_state(3, "cpu", graph=graph)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("method", ["greedy", "modified_beam"])
+def test_cuda_engine_matches_cpu_on_shipped_model(method):
+    """The shipped model on its sample recordings, all streams batched: CUDA (sync-free searches) gives the
+    CPU's tokens, token frames, words, wake-word events and endpoints; scores and confidences agree to float
+    tolerance."""
+    from streamd.audio.pcm import load_audio
+    from streamd.paths import default_bench_audio, default_model_path
+
+    clips = []
+    for p in default_bench_audio():
+        x, rate = load_audio(p)
+        assert rate == 16000
+        clips.append(x)
+
+    def run(device):
+        rec = Recognizer.from_checkpoint(str(default_model_path()), EngineConfig(device=device))
+        sids = [rec.create_stream(method=method, beam=4) for _ in clips]
+        ev, pos = [], 0
+        while pos < max(x.size for x in clips):  # 100 ms packets to every stream, a step after each
+            for sid, x in zip(sids, clips):
+                if pos < x.size:
+                    ev += rec.accept_audio(sid, x[pos:pos + 1600])
+            ev += rec.step()
+            pos += 1600
+        for sid in sids:
+            rec.finish(sid)
+        return ev + rec.drain()
+
+    cpu, cuda = run("cpu"), run("cuda")
+    finals = lambda ev: sorted((e for e in ev if isinstance(e, Final)), key=lambda e: (e.stream, e.segment))
+    fc, fg = finals(cpu), finals(cuda)
+    assert [(f.stream, f.segment, f.text, f.tokens, f.token_frames, f.reason) for f in fg] == \
+        [(f.stream, f.segment, f.text, f.tokens, f.token_frames, f.reason) for f in fc]
+    assert any(f.text for f in fc)
+    for a, b in zip(fc, fg):
+        assert [(w.word, w.start, w.end) for w in b.words] == [(w.word, w.start, w.end) for w in a.words]
+        np.testing.assert_allclose(b.token_confs, a.token_confs, atol=2e-3)
+        np.testing.assert_allclose(b.scores, a.scores, rtol=1e-3, atol=1e-2)
+    wakes = lambda ev: [(e.stream, e.keyword, round(e.end, 2)) for e in ev if isinstance(e, WakeWord)]
+    assert wakes(cuda) == wakes(cpu)
