@@ -169,6 +169,9 @@ class _Stream:
     search: Any = None
     kws: Any = None
     kwsearch: KeywordState | None = None
+    # the last partial's (tokens, frames, confs) with its text and words: a hypothesis that did not change
+    # since the last chunk (most chunks of most streams) is not turned into text and words again
+    partial_memo: tuple[tuple, str, tuple[Word, ...]] | None = None
 
 
 @dataclass(frozen=True)
@@ -724,7 +727,10 @@ class Recognizer:
             done = st.finished and st.fbank.frames_ready() == 0
             if st.opts.partials and not done:
                 decoded = st.frames_done * self.frame_shift_s
-                events.append(Partial(st.id, st.segment, self.tokens.decode(hyp.tokens), self._words(hyp),
+                key = (hyp.tokens, hyp.frames, hyp.confs)
+                if st.partial_memo is None or st.partial_memo[0] != key:
+                    st.partial_memo = (key, self.tokens.decode(hyp.tokens), self._words(hyp))
+                events.append(Partial(st.id, st.segment, st.partial_memo[1], st.partial_memo[2],
                                       hyp.tokens, hyp.frames, hyp.confs, st.segment_start * self.frame_shift_s,
                                       decoded, self._backlog(st)))
             if done:

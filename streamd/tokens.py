@@ -45,6 +45,10 @@ class TokenTable:
     tokens: tuple[str, ...]
     blank_id: int = 0
     _index: dict[str, int] = field(init=False, repr=False, compare=False)
+    # derived once from ``tokens`` (the table is frozen): kind, separator, and each id's text piece
+    _kind: str = field(init=False, repr=False, compare=False)
+    _separator: str | None = field(init=False, repr=False, compare=False)
+    _pieces: tuple[str, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         toks = self.tokens
@@ -66,6 +70,13 @@ class TokenTable:
                 or not 0 <= self.blank_id < len(self.tokens):
             raise ValueError(f"blank_id must be in [0, {len(self.tokens)}), got {self.blank_id!r}")
         object.__setattr__(self, "_index", index)
+        kind = "bpe" if any(t != WORD_PREFIX and t.startswith(WORD_PREFIX) for t in self.tokens) else "char"
+        sep = None if kind == "bpe" else next((s for s in SEPARATORS if s in index), None)
+        object.__setattr__(self, "_kind", kind)
+        object.__setattr__(self, "_separator", sep)
+        object.__setattr__(self, "_pieces", tuple(
+            "" if i == self.blank_id else " " if t == sep else t.replace(WORD_PREFIX, " ")
+            for i, t in enumerate(self.tokens)))
 
     # ------------------------------------------------------------------ basics
 
@@ -75,14 +86,12 @@ class TokenTable:
     @property
     def kind(self) -> str:
         """``"bpe"`` if a token other than the bare ``"▁"`` starts with ``"▁"``, else ``"char"``."""
-        return "bpe" if any(t != WORD_PREFIX and t.startswith(WORD_PREFIX) for t in self.tokens) else "char"
+        return self._kind
 
     @property
     def separator(self) -> str | None:
         """Word-separator token of a char table (first of " ", "▁", "|" present); None for bpe or if absent."""
-        if self.kind == "bpe":
-            return None
-        return next((s for s in SEPARATORS if s in self._index), None)
+        return self._separator
 
     def id(self, token: str) -> int:
         """Id of ``token``; ValueError if it is not in the table."""
@@ -152,15 +161,8 @@ class TokenTable:
 
     def decode(self, ids: Sequence[int]) -> str:
         """Text of token ids: blanks skipped, words joined by single spaces, stripped."""
-        sep = self.separator
-        parts = []
-        for i in ids:
-            i = self._check_id(i)
-            if i == self.blank_id:
-                continue
-            tok = self.tokens[i]
-            parts.append(" " if tok == sep else tok.replace(WORD_PREFIX, " "))
-        return " ".join("".join(parts).split())
+        pieces = self._pieces
+        return " ".join("".join(pieces[self._check_id(i)] for i in ids).split())
 
     def _case(self, text: str) -> str:
         """Fold ``text`` to the table's letter case (lower unless the table only has upper case)."""

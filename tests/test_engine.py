@@ -643,3 +643,24 @@ def test_cuda_engine_matches_cpu_on_shipped_model(method):
         np.testing.assert_allclose(b.scores, a.scores, rtol=1e-3, atol=1e-2)
     wakes = lambda ev: [(e.stream, e.keyword, round(e.end, 2)) for e in ev if isinstance(e, WakeWord)]
     assert wakes(cuda) == wakes(cpu)
+
+
+def test_partials_reuse_text_and_words_only_for_an_unchanged_hypothesis():
+    """A partial's text and words are those of its own tokens, frames and confidences (computed afresh
+    here), also when the engine reused the previous chunk's for an unchanged hypothesis."""
+    from streamd.audio.pcm import load_audio
+    from streamd.decode.hyps import HypOut
+    from streamd.paths import default_model_path, default_samples
+
+    rec = Recognizer.from_checkpoint(str(default_model_path()), EngineConfig(device="cpu"))
+    x, _ = load_audio(default_samples().parent / "lights.wav")
+    x = np.concatenate([x, np.zeros(16000, np.float32)])  # a second of silence: unchanged hypotheses
+    for method in ("greedy", "modified_beam"):
+        parts = [e for e in run_one(rec, x, seed=3, method=method, endpointing=False) if isinstance(e, Partial)]
+        assert len(parts) > 5
+        for p in parts:
+            assert p.text == rec.tokens.decode(p.tokens)
+            assert p.words == rec._words(HypOut(p.tokens, p.token_frames, p.token_confs))
+        same = [(a, b) for a, b in zip(parts, parts[1:]) 
+                if (a.tokens, a.token_frames, a.token_confs) == (b.tokens, b.token_frames, b.token_confs)]
+        assert same and all(b.words is a.words for a, b in same)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -138,9 +139,10 @@ class HypBuffer:
                             self.frames[ar, which].double(), self.confs[ar, which].double()], dim=1)
         host = packed.cpu().numpy()  # (B, 2 + 3L)
         cap = self.capacity
-        out = []
-        for row in host:
-            ln = int(row[0])
-            out.append(HypOut(tuple(int(v) for v in row[2:2 + ln]), tuple(int(v) for v in row[2 + cap:2 + cap + ln]),
-                              tuple(float(v) for v in row[2 + 2 * cap:2 + 2 * cap + ln]), float(row[1])))
-        return out
+        lens = host[:, 0].astype(np.int64).tolist()
+        score = host[:, 1].tolist()
+        toks = host[:, 2:2 + cap].astype(np.int64)
+        frames = host[:, 2 + cap:2 + 2 * cap].astype(np.int64)
+        confs = host[:, 2 + 2 * cap:2 + 3 * cap]
+        return [HypOut(tuple(toks[i, :ln].tolist()), tuple(frames[i, :ln].tolist()), tuple(confs[i, :ln].tolist()),
+                       score[i]) for i, ln in enumerate(lens)]
