@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One prepared run for a CUDA machine (docs/benchmarks.md, "GPU"): the tests that run on the engine's device
-# (CUDA variants run instead of skipping), then the engine benchmark on the device at 1, 64, 512 and 2048
+# (CUDA variants run instead of skipping), then the engine benchmark on the device at 1, 64, 256, 512 and 1024
 # streams, greedy and modified beam search. Results go to ${OUT:-bench-out}/ (text + JSON lines, one row per
 # stream count as soon as it is measured, so a run cut short keeps what it measured).
 #
@@ -13,7 +13,7 @@
 set -uo pipefail
 OUT=${OUT:-bench-out}
 DEVICE=${DEVICE:-cuda}
-STREAMS=${STREAMS:-1,64,512,2048}
+STREAMS=${STREAMS:-1,64,256,512,1024}
 BENCH_SECONDS=${BENCH_SECONDS:-10}
 SINGLE_SECONDS=${SINGLE_SECONDS:-1}  # the unbatched throughput run decodes the N streams one after another
 export PYTHONUNBUFFERED=1
