@@ -661,6 +661,6 @@ def test_partials_reuse_text_and_words_only_for_an_unchanged_hypothesis():
         for p in parts:
             assert p.text == rec.tokens.decode(p.tokens)
             assert p.words == rec._words(HypOut(p.tokens, p.token_frames, p.token_confs))
-        same = [(a, b) for a, b in zip(parts, parts[1:]) 
+        same = [(a, b) for a, b in zip(parts, parts[1:])
                 if (a.tokens, a.token_frames, a.token_confs) == (b.tokens, b.token_frames, b.token_confs)]
         assert same and all(b.words is a.words for a, b in same)
