@@ -10,7 +10,8 @@ test's ports put in.  Two ``streamd serve`` processes (a tiny model) sit behind 
    streams finish whole.  Streams started right after the SIGTERM are all served by the other
    daemon (one that reaches the draining daemon is refused with ``shutting_down`` after the
    handshake, which nginx cannot see; the client library retries it, and once the daemon has
-   exited nginx skips it).
+   exited nginx skips it; one that the other daemon's admission control refuses with ``overloaded`` on a loaded machine is
+   retried too, and is counted as a connection but never as a stream).
 2. The clean rolling restart of the recipe: the restarted daemon answers ``/readyz`` 200; nginx
    reloaded with the other daemon marked ``down`` sends every new stream to the restarted one at the
    first attempt, while the streams already on the ``down`` one finish whole through the reload.
@@ -39,7 +40,7 @@ import pytest
 
 from helpers import random_audio
 from streamd import events as E
-from streamd.client import Client, PcmSource
+from streamd.client import RETRY_CODES, Client, PcmSource
 
 ROOT = Path(__file__).resolve().parents[2]
 SITE = ROOT / "deploy" / "nginx" / "streamd.conf"
@@ -103,6 +104,20 @@ class Daemon:
         _, text = http_get(self.port, "/metrics")
         m = re.search(r'^streamd_connections_total\{route="v1"\} (\S+)$', text, re.M)
         return float(m.group(1)) if m else 0.0
+
+    def errors(self) -> dict[str, float]:
+        """``streamd_errors_total`` by code: refusals before ``ready`` are counted here too."""
+        _, text = http_get(self.port, "/metrics")
+        return {c: float(v) for c, v in re.findall(r'^streamd_errors_total\{code="([^"]+)"\} (\S+)$', text, re.M)}
+
+    def v1_accepted(self) -> tuple[float, dict[str, float]]:
+        """v1 connections that became streams (those refused with a try-again code taken out), and the errors.
+
+        A daemon under load may refuse a new stream with ``overloaded`` or ``too_many_streams`` (close 1013,
+        admission control); the client retries it, so that connection is counted but never served.
+        """
+        errors = self.errors()
+        return self.v1_connections() - sum(v for c, v in errors.items() if c in RETRY_CODES), errors
 
     def stop(self) -> int | None:
         if self.proc.poll() is None:
@@ -274,15 +289,17 @@ def test_two_daemons_behind_nginx_drain_and_rolling_restart(ckpt, tmp_path):
                 for r in runs:
                     await asyncio.wait_for(r.live.wait(), TIMEOUT)
                 spread = (a.v1_connections(), b.v1_connections())
+                b_before = b.v1_accepted()[0]
                 a.proc.send_signal(signal.SIGTERM)
                 late = [Run(again, Gated(files[rates[i % 4]], rates[i % 4], gate), f"n{i}") for i in range(4)]
                 gate.set()
                 await asyncio.wait_for(asyncio.gather(*(r.task for r in runs + late)), TIMEOUT)
-                return runs, late, spread
+                return runs, late, spread, b_before
 
-        runs, late, spread = asyncio.run(phase1())
+        runs, late, spread, b_before = asyncio.run(phase1())
         assert a.proc.wait(30) == 0, "\n".join(a.log[-20:])
         b_after = b.v1_connections()
+        b_accepted, b_errors = b.v1_accepted()
 
         rec = Recognizer.from_checkpoint(ckpt, from_dict(AppConfig, {"engine": {"device": "cpu"}}).engine)
         paths = {rate: write_wav(tmp_path / f"{rate}.wav", pcm, rate) for rate, pcm in files.items()}
@@ -307,7 +324,10 @@ def test_two_daemons_behind_nginx_drain_and_rolling_restart(ckpt, tmp_path):
                 assert r.stream.close_code == 1000 and done.audio_seconds == pytest.approx(3.0)
                 assert finals(r.events) == finals(ref[paths[r.audio.rate]]), r.name
         assert any(finals(r.events) for r in drained)
-        assert b_after - spread[1] == len(late)  # every new stream was served by b, each once
+        # every new stream was served by b, each once (a refusal by b's admission control, retried, is no stream)
+        assert b_accepted - b_before == len(late), (b_after, spread, b_errors)
+        assert all(r.stream.ready is not None for r in late)
+        assert set(b_errors) <= RETRY_CODES - {"shutting_down"}, b_errors  # b was never draining in phase 1
 
         # ---- 2: rolling restart: a back on its port, /readyz 200, then b taken out with `down` + reload
         a = daemons["a"] = Daemon(ckpt, ports["a"], config).wait_ready()
