@@ -2,12 +2,16 @@
 """Long stretches of real background noise with empty transcripts, for teaching the model that noise is not speech.
 
     python recipes/default/noise_stretches.py NOISE.jsonl --out DIR [--count 300] [--min-clips 4] [--max-clips 12]
+        [--gain-db LO HI] [--every N --offset K]
 
 NOISE.jsonl is a noise manifest (the recipe's: the Speech Commands *training* split's ``_silence_`` clips, never the
-dev split's). Each output file joins a random run of its clips, each at a random gain (-12..+6 dB), some joined by
-hard cuts (a 1 s clip boundary is an onset the model must not take for a word: the stage-15 model wrote "on",
-"off", "down" there), some cross-faded over 50 ms, and some with a stretch of digital silence between. Writes
+dev split's). Each output file joins a random run of its clips, each at a random gain (``--gain-db``, default
+-12..+6 dB), some joined by hard cuts (a 1 s clip boundary is an onset the model must not take for a word: the
+stage-15 model wrote "on", "off", "down" there), some cross-faded over 50 ms, and some with a stretch of digital
+silence between. Writes
 DIR/<n>.wav (16 kHz) and DIR/manifest.jsonl (``text`` "", ``noise`` true). Seeded, so a rerun writes the same files.
+``--every N --offset K`` keeps only the clips at positions K, K+N, K+2N... of the manifest (the others held out, e.g.
+to measure words written into louder noise than the model was trained on).
 """
 import argparse
 import json
@@ -31,10 +35,17 @@ def main() -> None:
     p.add_argument("--min-clips", type=int, default=4)
     p.add_argument("--max-clips", type=int, default=12)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--gain-db", type=float, nargs=2, default=(-12.0, 6.0), metavar=("LO", "HI"))
+    p.add_argument("--every", type=int, default=1)
+    p.add_argument("--offset", type=int, default=0)
     a = p.parse_args()
+    if not a.gain_db[0] <= a.gain_db[1] or a.every < 1 or not 0 <= a.offset < a.every:
+        p.error("need --gain-db LO <= HI, --every >= 1 and 0 <= --offset < --every")
     # the clips at their recorded levels (NoiseBank would scale each to unit RMS; the stretches keep real levels)
     bank = []
-    for _, _, _, audio in iter_audio_lines(a.noise_manifest, "noise manifest"):
+    for n, (_, _, _, audio) in enumerate(iter_audio_lines(a.noise_manifest, "noise manifest")):
+        if n % a.every != a.offset:
+            continue
         x, rate = load_audio(audio)
         bank.append((resample(x, rate, RATE) if rate != RATE else x).astype(np.float32))
     rng = np.random.default_rng(a.seed)
@@ -47,7 +58,7 @@ def main() -> None:
             join = rng.choice(["cut", "fade", "gap"])
             x = np.zeros(0, np.float32)
             for i in rng.choice(len(bank), size=k):
-                y = bank[i] * np.float32(10 ** (rng.uniform(-12, 6) / 20))
+                y = bank[i] * np.float32(10 ** (rng.uniform(*a.gain_db) / 20))
                 if join == "fade" and x.size >= fade and y.size >= fade:
                     ramp = np.linspace(0, 1, fade, dtype=np.float32)
                     x[-fade:] = x[-fade:] * (1 - ramp) + y[:fade] * ramp
