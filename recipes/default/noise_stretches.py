@@ -8,8 +8,8 @@ NOISE.jsonl is a noise manifest (the recipe's: the Speech Commands *training* sp
 dev split's). Each output file joins a random run of its clips, each at a random gain (``--gain-db``, default
 -12..+6 dB), some joined by hard cuts (a 1 s clip boundary is an onset the model must not take for a word: the
 stage-15 model wrote "on", "off", "down" there), some cross-faded over 50 ms, and some with a stretch of digital
-silence between. Writes
-DIR/<n>.wav (16 kHz) and DIR/manifest.jsonl (``text`` "", ``noise`` true). Seeded, so a rerun writes the same files.
+silence between. Writes DIR/<n>.wav (16 kHz) and DIR/manifest.jsonl (``text`` "", ``noise`` true). Seeded, so a
+rerun writes the same files.
 ``--every N --offset K`` keeps only the clips at positions K, K+N, K+2N... of the manifest (the others held out, e.g.
 to measure words written into louder noise than the model was trained on).
 """

@@ -10,8 +10,8 @@ test's ports put in.  Two ``streamd serve`` processes (a tiny model) sit behind 
    streams finish whole.  Streams started right after the SIGTERM are all served by the other
    daemon (one that reaches the draining daemon is refused with ``shutting_down`` after the
    handshake, which nginx cannot see; the client library retries it, and once the daemon has
-   exited nginx skips it; one that the other daemon's admission control refuses with ``overloaded`` on a loaded machine is
-   retried too, and is counted as a connection but never as a stream).
+   exited nginx skips it; one that the other daemon's admission control refuses with ``overloaded`` on a
+   loaded machine is retried too, and is counted as a connection but never as a stream).
 2. The clean rolling restart of the recipe: the restarted daemon answers ``/readyz`` 200; nginx
    reloaded with the other daemon marked ``down`` sends every new stream to the restarted one (never a
    connection to the other; a stream retried after an ``overloaded`` refusal on a loaded machine is retried
@@ -101,24 +101,34 @@ class Daemon:
             raise RuntimeError("streamd serve did not start:\n" + "\n".join(self.log[-30:]))
         return self
 
-    def v1_connections(self) -> float:
+    def _metrics(self) -> tuple[float, dict[str, float]]:
+        """One ``/metrics`` reading: v1 connections accepted, and ``streamd_errors_total`` by code (refusals
+        before ``ready`` are counted there too)."""
         _, text = http_get(self.port, "/metrics")
         m = re.search(r'^streamd_connections_total\{route="v1"\} (\S+)$', text, re.M)
-        return float(m.group(1)) if m else 0.0
+        errors = {c: float(v) for c, v in re.findall(r'^streamd_errors_total\{code="([^"]+)"\} (\S+)$', text, re.M)}
+        return (float(m.group(1)) if m else 0.0), errors
 
-    def errors(self) -> dict[str, float]:
-        """``streamd_errors_total`` by code: refusals before ``ready`` are counted here too."""
-        _, text = http_get(self.port, "/metrics")
-        return {c: float(v) for c, v in re.findall(r'^streamd_errors_total\{code="([^"]+)"\} (\S+)$', text, re.M)}
+    def v1_connections(self) -> float:
+        return self._metrics()[0]
+
+    @staticmethod
+    def _refused(errors: dict[str, float]) -> float:
+        """Of ``errors``, the streams refused with a try-again code (close 1013 or 1001)."""
+        return sum(v for c, v in errors.items() if c in RETRY_CODES)
+
+    def refusals(self) -> float:
+        return self._refused(self._metrics()[1])
 
     def v1_accepted(self) -> tuple[float, dict[str, float]]:
-        """v1 connections that became streams (those refused with a try-again code taken out), and the errors.
+        """v1 connections that became streams (those refused with a try-again code taken out), and the errors,
+        from one reading.
 
         A daemon under load may refuse a new stream with ``overloaded`` or ``too_many_streams`` (close 1013,
         admission control); the client retries it, so that connection is counted but never served.
         """
-        errors = self.errors()
-        return self.v1_connections() - sum(v for c, v in errors.items() if c in RETRY_CODES), errors
+        connections, errors = self._metrics()
+        return connections - self._refused(errors), errors
 
     def stop(self) -> int | None:
         if self.proc.poll() is None:
@@ -335,9 +345,6 @@ def test_two_daemons_behind_nginx_drain_and_rolling_restart(ckpt, tmp_path):
         assert http_get(ports["a"], "/readyz") == (200, "ready\n")
         nginx.reload(site_conf(ports["lb"], [ports["a"], ports["b"]]))
 
-        def refusals(d: Daemon) -> float:  # admission refusals (try again later) so far
-            return sum(v for code, v in d.errors().items() if code in RETRY_CODES)
-
         async def phase2():
             gate = asyncio.Event()
             # retries: on a loaded machine a daemon's admission control may refuse a stream with `overloaded`
@@ -355,13 +362,13 @@ def test_two_daemons_behind_nginx_drain_and_rolling_restart(ckpt, tmp_path):
                 await asyncio.wait_for(asyncio.gather(*(r.task for r in before + after)), TIMEOUT)
                 return before, after, counts, (a.v1_accepted()[0], b.v1_accepted()[0], b.v1_connections())
 
-        b_refused = refusals(b)
+        b_refused = b.refusals()
         before, after, counts, counts2 = asyncio.run(phase2())
         assert counts[0] >= 1 and counts[1] - b_accepted >= 1, counts  # both took streams before the reload
         # `down`: every new stream went to a, and nginx never opened another connection to b
         assert counts2 == (counts[0] + 4, counts[1], counts[2]), (counts, counts2)
         # every retry was an admission refusal (none a failed route): the streams' extra attempts, counted
-        assert sum(r.stream.attempts - 1 for r in before + after) == refusals(a) + refusals(b) - b_refused
+        assert sum(r.stream.attempts - 1 for r in before + after) == a.refusals() + b.refusals() - b_refused
         for r in before + after:
             assert r.stream.close_code == 1000, r.name
             assert finals(r.events) == finals(ref[paths[r.audio.rate]]), r.name
