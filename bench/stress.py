@@ -16,7 +16,8 @@ Scenarios (the issue's targets in brackets; docs/benchmarks.md "Overload" has th
   process of its own, as another user's client is; ``--shared-victim`` runs it in this process's event loop
   beside the load instead (how it was measured before 2026-12-03 16:00: its partials then also waited for
   this loop, busy with hundreds of load clients).  ``--light-lane N`` sets ``limits.light_lane`` (0: one
-  engine) in every configured daemon, for A/B runs.
+  engine) in every configured daemon, for A/B runs; ``--engine-thread`` sets ``server.engine_process: false``
+  (the main engine in a worker thread of the daemon's process, as before 2026-12-05) likewise.
 * ``capacity``  capacity search with admission off (``limits.max_load: 0``): the most real-time greedy
   streams (p95 partial lag <= one chunk, no growth), doubling then bisecting.
 * ``default``   out of the box (no config file): 32 real-time greedy streams [all real time, >= 32].
@@ -157,8 +158,8 @@ class Daemon:
         return None
 
     def children_rss_mb(self) -> float | None:
-        """Resident memory of the daemon's child processes together (the light lane's engine, multiprocessing's
-        resource tracker), MiB."""
+        """Resident memory of the daemon's child processes together (the engine processes: main and light lane;
+        multiprocessing's resource tracker), MiB."""
         try:  # a child is listed under the thread that started it
             kids = [k for t in Path(f"/proc/{self.proc.pid}/task").iterdir()
                     for k in (t / "children").read_text().split()]
@@ -392,6 +393,7 @@ class Ctx:
     results: dict = field(default_factory=dict)
     tracebacks: dict = field(default_factory=dict)
     light_lane: float | None = None  # limits.light_lane of every configured daemon (None: the default)
+    engine_thread: bool = False  # server.engine_process: false in every configured daemon
     audio_files: list[str] | None = None  # --audio (the victim process reads the same)
     shared_victim: bool = False  # the victim in this process's event loop, beside the load (before 2026-12-03 16:00)
     rounds: list = field(default_factory=lambda: list(ROUNDS))  # the overload scenario's (name, k x capacity)
@@ -399,6 +401,8 @@ class Ctx:
     def daemon(self, name: str, config: dict | None, **kw: Any) -> Daemon:
         if config is not None and self.light_lane is not None:
             config = {**config, "limits": {**config.get("limits", {}), "light_lane": self.light_lane}}
+        if config is not None and self.engine_thread:
+            config = {**config, "server": {**config.get("server", {}), "engine_process": False}}
         return Daemon(name, self.out_dir, config, self.model, **kw)
 
     async def victim(self, load: Load, url: str, seconds: float) -> dict:
@@ -1054,14 +1058,17 @@ async def scenario_rss(ctx: Ctx) -> dict:
     for name, env in (("glibc_defaults", {}), ("unit_allocator", ALLOCATOR_ENV)):
         with ctx.daemon(f"rss_{name}", cfg(max_streams=4000), env=env) as d, Sampler(d) as sampler:
             await asyncio.sleep(1.0)
-            idle = d.rss_mb()
-            rounds = []
+            idle, idle_children = d.rss_mb(), d.children_rss_mb()
+            rounds, children = [], []  # the daemon's process; its children (the engine processes)
             for i in range(3):
                 r = await overload_round(ctx, d, 5, sampler, load_window=12.0, seed=100 + i)
                 rounds.append(r["rss_idle_after_mb"])
+                children.append(r["children_rss_idle_after_mb"])
             ctx.done_with(d)
         out[name] = {"env": env, "idle_mb": idle, "after_rounds_mb": rounds, "peak_mb": sampler.peak_rss(),
-                     "third_vs_first": round(rounds[2] / rounds[0], 3) if all(rounds) else None}
+                     "third_vs_first": round(rounds[2] / rounds[0], 3) if all(rounds) else None,
+                     "children_idle_mb": idle_children, "children_after_rounds_mb": children,
+                     "children_third_vs_first": round(children[2] / children[0], 3) if all(children) else None}
         print(f"  rss {name}: {out[name]}", flush=True)
     return out
 
@@ -1120,7 +1127,7 @@ async def main_async(args: argparse.Namespace) -> int:
         await victim_main(args.victim, args.seconds, audio)
         return 0
     ctx = Ctx(out_dir, args.model, audio, args.seconds, capacity=args.capacity, light_lane=args.light_lane,
-              audio_files=args.audio, shared_victim=args.shared_victim)
+              audio_files=args.audio, shared_victim=args.shared_victim, engine_thread=args.engine_thread)
     if args.rounds:
         ks = [float(k.rstrip("x")) for k in args.rounds.split(",")]
         ctx.rounds = [(f"{k:g}x_{i + 1}", k) for i, k in enumerate(ks)]
@@ -1133,6 +1140,7 @@ async def main_async(args: argparse.Namespace) -> int:
         return 2
     meta = {"started": time.strftime("%Y-%m-%d %H:%M:%S"), "cpus": os.cpu_count(),
             "load_average": os.getloadavg(), "seconds_per_stream": args.seconds, "light_lane": args.light_lane,
+            "engine_process": not args.engine_thread,
             "victim": "shared event loop" if args.shared_victim else "own process"}
     for name in names:
         print(f"== {name}", flush=True)
@@ -1166,6 +1174,8 @@ def main() -> int:
     ap.add_argument("--rounds", help="the overload scenario's rounds, e.g. 10x,10x,10x (default: 2x, 5x three "
                                      "times, 10x)")
     ap.add_argument("--light-lane", type=float, help="limits.light_lane of every configured daemon (0: one lane)")
+    ap.add_argument("--engine-thread", action="store_true",
+                    help="server.engine_process: false in every configured daemon (the engine in a thread)")
     ap.add_argument("--shared-victim", action="store_true",
                     help="run the victim in this process's event loop beside the load (the measurement before "
                          "2026-12-03 16:00) instead of a process of its own")

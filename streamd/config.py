@@ -484,6 +484,12 @@ class ServerConfig:
     when ``host`` is not a loopback address (other names get HTTP 403: DNS
     rebinding).  ``show_model_paths``: ``ready.model.path`` and
     ``model.lm.path`` carry the server's absolute paths instead of file names.
+    ``engine_process``: the main engine runs in a child process of its own
+    (:mod:`streamd.server.lane`) when the daemon loads a checkpoint, so that
+    the event loop does not share the interpreter lock with the decoding
+    (false: a worker thread of the daemon's process); ``engine_nice``: that
+    process's nice increment (0..19), so that on a busy CPU client I/O and the
+    light lane come first (docs/benchmarks.md "Overload").
     """
 
     host: str = "127.0.0.1"
@@ -501,6 +507,8 @@ class ServerConfig:
     log_level: str = "info"
     allowed_hosts: tuple[str, ...] = ()
     show_model_paths: bool = False
+    engine_process: bool = True
+    engine_nice: int = 10
 
     def __post_init__(self) -> None:
         _check(isinstance(self.host, str) and self.host != "", "host", f"must be a host name or address, got {self.host!r}")
@@ -529,6 +537,10 @@ class ServerConfig:
                                               f"without scheme or port, got {h!r}")
         _check(isinstance(self.show_model_paths, bool), "show_model_paths",
                f"must be true or false, got {self.show_model_paths!r}")
+        _check(isinstance(self.engine_process, bool), "engine_process",
+               f"must be true or false, got {self.engine_process!r}")
+        _check(isinstance(self.engine_nice, int) and not isinstance(self.engine_nice, bool)
+               and 0 <= self.engine_nice <= 19, "engine_nice", f"must be an integer 0..19, got {self.engine_nice!r}")
 
 
 @dataclass(frozen=True)

@@ -89,6 +89,15 @@ log = logging.getLogger("streamd.server")
 # a dead light lane is started again after 2 s, doubling (up to 5 min) while each lane dies within a minute
 LANE_RESTART_DELAY, LANE_RESTART_MAX, LANE_STABLE = 2.0, 300.0, 60.0
 
+
+
+def restart_delay(quick_deaths: int) -> float:
+    """Seconds before a dead engine process is started again: :data:`LANE_RESTART_DELAY`, doubled for each
+    process in a row that died within :data:`LANE_STABLE` of its start (``quick_deaths``), at most
+    :data:`LANE_RESTART_MAX`."""
+    return min(LANE_RESTART_MAX, LANE_RESTART_DELAY * 2 ** max(0, quick_deaths - 1))
+
+
 V1_PATH, VOSK_PATH, EVENTS_PATH = "/v1/stream", "/vosk", "/v1/events"
 PROBE_PATHS = ("/healthz", "/readyz")  # answered whatever the Host (load balancers probe by any name)
 
@@ -132,6 +141,10 @@ class App:
         self.subscribers: set[Conn] = set()
         self.mics: dict[int, MicStream] = {}  # microphone streams not yet done (a retry opens a new one)
         self.batcher: Batcher | None = None
+        self.main_lane: LaneProcess | None = None  # the main engine's process (server.engine_process), or None
+        self._main_restart: asyncio.Task | None = None  # a new main engine process after the last one died
+        self._main_started = 0.0
+        self._main_quick_deaths = 0
         # the light lane (limits.light_lane): a second engine in a child process (.lane), fed by its batcher
         self.light: Batcher | None = None
         self.light_lane: LaneProcess | None = None
@@ -190,14 +203,19 @@ class App:
                                     else -1 if lane is not None else 0)
 
     @property
+    def engine_config(self) -> Any:
+        """The main engine's EngineConfig: the Recognizer's here, or the one its process was started with."""
+        return self.rec.config if self.rec is not None else self.config.engine
+
+    @property
     def default_method(self) -> str:
-        """The search a stream gets when it names none: the loaded engine's (greedy before it is loaded)."""
-        return self.rec.config.decoding.method if self.rec is not None else "greedy"
+        """The search a stream gets when it names none: the engine's (greedy before it is loaded)."""
+        return "greedy" if self.rec is None and self.main_lane is None else self.engine_config.decoding.method
 
     def _cost_of(self, options: Mapping[str, Any] | None) -> float:
         """Cost units of a stream with these options (the engine's defaults for what they leave out)."""
         options = options or {}
-        dec = self.rec.config.decoding if self.rec is not None else self.config.engine.decoding
+        dec = self.engine_config.decoding
         return stream_cost(options.get("method") or dec.method, options.get("beam") or dec.beam)
 
     def admit(self, key: int, options: Mapping[str, Any] | None, client: str, token: str | None = None
@@ -252,6 +270,10 @@ class App:
             self.metrics.load.set(model.load(self.admission.demand(now), now))
         if res.audio_seconds:
             self.metrics.audio_seconds.inc(res.audio_seconds)
+        main = self.main_lane
+        if main is not None and not main.alive and self._main_restart is None and not self.draining:
+            self._main_restart = asyncio.get_running_loop().create_task(self._restart_main_lane())
+            self._tasks.append(self._main_restart)
         lane = self.light_lane
         if lane is not None and not lane.alive and self._lane_restart is None and not self.draining:
             self._lane_gauge()
@@ -408,7 +430,7 @@ class App:
             return
         key = self.new_key()
         if info.route == "v1":
-            dec = self.rec.config.decoding
+            dec = self.engine_config.decoding
             proto: V1Session | VoskSession = V1Session(secrets.token_hex(8), self.config.limits, self.model_info,
                                                        dec.method, dec.beam)
         else:
@@ -485,22 +507,39 @@ class App:
         path = self.model_path or getattr(getattr(self.rec, "loaded", None), "path", "")
         if lim.light_lane and path:
             lane = loop.create_task(self._start_light_lane(str(path)))
-        if self.rec is None:
-            loader = self.loader
-            if loader is None:
-                from ..engine import Recognizer
-
-                log.info("loading model %s", self.model_path)
-                loader = functools.partial(Recognizer.from_checkpoint, self.model_path, cfg.engine)
-            self.rec = await loop.run_in_executor(self.executor, loader)
-        if s.warmup_seconds > 0:
+        runner: EngineRunner | LaneProcess
+        if self.rec is None and self.loader is None and s.engine_process and self.model_path:
+            log.info("loading model %s in the main engine's process", self.model_path)
             t0 = time.perf_counter()
-            await loop.run_in_executor(self.executor, self.rec.warm_up, s.warmup_seconds)
-            log.info("warmed up (%.1f s of audio, every method) in %.2f s", s.warmup_seconds, time.perf_counter() - t0)
-        if lane is not None:  # loaded before the calibration below, which it would slow down
-            await lane
-        runner = await loop.run_in_executor(self.executor, EngineRunner, self.rec, s.max_steps_per_cycle,
-                                            lim.max_backlog_seconds)
+            try:
+                runner = self.main_lane = await loop.run_in_executor(self.executor, self._new_main_lane)
+            except RuntimeError as e:  # as if it had loaded here: the child's own error (CheckpointError, ...)
+                if isinstance(e.__cause__, Exception):
+                    raise e.__cause__ from None
+                raise
+            self._main_started = time.monotonic()
+            log.info("main engine: process pid %s (nice +%d), loaded and warmed up (%.1f s of audio) in %.2f s",
+                     runner.pid, s.engine_nice, s.warmup_seconds, time.perf_counter() - t0)
+            if lane is not None:  # loaded before the calibration below, which it would slow down
+                await lane
+        else:
+            if self.rec is None:
+                loader = self.loader
+                if loader is None:
+                    from ..engine import Recognizer
+
+                    log.info("loading model %s", self.model_path)
+                    loader = functools.partial(Recognizer.from_checkpoint, self.model_path, cfg.engine)
+                self.rec = await loop.run_in_executor(self.executor, loader)
+            if s.warmup_seconds > 0:
+                t0 = time.perf_counter()
+                await loop.run_in_executor(self.executor, self.rec.warm_up, s.warmup_seconds)
+                log.info("warmed up (%.1f s of audio, every method) in %.2f s", s.warmup_seconds,
+                         time.perf_counter() - t0)
+            if lane is not None:  # loaded before the calibration below, which it would slow down
+                await lane
+            runner = await loop.run_in_executor(self.executor, EngineRunner, self.rec, s.max_steps_per_cycle,
+                                                lim.max_backlog_seconds)
         if lim.max_load:  # admission by capacity: the step-time model, calibrated on this machine now
             model = await loop.run_in_executor(self.executor, runner.calibrate)
             self.admission.model = model
@@ -533,11 +572,51 @@ class App:
                 raise ConfigError("mic.enabled: no microphone capture available")
             self._mic_task = loop.create_task(run_mic(self, self.mic_factory))
 
+    def _new_main_lane(self) -> LaneProcess:
+        """The main engine's process (``server.engine_process``), loaded and warmed up (blocking: the engine
+        thread)."""
+        s, lim = self.config.server, self.config.limits
+        return LaneProcess(str(self.model_path), self.config.engine, s.max_steps_per_cycle, lim.max_backlog_seconds,
+                           s.warmup_seconds, name="main engine", nice=s.engine_nice)
+
+    async def _restart_main_lane(self) -> None:
+        """The main engine's process died (its streams have their errors): new streams get ``loading`` and
+        ``/readyz`` 503 while a new one starts, after a delay as for the light lane
+        (:meth:`_restart_light_lane`); the capacity model stays the one calibrated at the start."""
+        self.loading = True
+        quick = time.monotonic() - self._main_started < LANE_STABLE
+        self._main_quick_deaths = self._main_quick_deaths + 1 if quick else 0
+        delay = restart_delay(self._main_quick_deaths)
+        log.info("main engine: starting a new engine process in %g s", delay)
+        await asyncio.sleep(delay)
+        loop = asyncio.get_running_loop()
+        old = self.main_lane
+        await loop.run_in_executor(self.executor, old.close)
+        while not self.draining:
+            try:
+                lane = await loop.run_in_executor(self.executor, self._new_main_lane)
+            except RuntimeError as e:
+                self._main_quick_deaths += 1
+                delay = restart_delay(self._main_quick_deaths)
+                log.error("%s; trying again in %g s", e, delay)
+                await asyncio.sleep(delay)
+                continue
+            if self.draining:
+                await loop.run_in_executor(self.executor, lane.close)
+                return
+            lane.budget = old.budget
+            self.main_lane = self.batcher.runner = lane
+            self._main_started = time.monotonic()
+            self._main_restart = None
+            self.loading = False
+            log.info("main engine: a new engine process (pid %s)", lane.pid)
+            return
+
     async def _start_light_lane(self, model_path: str) -> None:
         """The light lane (``limits.light_lane``, :mod:`.lane`): the same checkpoint and engine config in a
         child process, driven by a batcher of its own.  Its steps are not fed to the capacity model (the
         main lane's are); every stream still counts in the admission."""
-        config = self.rec.config if self.rec is not None else self.config.engine  # the main engine's
+        config = self.engine_config  # the main engine's
         self.light_executor = ThreadPoolExecutor(1, thread_name_prefix="streamd-light")
         lane = await self._new_lane(model_path, config)
         if lane is None:
@@ -569,8 +648,7 @@ class App:
         with one engine."""
         quick = time.monotonic() - self._lane_started < LANE_STABLE
         self._lane_quick_deaths = self._lane_quick_deaths + 1 if quick else 0
-        delay = min(LANE_RESTART_MAX, LANE_RESTART_DELAY * 2 ** (self._lane_quick_deaths - 1)) if quick \
-            else LANE_RESTART_DELAY
+        delay = restart_delay(self._lane_quick_deaths)
         log.info("light lane: starting a new engine process in %g s", delay)
         await asyncio.sleep(delay)
         old, loop = self.light_lane, asyncio.get_running_loop()
@@ -679,19 +757,26 @@ class App:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
+        if self.main_lane is not None:  # from the engine thread, after the cycle it may be in (one pipe writer)
+            await self._close_lane(self.main_lane, self.executor)
         await asyncio.get_running_loop().run_in_executor(None, self.executor.shutdown)
         if self.light_lane is not None:  # from the lane's thread, after the cycle it may be in (one pipe writer)
-            closing = asyncio.get_running_loop().run_in_executor(self.light_executor, self.light_lane.close)
-            try:
-                await asyncio.wait_for(asyncio.shield(closing), 5.0)
-            except asyncio.TimeoutError:
-                self.light_lane.kill()
-                await closing
+            await self._close_lane(self.light_lane, self.light_executor)
         if self.light_executor is not None:
             await asyncio.get_running_loop().run_in_executor(None, self.light_executor.shutdown)
         self.notifier.close()
         self.resource_errors.restore()
         log.info("stopped")
+
+    @staticmethod
+    async def _close_lane(lane: LaneProcess, executor: ThreadPoolExecutor) -> None:
+        """Close an engine process from its lane's thread (killed if that takes over 5 s)."""
+        closing = asyncio.get_running_loop().run_in_executor(executor, lane.close)
+        try:
+            await asyncio.wait_for(asyncio.shield(closing), 5.0)
+        except asyncio.TimeoutError:
+            lane.kill()
+            await closing
 
     async def __aenter__(self) -> "App":
         try:

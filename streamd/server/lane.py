@@ -1,24 +1,35 @@
-"""The light lane (``limits.light_lane``): an :class:`~.runner.EngineRunner` in a child process of its own.
+"""Engine lanes in child processes: :class:`LaneProcess`, an :class:`~.runner.EngineRunner` in a process of its own.
 
-A batch step cannot be interrupted, so in one engine a light client's partial waits for the step in
-progress (a heavy client's batch) and then for its own.  The daemon gives the only stream of a light client
-(:meth:`.admission.Admission.light`) to a second engine: this one, in a *process* (``spawn``) with its own
-Recognizer on the same checkpoint and config.  Not a thread: two engine threads in one process take turns
-on the interpreter lock at every tensor operation, and a second one made the main lane's accepted streams
-slower (5x / 10x overload p95 148-248 -> 200-1560 ms, docs/benchmarks.md "Overload").
+Two lanes use it.  **The main engine** (``server.engine_process``, on by default when ``streamd serve``
+loads a checkpoint): the daemon's event loop then shares its process with no model thread.  In one
+process the engine thread and the event loop take turns on the interpreter lock at every tensor operation,
+so each slows the other down: at 10x overload on this 2-core machine the daemon admitted 65-75 streams in
+real time with the engine in a thread and 103-137 with it in a process, at the same accepted p95
+(docs/benchmarks.md "Overload").  Its process runs ``server.engine_nice`` steps nicer, so that on a busy
+CPU the event loop (every client's I/O) and the light lane come before the bulk of the decoding.
 
-:class:`LaneProcess` has the runner's interface (:meth:`cycle`), so a :class:`~.runner.Batcher` drives it
-from its one worker thread exactly as it drives the main lane; commands and results cross a pipe
-(pickled; a 100 ms packet is 3.2 kB).  The child ignores SIGTERM and SIGINT (systemd and a terminal signal
-the whole group: the daemon drains its lane's streams like the others) and exits when the pipe closes.  If
-the child dies, every stream of the lane gets an ``internal`` error and :attr:`LaneProcess.alive` turns
-False (the daemon then sends new streams to the main lane and starts a new lane process).
+**The light lane** (``limits.light_lane``): a batch step cannot be interrupted, so in one engine a light
+client's partial waits for the step in progress (a heavy client's batch) and then for its own.  The daemon
+gives the only stream of a light client (:meth:`.admission.Admission.light`) to a second engine: this one,
+with its own Recognizer on the same checkpoint and config.  Not a thread, for the reason above (a second
+engine thread made the main lane's accepted streams slower: 5x / 10x overload p95 148-248 -> 200-1560 ms).
+
+:class:`LaneProcess` has the runner's interface (:meth:`cycle`, :attr:`budget`, :meth:`calibrate`,
+:attr:`model_info`), so a :class:`~.runner.Batcher` drives it from its one worker thread exactly as it drives
+a runner in this process; commands and results cross a pipe (pickled; a 100 ms packet is 3.2 kB).  The
+child ignores SIGTERM and SIGINT (systemd and a terminal signal the whole group: the daemon drains the
+streams first) and exits when the pipe closes.  If the child dies, every stream of the lane gets an
+``internal`` error and :attr:`LaneProcess.alive` turns False (the daemon starts a new process; meanwhile a
+dead light lane's new streams go to the main engine, and while the main engine is down new streams get
+``loading``).
 """
 
 from __future__ import annotations
 
 import logging
 import multiprocessing
+import os
+import pickle
 import signal
 import time
 from typing import Any
@@ -26,6 +37,7 @@ from typing import Any
 from ..config import to_dict
 from ..events import Done, Error
 from .commands import CloseStream, Command, OpenStream
+from .admission import CapacityModel
 from .runner import CycleResult
 
 __all__ = ["LaneProcess"]
@@ -33,10 +45,14 @@ __all__ = ["LaneProcess"]
 log = logging.getLogger("streamd.server")
 
 
-def _child(conn: Any, model_path: str, config: dict, max_steps: int, max_backlog: float, warmup: float) -> None:
-    """The lane process: load the Recognizer, then apply each list of commands sent and send the result."""
+def _child(conn: Any, model_path: str, config: dict, max_steps: int, max_backlog: float, warmup: float,
+           nice: int) -> None:
+    """The lane process: load the Recognizer, then answer each message: a ``(commands, budget)`` pair with the
+    cycle's result, ``"calibrate"`` with the runner's :class:`~.admission.CapacityModel`."""
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if nice:
+        os.nice(nice)  # before any thread starts: every thread of the process inherits it
     from ..config import EngineConfig, from_dict
     from ..engine import Recognizer
     from .runner import EngineRunner, release_memory
@@ -46,19 +62,28 @@ def _child(conn: Any, model_path: str, config: dict, max_steps: int, max_backlog
         if warmup > 0:
             rec.warm_up(warmup)
         runner = EngineRunner(rec, max_steps, max_backlog)
-    except Exception as e:  # noqa: BLE001 - the parent logs it and runs without the lane
-        conn.send(("failed", f"{type(e).__name__}: {e}"))
+    except Exception as e:  # noqa: BLE001 - the parent says why (and raises it again for the main engine)
+        try:
+            pickle.loads(pickle.dumps(e))
+        except Exception:  # noqa: BLE001 - an exception that does not survive the pipe: its text does
+            e = RuntimeError(f"{type(e).__name__}: {e}")
+        conn.send(("failed", e))
         return
     release_memory()  # what the warm-up freed
-    conn.send(("ready", None))
+    conn.send(("ready", runner.model_info))
     busy = False
     while True:
         try:
-            cmds = conn.recv()
+            msg = conn.recv()
         except (EOFError, OSError):  # the daemon is gone
             return
-        if cmds is None:
+        if msg is None:
             return
+        if msg == "calibrate":
+            conn.send(runner.calibrate())
+            release_memory()
+            continue
+        cmds, runner.budget = msg
         conn.send(runner.cycle(cmds))
         if busy and not rec.num_streams:  # the lane's last stream ended: freed memory back to the OS
             release_memory()
@@ -66,25 +91,32 @@ def _child(conn: Any, model_path: str, config: dict, max_steps: int, max_backlog
 
 
 class LaneProcess:
-    """An engine runner in a child process: :meth:`cycle` (from one thread at a time), :meth:`close`.
+    """An engine runner in a child process: :meth:`cycle` and :meth:`calibrate` (from one thread at a time),
+    :meth:`close`.
 
-    The constructor starts the child and waits (blocking) until its Recognizer is loaded; RuntimeError if
-    it could not load or did not answer within ``timeout`` seconds."""
+    The constructor starts the child and waits (blocking) until its Recognizer is loaded (and warmed up
+    with ``warmup`` seconds of audio); RuntimeError if it could not load or did not answer within
+    ``timeout`` seconds (the child's exception, when it raised one, is its ``__cause__``).  ``name``: the lane
+    in messages ("light lane", "main engine"); ``nice``: added to
+    the child's nice value (0..19, lower CPU priority)."""
 
     def __init__(self, model_path: str, config: Any, max_steps: int = 4, max_backlog: float = 0.0,
-                 warmup: float = 0.0, timeout: float = 120.0):
+                 warmup: float = 0.0, timeout: float = 120.0, name: str = "light lane", nice: int = 0):
         self.model_path, self.config = model_path, config  # what a replacement lane is started with
+        self.name, self.nice = name, nice
+        self.budget: float | None = None  # the runner's step budget, sent with every cycle (EngineRunner.budget)
+        self.model_info: dict = {}
         ctx = multiprocessing.get_context("spawn")  # never fork a process that runs threads and torch
         self._conn, child = ctx.Pipe()
-        self._proc = ctx.Process(target=_child, name="streamd-light-lane", daemon=True,
-                                 args=(child, model_path, to_dict(config), max_steps, max_backlog, warmup))
+        self._proc = ctx.Process(target=_child, name="streamd-" + name.replace(" ", "-"), daemon=True,
+                                 args=(child, model_path, to_dict(config), max_steps, max_backlog, warmup, nice))
         self._proc.start()
         child.close()
         self.alive = False
         self._keys: set[int] = set()  # streams opened in the lane and not ended
         try:
             if not self._conn.poll(timeout):
-                raise RuntimeError(f"the light lane's process did not load the model within {timeout:g} s")
+                raise RuntimeError(f"the {name}'s process did not load the model within {timeout:g} s")
             what, why = self._conn.recv()
         except (EOFError, OSError):
             what, why = "failed", f"its process ended (exit code {self._proc.exitcode})"
@@ -93,8 +125,22 @@ class LaneProcess:
             raise
         if what != "ready":
             self.close()
-            raise RuntimeError(f"the light lane could not start: {why}")
+            if isinstance(why, BaseException):  # the child's own exception is the cause
+                raise RuntimeError(f"the {name} could not start: {type(why).__name__}: {why}") from why
+            raise RuntimeError(f"the {name} could not start: {why}")
+        self.model_info = why
         self.alive = True
+
+    def calibrate(self) -> CapacityModel:
+        """The child runner's :meth:`~.runner.EngineRunner.calibrate` (before any stream); RuntimeError when
+        the child is gone."""
+        try:
+            self._conn.send("calibrate")
+            return self._conn.recv()
+        except (EOFError, OSError) as e:
+            self.alive = False
+            raise RuntimeError(f"the {self.name}'s process ended while calibrating (exit code "
+                               f"{self._exitcode()})") from e
 
     @property
     def pid(self) -> int | None:
@@ -108,16 +154,16 @@ class LaneProcess:
                 self._keys.add(c.key)
         if self.alive:
             try:
-                self._conn.send(cmds)
+                self._conn.send((cmds, self.budget))
                 res = self._conn.recv()
             except (EOFError, OSError) as e:
                 self.alive = False
-                log.error("the light lane's engine process ended (exit code %s: %s); its streams end, new ones "
-                          "go to the main engine until a new lane is up", self._exitcode(), type(e).__name__)
+                log.error("the %s's engine process ended (exit code %s: %s); its streams end, and a new process "
+                          "starts", self.name, self._exitcode(), type(e).__name__)
             else:
                 self._forget(res, cmds)
                 return res
-        res = CycleResult(events=[(k, Error(-1, "internal", "the light lane's engine process ended; reconnect",
+        res = CycleResult(events=[(k, Error(-1, "internal", f"the {self.name}'s engine process ended; reconnect",
                                             fatal=True)) for k in sorted(self._keys)])
         self._keys.clear()
         return res

@@ -537,6 +537,82 @@ def test_a_dead_light_lane_ends_its_streams_and_comes_back(tiny_ckpt, caplog, mo
     assert any("light lane: a new engine process" in m for m in log)
 
 
+def test_the_main_engine_runs_in_a_nicer_process_of_its_own(tiny_ckpt):
+    """server.engine_process (on by default when the daemon loads a checkpoint): no Recognizer in the
+    daemon's process, the engine's process ``engine_nice`` steps nicer, calibrated there; clients get the
+    model info and transcripts the engine gives here; the process ends with the daemon."""
+    from streamd.events import Final
+    from streamd.server.protocol import public_model_info
+    from streamd.server.runner import EngineRunner
+
+    cfg = app_config(server={"engine_nice": 4})
+    assert cfg.server.engine_process
+    x = random_audio(2.0, seed=10)
+    ref_rec = Recognizer.from_checkpoint(tiny_ckpt, cfg.engine)
+    sid = ref_rec.create_stream()
+    ref_rec.accept_audio(sid, x)
+    ref_rec.finish(sid)
+    ref = [e.text for e in ref_rec.drain() if isinstance(e, Final)]
+
+    async def body():
+        async with App(cfg, model_path=str(tiny_ckpt)) as app:
+            lane = app.main_lane
+            assert app.rec is None and lane is not None and lane.alive and app.batcher.runner is lane
+            assert lane.pid != os.getpid()
+            assert os.getpriority(os.PRIO_PROCESS, lane.pid) == min(19, os.getpriority(os.PRIO_PROCESS, 0) + 4)
+            assert app.admission.model is not None  # calibrated in the engine's process
+            assert app.model_info == public_model_info(EngineRunner(ref_rec).model_info, False)
+            assert (await http_get(app.port, "/readyz"))[0] == 200
+            got = await asyncio.gather(*(session(app.port, {}, [pcm16(x)]) for _ in range(3)))
+        return got, lane._proc
+
+    got, proc = run(body())
+    for msgs, code, _ in got:
+        assert msgs[0]["type"] == "ready" and msgs[-1]["type"] == "done" and code == 1000
+        assert [m["text"] for m in msgs if m["type"] == "final"] == ref
+    assert not proc.is_alive() and proc.exitcode == 0
+
+
+def test_a_dead_main_engine_ends_its_streams_and_comes_back(tiny_ckpt, caplog, monkeypatch):
+    """The main engine's process killed mid-stream: its stream gets internal (1011); while a new process
+    starts, /readyz answers 503 and new streams get ``loading``; then the new process serves."""
+    import streamd.server.app as app_module
+
+    monkeypatch.setattr(app_module, "LANE_RESTART_DELAY", 0.5)
+    caplog.set_level(logging.INFO, logger="streamd.server")
+    cfg = app_config()
+    x = pcm16(random_audio(1.0, seed=11))
+
+    async def body():
+        async with App(cfg, model_path=str(tiny_ckpt)) as app:
+            first = app.main_lane
+            before, code0, _ = await session(app.port, {}, [x])
+            ws = await connect(f"ws://127.0.0.1:{app.port}/v1/stream")
+            await ws.send('{"type": "start"}')
+            await ws.send(x)
+            first._proc.kill()
+            await ws.send(x)  # the next cycle finds the process gone
+            msgs = await drain(ws)
+            await until(lambda: app.loading)
+            assert (await http_get(app.port, "/readyz"))[0] == 503
+            down = await refused(f"ws://127.0.0.1:{app.port}/v1/stream")
+            await until(lambda: app.main_lane is not first and not app.loading, timeout=60)
+            assert app.batcher.runner is app.main_lane and app.main_lane.alive and not first._proc.is_alive()
+            assert (await http_get(app.port, "/readyz"))[0] == 200
+            again, code2, _ = await session(app.port, {}, [x])
+            return before, code0, msgs, ws.close_code, down, again, code2
+
+    before, code0, msgs, close, down, again, code2 = run(body())
+    assert msgs[-1]["type"] == "error" and msgs[-1]["code"] == "internal" and "main engine" in msgs[-1]["message"]
+    assert close == CLOSE_CODES["internal"]
+    assert down == ("loading", 1013)
+    assert before[-1]["type"] == again[-1]["type"] == "done" and code0 == code2 == 1000
+    assert [m["text"] for m in again if m["type"] == "final"] == [m["text"] for m in before if m["type"] == "final"]
+    log = [r.getMessage() for r in caplog.records]
+    assert any("main engine's engine process ended" in m for m in log)
+    assert any("main engine: a new engine process" in m for m in log)
+
+
 def test_reset_closes_a_segment(tiny_ckpt):
     async def body():
         async with make_app(tiny_ckpt) as app:

@@ -51,3 +51,42 @@ def test_the_lane_process_gives_what_the_runner_gives_here(tiny_ckpt):
 def test_a_lane_that_cannot_load_says_why(tmp_path):
     with pytest.raises(RuntimeError, match="light lane could not start.*nope.pt"):
         LaneProcess(str(tmp_path / "nope.pt"), EngineConfig(device="cpu"))
+
+
+def test_the_main_engine_process_calibrates_runs_nicer_and_takes_the_budget(tiny_ckpt):
+    """What the daemon's main engine needs of its process (server.engine_process): the runner's model info
+    and capacity calibration from the child, the child ``nice`` steps nicer than this process, and the step
+    budget set here applied there (budget 1 with two greedy streams ready: one stream per step)."""
+    import os
+
+    from streamd.server.admission import CapacityModel
+
+    cfg = from_dict(EngineConfig, {"device": "cpu"})
+    here = EngineRunner(Recognizer.from_checkpoint(tiny_ckpt, cfg), 4, 60.0)
+    lane = LaneProcess(tiny_ckpt, cfg, 4, 60.0, name="main engine", nice=3)
+    try:
+        assert lane.model_info == here.model_info
+        assert os.getpriority(os.PRIO_PROCESS, lane.pid) == min(19, os.getpriority(os.PRIO_PROCESS, 0) + 3)
+        model = lane.calibrate()
+        assert isinstance(model, CapacityModel) and model.chunk_seconds == here.chunk_seconds
+        assert model.per_unit > 0 and model.fixed >= 0
+        x = random_audio(1.0, seed=23)
+        open_two = [OpenStream(1, {"method": "greedy"}, "10.0.0.1"), OpenStream(2, {"method": "greedy"}, "10.0.0.2")]
+        feed = [FeedSamples(1, x.astype(np.float32)), FeedSamples(2, x.astype(np.float32))]
+        lane.budget = 1.0
+        steps = [b for cmds in (open_two, feed, [], []) for b, _, _ in lane.cycle(cmds).steps]
+        assert steps and set(steps) == {1}
+        lane.budget = None  # no budget: both streams in every step
+        steps = [b for cmds in ([FinishStream(1), FinishStream(2)], [], []) for b, _, _ in lane.cycle(cmds).steps]
+        assert 2 in steps
+    finally:
+        lane.close()
+    assert lane._proc.exitcode == 0
+
+
+def test_a_main_engine_that_cannot_load_says_so(tmp_path):
+    from streamd.model.checkpoint import CheckpointError
+
+    with pytest.raises(RuntimeError, match="main engine could not start: CheckpointError: .*nope.pt") as e:
+        LaneProcess(str(tmp_path / "nope.pt"), EngineConfig(device="cpu"), name="main engine")
+    assert isinstance(e.value.__cause__, CheckpointError)  # the daemon raises the child's own error
