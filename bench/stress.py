@@ -17,7 +17,8 @@ Scenarios (the issue's targets in brackets; docs/benchmarks.md "Overload" has th
   beside the load instead (how it was measured before 2026-12-03 16:00: its partials then also waited for
   this loop, busy with hundreds of load clients).  ``--light-lane N`` sets ``limits.light_lane`` (0: one
   engine) in every configured daemon, for A/B runs; ``--engine-thread`` sets ``server.engine_process: false``
-  (the main engine in a worker thread of the daemon's process, as before 2026-12-05) likewise.
+  (the main engine in a worker thread of the daemon's process, as before 2026-12-05) likewise, and
+  ``--engine-nice N`` ``server.engine_nice``.
 * ``capacity``  capacity search with admission off (``limits.max_load: 0``): the most real-time greedy
   streams (p95 partial lag <= one chunk, no growth), doubling then bisecting.
 * ``default``   out of the box (no config file): 32 real-time greedy streams [all real time, >= 32].
@@ -394,6 +395,7 @@ class Ctx:
     tracebacks: dict = field(default_factory=dict)
     light_lane: float | None = None  # limits.light_lane of every configured daemon (None: the default)
     engine_thread: bool = False  # server.engine_process: false in every configured daemon
+    engine_nice: int | None = None  # server.engine_nice of every configured daemon (None: the default)
     audio_files: list[str] | None = None  # --audio (the victim process reads the same)
     shared_victim: bool = False  # the victim in this process's event loop, beside the load (before 2026-12-03 16:00)
     rounds: list = field(default_factory=lambda: list(ROUNDS))  # the overload scenario's (name, k x capacity)
@@ -403,6 +405,8 @@ class Ctx:
             config = {**config, "limits": {**config.get("limits", {}), "light_lane": self.light_lane}}
         if config is not None and self.engine_thread:
             config = {**config, "server": {**config.get("server", {}), "engine_process": False}}
+        if config is not None and self.engine_nice is not None:
+            config = {**config, "server": {**config.get("server", {}), "engine_nice": self.engine_nice}}
         return Daemon(name, self.out_dir, config, self.model, **kw)
 
     async def victim(self, load: Load, url: str, seconds: float) -> dict:
@@ -1127,7 +1131,8 @@ async def main_async(args: argparse.Namespace) -> int:
         await victim_main(args.victim, args.seconds, audio)
         return 0
     ctx = Ctx(out_dir, args.model, audio, args.seconds, capacity=args.capacity, light_lane=args.light_lane,
-              audio_files=args.audio, shared_victim=args.shared_victim, engine_thread=args.engine_thread)
+              audio_files=args.audio, shared_victim=args.shared_victim, engine_thread=args.engine_thread,
+              engine_nice=args.engine_nice)
     if args.rounds:
         ks = [float(k.rstrip("x")) for k in args.rounds.split(",")]
         ctx.rounds = [(f"{k:g}x_{i + 1}", k) for i, k in enumerate(ks)]
@@ -1140,7 +1145,7 @@ async def main_async(args: argparse.Namespace) -> int:
         return 2
     meta = {"started": time.strftime("%Y-%m-%d %H:%M:%S"), "cpus": os.cpu_count(),
             "load_average": os.getloadavg(), "seconds_per_stream": args.seconds, "light_lane": args.light_lane,
-            "engine_process": not args.engine_thread,
+            "engine_process": not args.engine_thread, "engine_nice": args.engine_nice,
             "victim": "shared event loop" if args.shared_victim else "own process"}
     for name in names:
         print(f"== {name}", flush=True)
@@ -1176,6 +1181,7 @@ def main() -> int:
     ap.add_argument("--light-lane", type=float, help="limits.light_lane of every configured daemon (0: one lane)")
     ap.add_argument("--engine-thread", action="store_true",
                     help="server.engine_process: false in every configured daemon (the engine in a thread)")
+    ap.add_argument("--engine-nice", type=int, help="server.engine_nice of every configured daemon")
     ap.add_argument("--shared-victim", action="store_true",
                     help="run the victim in this process's event loop beside the load (the measurement before "
                          "2026-12-03 16:00) instead of a process of its own")

@@ -12,7 +12,7 @@ Modules, by purpose, from the bottom up (a module imports only those above it in
 * :mod:`.drain`     sans-I/O drain decisions under load (which streams the grace period can finish);
 * :mod:`.commands`  the typed engine commands transports submit (open, audio, samples, reset, finish, close);
 * :mod:`.runner`    the engine side: the runner that owns the Recognizer (one worker thread), the batching task;
-* :mod:`.lane`      the light lane: an engine runner in a child process of its own (a light client's stream);
+* :mod:`.lane`      engine runners in child processes of their own (the main engine, the light lane);
 * :mod:`.outbox`    a client's bounded queue of outgoing messages;
 * :mod:`.conn`      websocket connections and the daemon's microphone stream (event loop);
 * :mod:`.wyoming_io` the Wyoming TCP transport on ``server.wyoming_port`` (the ``wyoming`` package's framing);

@@ -24,7 +24,10 @@ Threads and tasks
   single worker thread (``run_in_executor`` on a one-thread executor): apply
   every queued command in order, then ``step()`` while chunks are ready (at
   most ``max_steps_per_cycle``).  Commands arriving meanwhile wait for the
-  next cycle, which is what batches streams together under load.
+  next cycle, which is what batches streams together under load.  With
+  ``server.engine_process`` (the default when a checkpoint is loaded) the
+  runner lives in a child process (:class:`.lane.LaneProcess`) and the worker
+  thread only sends it the commands and waits for the cycle's result.
 * Back on the loop, the cycle's results are routed (:meth:`App._route`): stream creations
   (``ready``), then engine events (partial, final, wake, error, done), then
   acknowledgements of applied frames (Vosk lock-step replies).  Routing only

@@ -445,19 +445,23 @@ def test_ready_echo_partials_final_done(tiny_ckpt):
     run(body())
 
 
+def offline_finals(rec, x):
+    """The texts of the Finals of ``x`` decoded as one stream by ``rec`` with its default options."""
+    from streamd.events import Final
+
+    sid = rec.create_stream()
+    rec.accept_audio(sid, x)
+    rec.finish(sid)
+    return [e.text for e in rec.drain() if isinstance(e, Final)]
+
+
 def test_light_lane_serves_a_light_client_beside_a_slow_heavy_one(tiny_ckpt):
     """limits.light_lane: a client's only stream decodes in the lane's own process, not behind the main
     engine's steps (slowed here to 0.25 s each): the light stream is done first; both transcripts equal the
     engine's; the lane's process ends with the daemon."""
-    from streamd.events import Final
-
     cfg = app_config(limits={"max_load": 0, "light_lane": 4})
     x = random_audio(2.0, seed=8)
-    ref_rec = Recognizer.from_checkpoint(tiny_ckpt, cfg.engine)
-    sid = ref_rec.create_stream()
-    ref_rec.accept_audio(sid, x)
-    ref_rec.finish(sid)
-    ref = [e.text for e in ref_rec.drain() if isinstance(e, Final)]
+    ref = offline_finals(Recognizer.from_checkpoint(tiny_ckpt, cfg.engine), x)
     rec = slowed(Recognizer.from_checkpoint(tiny_ckpt, cfg.engine), 0.25)  # the main engine only
 
     async def opened(port):
@@ -541,7 +545,6 @@ def test_the_main_engine_runs_in_a_nicer_process_of_its_own(tiny_ckpt):
     """server.engine_process (on by default when the daemon loads a checkpoint): no Recognizer in the
     daemon's process, the engine's process ``engine_nice`` steps nicer, calibrated there; clients get the
     model info and transcripts the engine gives here; the process ends with the daemon."""
-    from streamd.events import Final
     from streamd.server.protocol import public_model_info
     from streamd.server.runner import EngineRunner
 
@@ -549,10 +552,7 @@ def test_the_main_engine_runs_in_a_nicer_process_of_its_own(tiny_ckpt):
     assert cfg.server.engine_process
     x = random_audio(2.0, seed=10)
     ref_rec = Recognizer.from_checkpoint(tiny_ckpt, cfg.engine)
-    sid = ref_rec.create_stream()
-    ref_rec.accept_audio(sid, x)
-    ref_rec.finish(sid)
-    ref = [e.text for e in ref_rec.drain() if isinstance(e, Final)]
+    ref = offline_finals(ref_rec, x)
 
     async def body():
         async with App(cfg, model_path=str(tiny_ckpt)) as app:
