@@ -18,7 +18,8 @@ Scenarios (the issue's targets in brackets; docs/benchmarks.md "Overload" has th
   this loop, busy with hundreds of load clients).  ``--light-lane N`` sets ``limits.light_lane`` (0: one
   engine) in every configured daemon, for A/B runs; ``--engine-thread`` sets ``server.engine_process: false``
   (the main engine in a worker thread of the daemon's process, as before 2026-12-05) likewise, and
-  ``--engine-nice N`` ``server.engine_nice``.
+  ``--engine-nice N`` ``server.engine_nice``; ``--daemon-nice N`` starts every daemon under ``nice -n N``
+  (systemd's ``Nice=``).
 * ``capacity``  capacity search with admission off (``limits.max_load: 0``): the most real-time greedy
   streams (p95 partial lag <= one chunk, no growth), doubling then bisecting.
 * ``default``   out of the box (no config file): 32 real-time greedy streams [all real time, >= 32].
@@ -87,12 +88,14 @@ class Daemon:
     """``python -m streamd serve`` in a subprocess with a YAML config (None: no config file at all)."""
 
     def __init__(self, name: str, out_dir: Path, config: dict | None, model: str | None, env: dict | None = None,
-                 wyoming: bool = False):
+                 wyoming: bool = False, nice: int = 0):
         self.name = name
         self.port = free_port()
         self.wyoming_port = free_port() if wyoming else None
         self.log_path = out_dir / f"{name}.log"
         args = [sys.executable, "-m", "streamd", "serve", "--port", str(self.port)]
+        if nice:  # as systemd's Nice= in the unit would start it (the engine process adds server.engine_nice)
+            args = ["nice", "-n", str(nice)] + args
         if model:
             args += ["--model", model]
         if self.wyoming_port:
@@ -396,6 +399,7 @@ class Ctx:
     light_lane: float | None = None  # limits.light_lane of every configured daemon (None: the default)
     engine_thread: bool = False  # server.engine_process: false in every configured daemon
     engine_nice: int | None = None  # server.engine_nice of every configured daemon (None: the default)
+    daemon_nice: int = 0  # every daemon started under `nice -n N` (systemd's Nice=)
     audio_files: list[str] | None = None  # --audio (the victim process reads the same)
     shared_victim: bool = False  # the victim in this process's event loop, beside the load (before 2026-12-03 16:00)
     rounds: list = field(default_factory=lambda: list(ROUNDS))  # the overload scenario's (name, k x capacity)
@@ -407,7 +411,7 @@ class Ctx:
             config = {**config, "server": {**config.get("server", {}), "engine_process": False}}
         if config is not None and self.engine_nice is not None:
             config = {**config, "server": {**config.get("server", {}), "engine_nice": self.engine_nice}}
-        return Daemon(name, self.out_dir, config, self.model, **kw)
+        return Daemon(name, self.out_dir, config, self.model, nice=self.daemon_nice, **kw)
 
     async def victim(self, load: Load, url: str, seconds: float) -> dict:
         """One greedy stream of another user (``VICTIM_ADDR``) for ``seconds``: its :func:`victim_report`,
@@ -1132,7 +1136,7 @@ async def main_async(args: argparse.Namespace) -> int:
         return 0
     ctx = Ctx(out_dir, args.model, audio, args.seconds, capacity=args.capacity, light_lane=args.light_lane,
               audio_files=args.audio, shared_victim=args.shared_victim, engine_thread=args.engine_thread,
-              engine_nice=args.engine_nice)
+              engine_nice=args.engine_nice, daemon_nice=args.daemon_nice)
     if args.rounds:
         ks = [float(k.rstrip("x")) for k in args.rounds.split(",")]
         ctx.rounds = [(f"{k:g}x_{i + 1}", k) for i, k in enumerate(ks)]
@@ -1146,6 +1150,7 @@ async def main_async(args: argparse.Namespace) -> int:
     meta = {"started": time.strftime("%Y-%m-%d %H:%M:%S"), "cpus": os.cpu_count(),
             "load_average": os.getloadavg(), "seconds_per_stream": args.seconds, "light_lane": args.light_lane,
             "engine_process": not args.engine_thread, "engine_nice": args.engine_nice,
+            "daemon_nice": args.daemon_nice,
             "victim": "shared event loop" if args.shared_victim else "own process"}
     for name in names:
         print(f"== {name}", flush=True)
@@ -1182,6 +1187,8 @@ def main() -> int:
     ap.add_argument("--engine-thread", action="store_true",
                     help="server.engine_process: false in every configured daemon (the engine in a thread)")
     ap.add_argument("--engine-nice", type=int, help="server.engine_nice of every configured daemon")
+    ap.add_argument("--daemon-nice", type=int, default=0,
+                    help="start every daemon under `nice -n N` (as systemd's Nice= would; negative: needs root)")
     ap.add_argument("--shared-victim", action="store_true",
                     help="run the victim in this process's event loop beside the load (the measurement before "
                          "2026-12-03 16:00) instead of a process of its own")

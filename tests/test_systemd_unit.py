@@ -43,6 +43,15 @@ def test_unit_bounds_allocator_retention():
     assert "MALLOC_ARENA_MAX=2" in env and "MALLOC_MMAP_THRESHOLD_=65536" in env
 
 
+def test_unit_puts_the_daemon_a_little_ahead_and_the_engine_behind():
+    """Nice=-5: client I/O and the light lane ahead of ordinary processes; the engine's process
+    (server.engine_nice, 10 by default) then runs at +5, behind them."""
+    from streamd.config import ServerConfig
+
+    nice = int(_unit()["Service"]["Nice"])
+    assert -10 <= nice < 0 and nice + ServerConfig().engine_nice > 0
+
+
 def _seconds(v: str) -> float:
     m = re.fullmatch(r"(\d+(?:\.\d+)?)(s|min)?", v)
     assert m, f"unexpected time span {v!r}"
