@@ -93,12 +93,18 @@ log = logging.getLogger("streamd.server")
 LANE_RESTART_DELAY, LANE_RESTART_MAX, LANE_STABLE = 2.0, 300.0, 60.0
 
 
-
 def restart_delay(quick_deaths: int) -> float:
     """Seconds before a dead engine process is started again: :data:`LANE_RESTART_DELAY`, doubled for each
     process in a row that died within :data:`LANE_STABLE` of its start (``quick_deaths``), at most
     :data:`LANE_RESTART_MAX`."""
     return min(LANE_RESTART_MAX, LANE_RESTART_DELAY * 2 ** max(0, quick_deaths - 1))
+
+
+def after_death(started: float, quick_deaths: int) -> tuple[int, float]:
+    """An engine process started at ``started`` (monotonic) died now, after ``quick_deaths`` quick deaths in a
+    row: the new count (0 when it had lived :data:`LANE_STABLE` or longer) and its :func:`restart_delay`."""
+    n = quick_deaths + 1 if time.monotonic() - started < LANE_STABLE else 0
+    return n, restart_delay(n)
 
 
 V1_PATH, VOSK_PATH, EVENTS_PATH = "/v1/stream", "/vosk", "/v1/events"
@@ -523,8 +529,6 @@ class App:
             self._main_started = time.monotonic()
             log.info("main engine: process pid %s (nice +%d), loaded and warmed up (%.1f s of audio) in %.2f s",
                      runner.pid, s.engine_nice, s.warmup_seconds, time.perf_counter() - t0)
-            if lane is not None:  # loaded before the calibration below, which it would slow down
-                await lane
         else:
             if self.rec is None:
                 loader = self.loader
@@ -539,10 +543,10 @@ class App:
                 await loop.run_in_executor(self.executor, self.rec.warm_up, s.warmup_seconds)
                 log.info("warmed up (%.1f s of audio, every method) in %.2f s", s.warmup_seconds,
                          time.perf_counter() - t0)
-            if lane is not None:  # loaded before the calibration below, which it would slow down
-                await lane
             runner = await loop.run_in_executor(self.executor, EngineRunner, self.rec, s.max_steps_per_cycle,
                                                 lim.max_backlog_seconds)
+        if lane is not None:  # loaded before the calibration below, which it would slow down
+            await lane
         if lim.max_load:  # admission by capacity: the step-time model, calibrated on this machine now
             model = await loop.run_in_executor(self.executor, runner.calibrate)
             self.admission.model = model
@@ -587,9 +591,7 @@ class App:
         ``/readyz`` 503 while a new one starts, after a delay as for the light lane
         (:meth:`_restart_light_lane`); the capacity model stays the one calibrated at the start."""
         self.loading = True
-        quick = time.monotonic() - self._main_started < LANE_STABLE
-        self._main_quick_deaths = self._main_quick_deaths + 1 if quick else 0
-        delay = restart_delay(self._main_quick_deaths)
+        self._main_quick_deaths, delay = after_death(self._main_started, self._main_quick_deaths)
         log.info("main engine: starting a new engine process in %g s", delay)
         await asyncio.sleep(delay)
         loop = asyncio.get_running_loop()
@@ -649,9 +651,7 @@ class App:
         :data:`LANE_RESTART_DELAY`, doubled for each lane in a row that died within :data:`LANE_STABLE` of
         its start (meanwhile every stream goes to the main engine); if it cannot start, the daemon goes on
         with one engine."""
-        quick = time.monotonic() - self._lane_started < LANE_STABLE
-        self._lane_quick_deaths = self._lane_quick_deaths + 1 if quick else 0
-        delay = restart_delay(self._lane_quick_deaths)
+        self._lane_quick_deaths, delay = after_death(self._lane_started, self._lane_quick_deaths)
         log.info("light lane: starting a new engine process in %g s", delay)
         await asyncio.sleep(delay)
         old, loop = self.light_lane, asyncio.get_running_loop()

@@ -36,8 +36,8 @@ from typing import Any
 
 from ..config import to_dict
 from ..events import Done, Error
-from .commands import CloseStream, Command, OpenStream
 from .admission import CapacityModel
+from .commands import CloseStream, Command, OpenStream
 from .runner import CycleResult
 
 __all__ = ["LaneProcess"]
@@ -97,13 +97,13 @@ class LaneProcess:
     The constructor starts the child and waits (blocking) until its Recognizer is loaded (and warmed up
     with ``warmup`` seconds of audio); RuntimeError if it could not load or did not answer within
     ``timeout`` seconds (the child's exception, when it raised one, is its ``__cause__``).  ``name``: the lane
-    in messages ("light lane", "main engine"); ``nice``: added to
-    the child's nice value (0..19, lower CPU priority)."""
+    in messages ("light lane", "main engine"); ``nice``: added to the child's nice value (0..19, lower CPU
+    priority)."""
 
     def __init__(self, model_path: str, config: Any, max_steps: int = 4, max_backlog: float = 0.0,
                  warmup: float = 0.0, timeout: float = 120.0, name: str = "light lane", nice: int = 0):
         self.model_path, self.config = model_path, config  # what a replacement lane is started with
-        self.name, self.nice = name, nice
+        self.name = name
         self.budget: float | None = None  # the runner's step budget, sent with every cycle (EngineRunner.budget)
         self.model_info: dict = {}
         ctx = multiprocessing.get_context("spawn")  # never fork a process that runs threads and torch
