@@ -33,8 +33,10 @@ its monotonic clock) and asks for decisions.
   engine runs many small steps back to back, each paying the fixed cost,
   and merges them into larger batches as the load grows.)
 * **Admission** (:class:`Admission`): a new stream is refused with
-  ``overloaded`` (close 1013, ``retry_after`` seconds) when the model's load
-  with it would exceed ``limits.max_load``, while the event loop runs
+  ``overloaded`` (close 1013, ``retry_after`` seconds: :data:`RETRY_AFTER`,
+  or :data:`NEAR_RETRY_AFTER` when the load with it would be within
+  :data:`NEAR_LIMIT` of the limit, where the next seconds' scale decides)
+  when the model's load with it would exceed ``limits.max_load``, while the event loop runs
   :data:`LOOP_LAG_LIMIT` late or live streams' partials come
   :data:`LATE_CHUNKS` chunk late (90th percentiles over :data:`LAG_WINDOW`),
   and beyond ``max(16, 0.25 x demand)`` cost units admitted a second (slow
@@ -86,11 +88,14 @@ from typing import Iterable, Sequence
 from ..config import LimitsConfig
 
 __all__ = ["stream_cost", "CapacityModel", "Refusal", "StreamLoad", "Admission", "Candidate", "fair_pick",
-           "BURST_STEP", "MIN_BATCH_UNITS", "RETRY_AFTER", "WINDOW", "LAG_WINDOW", "LOOP_LAG_LIMIT", "LATE_CHUNKS",
+           "BURST_STEP", "MIN_BATCH_UNITS", "RETRY_AFTER", "NEAR_LIMIT", "NEAR_RETRY_AFTER", "WINDOW", "LAG_WINDOW",
+           "LOOP_LAG_LIMIT", "LATE_CHUNKS",
            "GROWTH", "GROWTH_MIN", "HELD_WINDOW", "HELD_RATE", "HELD_CHUNKS", "LIGHT_STREAM_COST"]
 
 WINDOW = 5.0  # seconds of recent cycles behind the scale, and of audio arrivals behind a stream's rate
 RETRY_AFTER = 3.0  # seconds a refused client is told to wait when the live streams fill the model (some must end)
+NEAR_LIMIT = 1.1  # ... but when the load with it would be at most this x max_load: within the scale's own noise
+NEAR_RETRY_AFTER = 1.0  # ... it is told 1 s (the scale's window moves on; after a load the last of its peak get in)
 BURST_STEP = 0.25  # share of a chunk's duration one step may take when more streams are ready (fair_pick)
 MIN_BATCH_UNITS = 16.0  # ... but never fewer cost units than this (a batch of 16 greedy streams)
 MIN_SCALE, MAX_SCALE = 0.1, 50.0
@@ -375,10 +380,11 @@ class Admission:
 
         load = model.load(demand + cost, now)
         if load > max_load:
+            wait = NEAR_RETRY_AFTER if load <= NEAR_LIMIT * max_load else RETRY_AFTER
             return Refusal("overloaded", f"server is at capacity: with this stream (cost {cost:g}; a greedy stream "
                                          f"is 1) the {len(self.streams)} live streams would need {100 * load:.0f} % "
                                          f"of real time to decode (limit {100 * max_load:.0f} %, limits.max_load); "
-                                         f"try again in {RETRY_AFTER:g} s or use another server")
+                                         f"try again in {wait:g} s or use another server", retry_after=wait)
         if lag_bad:
             return Refusal("overloaded", f"server is at capacity: its event loop runs {1000 * lag:.0f} ms late; "
                                          f"try again in {LAG_WINDOW:g} s or use another server", retry_after=LAG_WINDOW)

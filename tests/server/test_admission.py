@@ -15,8 +15,8 @@ from websockets.asyncio.client import connect
 
 from helpers import drain, http_get, make_app, pcm16, random_audio, run, until
 from streamd.config import AppConfig, ConfigError, LimitsConfig, from_dict
-from streamd.server.admission import (GROWTH_MIN, HELD_WINDOW, LIGHT_STREAM_COST, MIN_BATCH_UNITS, RETRY_AFTER,
-                                      Admission, CapacityModel, Candidate, Refusal, fair_pick, stream_cost)
+from streamd.server.admission import (GROWTH_MIN, HELD_WINDOW, LIGHT_STREAM_COST, MIN_BATCH_UNITS, NEAR_LIMIT,
+                                      NEAR_RETRY_AFTER, RETRY_AFTER, Admission, CapacityModel, Candidate, Refusal, fair_pick, stream_cost)
 from streamd.server.protocol import CLOSE_CODES
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -125,6 +125,22 @@ def test_idle_server_takes_one_stream_then_admits_by_predicted_load():
     assert a2.check(t, stream_cost("modified_beam", 64)).code == "overloaded"
     assert a2.check(t, 1.0) is None
     assert a2.load(t) == pytest.approx(m.load(a2.total_cost(), t))
+
+
+def test_retry_hint_is_short_when_the_refusal_is_within_the_scale_noise():
+    """Over the limit by less than NEAR_LIMIT: 1 s (the next seconds' scale decides); further over: 3 s."""
+    m = model(fixed=0.0, per_unit=0.01)  # load = 0.01 x units / 0.32
+    a = Admission(limits(max_load=0.8), m)
+    for k in range(25):  # 25 units: load 0.78
+        assert a.reserve(k, float(k), 1.0, "c") is None
+    t = 40.0
+    near = a.check(t, 1.0)  # 26 units: load 0.8125, 1.6 % over
+    assert near.code == "overloaded" and near.retry_after == NEAR_RETRY_AFTER == 1.0
+    assert "try again in 1 s" in near.message
+    assert m.load(28.0, t) <= NEAR_LIMIT * 0.8 < m.load(29.0, t)
+    assert a.check(t, 3.0).retry_after == NEAR_RETRY_AFTER  # 28 units: 9.4 % over
+    far = a.check(t, 4.0)  # 29 units: 13 % over
+    assert far.retry_after == RETRY_AFTER == 3.0 and "try again in 3 s" in far.message
 
 
 def test_slow_start_and_observed_overload():
