@@ -35,7 +35,10 @@ its monotonic clock) and asks for decisions.
 * **Admission** (:class:`Admission`): a new stream is refused with
   ``overloaded`` (close 1013, ``retry_after`` seconds: :data:`RETRY_AFTER`,
   or :data:`NEAR_RETRY_AFTER` when the load with it would be within
-  :data:`NEAR_LIMIT` of the limit, where the next seconds' scale decides)
+  :data:`NEAR_LIMIT` of the limit, where the next seconds' scale decides,
+  and fewer than :data:`NEAR_WAITING` such refusals (by this rule) came in
+  the last :data:`LAG_WINDOW`: the last few clients of a load's peak, not a
+  crowd that a short hint would bring back three times as often)
   when the model's load with it would exceed ``limits.max_load``, while the event loop runs
   :data:`LOOP_LAG_LIMIT` late or live streams' partials come
   :data:`LATE_CHUNKS` chunk late (90th percentiles over :data:`LAG_WINDOW`),
@@ -88,13 +91,15 @@ from typing import Iterable, Sequence
 from ..config import LimitsConfig
 
 __all__ = ["stream_cost", "CapacityModel", "Refusal", "StreamLoad", "Admission", "Candidate", "fair_pick",
-           "BURST_STEP", "MIN_BATCH_UNITS", "RETRY_AFTER", "NEAR_LIMIT", "NEAR_RETRY_AFTER", "WINDOW", "LAG_WINDOW",
+           "BURST_STEP", "MIN_BATCH_UNITS", "RETRY_AFTER", "NEAR_LIMIT", "NEAR_WAITING", "NEAR_RETRY_AFTER", "WINDOW",
+           "LAG_WINDOW",
            "LOOP_LAG_LIMIT", "LATE_CHUNKS",
            "GROWTH", "GROWTH_MIN", "HELD_WINDOW", "HELD_RATE", "HELD_CHUNKS", "LIGHT_STREAM_COST"]
 
 WINDOW = 5.0  # seconds of recent cycles behind the scale, and of audio arrivals behind a stream's rate
 RETRY_AFTER = 3.0  # seconds a refused client is told to wait when the live streams fill the model (some must end)
-NEAR_LIMIT = 1.1  # ... but when the load with it would be at most this x max_load: within the scale's own noise
+NEAR_LIMIT = 1.1  # ... but when the load with it would be at most this x max_load (within the scale's own noise)
+NEAR_WAITING = 16  # ... and fewer than this many came in the last LAG_WINDOW (a few clients wait, not a crowd)
 NEAR_RETRY_AFTER = 1.0  # ... it is told 1 s (the scale's window moves on; after a load the last of its peak get in)
 BURST_STEP = 0.25  # share of a chunk's duration one step may take when more streams are ready (fair_pick)
 MIN_BATCH_UNITS = 16.0  # ... but never fewer cost units than this (a batch of 16 greedy streams)
@@ -260,6 +265,7 @@ class Admission:
         self._loop_lag: deque[tuple[float, float]] = deque()  # (now, seconds late)
         self._admitted: deque[tuple[float, float, int]] = deque()  # (now, cost, key) of the last window's admissions
         self._held: deque[tuple[float, float]] = deque()  # (now, demand x scale) seen on time; units decreasing
+        self._refused: deque[tuple[float, None]] = deque()  # (now, None) of the load rule's refusals given (check)
         self._seq = 0
 
     # ----------------------------------------------------------------- demand
@@ -361,9 +367,11 @@ class Admission:
                 return Refusal("client_limit", f"this token already uses {used:g} of its {lim.max_cost_per_token:g} "
                                                f"stream units (limits.max_cost_per_token; this stream costs {cost:g}: "
                                                f"a greedy stream is 1); close a stream or try again later")
-        return self._capacity(now, cost)
+        return self._capacity(now, cost, count=True)
 
-    def _capacity(self, now: float, cost: float) -> Refusal | None:
+    def _capacity(self, now: float, cost: float, count: bool = False) -> Refusal | None:
+        """The capacity rules for a stream of ``cost`` units; ``count``: a refusal by the load rule is given to a
+        client (counted for :data:`NEAR_WAITING`; /readyz asks without counting)."""
         model, max_load = self.model, self.limits.max_load
         if model is None or not max_load or not self.streams:
             return None  # no rule, or an idle server: one stream is always taken
@@ -380,7 +388,11 @@ class Admission:
 
         load = model.load(demand + cost, now)
         if load > max_load:
-            wait = NEAR_RETRY_AFTER if load <= NEAR_LIMIT * max_load else RETRY_AFTER
+            self._trim(self._refused, now)
+            near = load <= NEAR_LIMIT * max_load and len(self._refused) < NEAR_WAITING
+            wait = NEAR_RETRY_AFTER if near else RETRY_AFTER
+            if count:
+                self._refused.append((now, None))
             return Refusal("overloaded", f"server is at capacity: with this stream (cost {cost:g}; a greedy stream "
                                          f"is 1) the {len(self.streams)} live streams would need {100 * load:.0f} % "
                                          f"of real time to decode (limit {100 * max_load:.0f} %, limits.max_load); "

@@ -15,8 +15,8 @@ from websockets.asyncio.client import connect
 
 from helpers import drain, http_get, make_app, pcm16, random_audio, run, until
 from streamd.config import AppConfig, ConfigError, LimitsConfig, from_dict
-from streamd.server.admission import (GROWTH_MIN, HELD_WINDOW, LIGHT_STREAM_COST, MIN_BATCH_UNITS, NEAR_LIMIT,
-                                      NEAR_RETRY_AFTER, RETRY_AFTER, Admission, CapacityModel, Candidate, Refusal, fair_pick, stream_cost)
+from streamd.server.admission import (GROWTH_MIN, HELD_WINDOW, LAG_WINDOW, LIGHT_STREAM_COST, MIN_BATCH_UNITS,
+                                      NEAR_LIMIT, NEAR_RETRY_AFTER, NEAR_WAITING, RETRY_AFTER, Admission, CapacityModel, Candidate, Refusal, fair_pick, stream_cost)
 from streamd.server.protocol import CLOSE_CODES
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -127,8 +127,9 @@ def test_idle_server_takes_one_stream_then_admits_by_predicted_load():
     assert a2.load(t) == pytest.approx(m.load(a2.total_cost(), t))
 
 
-def test_retry_hint_is_short_when_the_refusal_is_within_the_scale_noise():
-    """Over the limit by less than NEAR_LIMIT: 1 s (the next seconds' scale decides); further over: 3 s."""
+def test_retry_hint_is_short_when_the_refusal_is_within_the_scale_noise_and_few_wait():
+    """Over the limit by less than NEAR_LIMIT with few refusals lately: 1 s (the next seconds' scale decides);
+    further over, or while a crowd is being refused: 3 s."""
     m = model(fixed=0.0, per_unit=0.01)  # load = 0.01 x units / 0.32
     a = Admission(limits(max_load=0.8), m)
     for k in range(25):  # 25 units: load 0.78
@@ -141,6 +142,13 @@ def test_retry_hint_is_short_when_the_refusal_is_within_the_scale_noise():
     assert a.check(t, 3.0).retry_after == NEAR_RETRY_AFTER  # 28 units: 9.4 % over
     far = a.check(t, 4.0)  # 29 units: 13 % over
     assert far.retry_after == RETRY_AFTER == 3.0 and "try again in 3 s" in far.message
+    # a crowd: NEAR_WAITING refusals within LAG_WINDOW -> the long hint even when only marginally over
+    t = 100.0
+    for i in range(NEAR_WAITING):  # fewer than NEAR_WAITING before each of these
+        assert a.check(t + 0.01 * i, 1.0).retry_after == NEAR_RETRY_AFTER, i
+    assert a.check(t + 0.2, 1.0).retry_after == RETRY_AFTER
+    assert a.overloaded(t + 0.3).retry_after == RETRY_AFTER  # /readyz sees the same, and counts no refusal
+    assert a.check(t + 0.2 + LAG_WINDOW + 0.1, 1.0).retry_after == NEAR_RETRY_AFTER  # the crowd has gone
 
 
 def test_slow_start_and_observed_overload():
