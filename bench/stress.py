@@ -407,10 +407,11 @@ class Ctx:
     def daemon(self, name: str, config: dict | None, **kw: Any) -> Daemon:
         if config is not None and self.light_lane is not None:
             config = {**config, "limits": {**config.get("limits", {}), "light_lane": self.light_lane}}
-        if config is not None and self.engine_thread:
-            config = {**config, "server": {**config.get("server", {}), "engine_process": False}}
-        if config is not None and self.engine_nice is not None:
-            config = {**config, "server": {**config.get("server", {}), "engine_nice": self.engine_nice}}
+        server = {"engine_process": False} if self.engine_thread else {}
+        if self.engine_nice is not None:
+            server["engine_nice"] = self.engine_nice
+        if config is not None and server:
+            config = {**config, "server": {**config.get("server", {}), **server}}
         return Daemon(name, self.out_dir, config, self.model, nice=self.daemon_nice, **kw)
 
     async def victim(self, load: Load, url: str, seconds: float) -> dict:

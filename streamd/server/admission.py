@@ -33,13 +33,13 @@ its monotonic clock) and asks for decisions.
   engine runs many small steps back to back, each paying the fixed cost,
   and merges them into larger batches as the load grows.)
 * **Admission** (:class:`Admission`): a new stream is refused with
-  ``overloaded`` (close 1013, ``retry_after`` seconds: :data:`RETRY_AFTER`,
-  or :data:`NEAR_RETRY_AFTER` when the load with it would be within
+  ``overloaded`` (close 1013, ``retry_after`` seconds) when the model's load
+  with it would exceed ``limits.max_load`` (``retry_after``
+  :data:`RETRY_AFTER`, or :data:`NEAR_RETRY_AFTER` when it would be within
   :data:`NEAR_LIMIT` of the limit, where the next seconds' scale decides,
-  and fewer than :data:`NEAR_WAITING` such refusals (by this rule) came in
-  the last :data:`LAG_WINDOW`: the last few clients of a load's peak, not a
-  crowd that a short hint would bring back three times as often)
-  when the model's load with it would exceed ``limits.max_load``, while the event loop runs
+  and fewer than :data:`NEAR_WAITING` such refusals came in the last
+  :data:`LAG_WINDOW`: the last few clients of a load's peak, not a crowd
+  that a short hint would bring back three times as often), while the event loop runs
   :data:`LOOP_LAG_LIMIT` late or live streams' partials come
   :data:`LATE_CHUNKS` chunk late (90th percentiles over :data:`LAG_WINDOW`),
   and beyond ``max(16, 0.25 x demand)`` cost units admitted a second (slow
@@ -92,8 +92,7 @@ from ..config import LimitsConfig
 
 __all__ = ["stream_cost", "CapacityModel", "Refusal", "StreamLoad", "Admission", "Candidate", "fair_pick",
            "BURST_STEP", "MIN_BATCH_UNITS", "RETRY_AFTER", "NEAR_LIMIT", "NEAR_WAITING", "NEAR_RETRY_AFTER", "WINDOW",
-           "LAG_WINDOW",
-           "LOOP_LAG_LIMIT", "LATE_CHUNKS",
+           "LAG_WINDOW", "LOOP_LAG_LIMIT", "LATE_CHUNKS",
            "GROWTH", "GROWTH_MIN", "HELD_WINDOW", "HELD_RATE", "HELD_CHUNKS", "LIGHT_STREAM_COST"]
 
 WINDOW = 5.0  # seconds of recent cycles behind the scale, and of audio arrivals behind a stream's rate
@@ -265,7 +264,7 @@ class Admission:
         self._loop_lag: deque[tuple[float, float]] = deque()  # (now, seconds late)
         self._admitted: deque[tuple[float, float, int]] = deque()  # (now, cost, key) of the last window's admissions
         self._held: deque[tuple[float, float]] = deque()  # (now, demand x scale) seen on time; units decreasing
-        self._refused: deque[tuple[float, None]] = deque()  # (now, None) of the load rule's refusals given (check)
+        self._refused: deque[tuple[float, float]] = deque()  # (now, load with the stream) of the load rule's refusals
         self._seq = 0
 
     # ----------------------------------------------------------------- demand
@@ -392,7 +391,7 @@ class Admission:
             near = load <= NEAR_LIMIT * max_load and len(self._refused) < NEAR_WAITING
             wait = NEAR_RETRY_AFTER if near else RETRY_AFTER
             if count:
-                self._refused.append((now, None))
+                self._refused.append((now, load))
             return Refusal("overloaded", f"server is at capacity: with this stream (cost {cost:g}; a greedy stream "
                                          f"is 1) the {len(self.streams)} live streams would need {100 * load:.0f} % "
                                          f"of real time to decode (limit {100 * max_load:.0f} %, limits.max_load); "
