@@ -733,8 +733,9 @@ class App:
             if late:
                 log.warning("grace period over: ending %d streams before their end (shutting_down)", len(late))
                 for c in late:
-                    c.perform(c.proto.fail("shutting_down", f"the server shut down before this stream was "
-                                                            f"decoded to its end (grace period {grace:g} s)"))
+                    c.perform(c.proto.fail("shutting_down", f"the server is shutting down and its grace period "
+                                                            f"({grace:g} s) ended before this stream was "
+                                                            f"decoded to its end"))
             left = [e for e in self.conn_done.values() if not e.is_set()]
             if left:  # the error and close frames go out before the listeners close the rest
                 waits = [asyncio.ensure_future(e.wait()) for e in left]

@@ -275,8 +275,8 @@ class WyomingServer:
             self._server.close()
         for conn in list(self.conns):
             if conn.proto.stream_live:
-                conn.perform(conn.proto.fail("shutting_down", "the server shut down before this stream was "
-                                                              "decoded to its end (grace period over)"))
+                conn.perform(conn.proto.fail("shutting_down", "the server is shutting down and its grace period "
+                                                              "ended before this stream was decoded to its end"))
             else:
                 conn.perform(conn.proto.shutdown())
         waits = [asyncio.ensure_future(c.done.wait()) for c in self.conns]
