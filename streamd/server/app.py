@@ -68,7 +68,7 @@ from .admission import Admission, Refusal, stream_cost
 from .auth import RequestInfo, authorize, check_wyoming_auth, load_tokens
 from .commands import CloseStream, Command, OpenStream
 from .conn import Conn, MicStream, discard, run_mic
-from .drain import ThroughputWindow, drain_plan
+from .drain import ThroughputWindow, cannot_finish_message, drain_plan, grace_over_message
 from .exhaustion import ACCEPT_ERROR_LOG_SECONDS, RESOURCE_ERRNOS, ResourceErrors
 from .guard import BadRequest, HostRule, RateLimitedLog, check_request
 from .lane import LaneProcess
@@ -718,9 +718,7 @@ class App:
             for k in sorted(give_up):
                 c = live[k]
                 left = c.proto.audio_seconds - c.decoded
-                c.perform(c.proto.fail("shutting_down", f"the server is shutting down and cannot decode the "
-                                                        f"{left:.1f} s of audio still queued for this stream "
-                                                        f"within its grace period"))
+                c.perform(c.proto.fail("shutting_down", cannot_finish_message(left)))
         waits = [asyncio.ensure_future(e.wait()) for e in self.conn_done.values()]
         waits += [asyncio.ensure_future(m.done.wait()) for m in self.mics.values()]
         if self.wyoming is not None:  # its streams finish (results sent), its idle connections close
@@ -733,9 +731,7 @@ class App:
             if late:
                 log.warning("grace period over: ending %d streams before their end (shutting_down)", len(late))
                 for c in late:
-                    c.perform(c.proto.fail("shutting_down", f"the server is shutting down and its grace period "
-                                                            f"({grace:g} s) ended before this stream was "
-                                                            f"decoded to its end"))
+                    c.perform(c.proto.fail("shutting_down", grace_over_message(grace)))
             left = [e for e in self.conn_done.values() if not e.is_set()]
             if left:  # the error and close frames go out before the listeners close the rest
                 waits = [asyncio.ensure_future(e.wait()) for e in left]

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Mapping
 
-__all__ = ["ThroughputWindow", "drain_plan"]
+__all__ = ["ThroughputWindow", "drain_plan", "cannot_finish_message", "grace_over_message"]
 
 
 class ThroughputWindow:
@@ -65,3 +65,16 @@ def drain_plan(remaining: Mapping[int, float], throughput: float | None, grace: 
         kept.add(key)
         used += r
     return set(remaining) - kept
+
+
+def cannot_finish_message(left: float) -> str:
+    """The ``shutting_down`` error of a stream :func:`drain_plan` ends at once (``left`` s still to decode)."""
+    return (f"the server is shutting down and cannot decode the {left:.1f} s of audio still queued for this "
+            f"stream within its grace period")
+
+
+def grace_over_message(grace: float | None = None) -> str:
+    """The ``shutting_down`` error of a stream still live when the grace period (``grace`` s, if known) ends;
+    worded like :func:`cannot_finish_message`, so a client sees the same reason whichever ended its stream."""
+    period = "its grace period" if grace is None else f"its grace period ({grace:g} s)"
+    return f"the server is shutting down and {period} ended before this stream was decoded to its end"

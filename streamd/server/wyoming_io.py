@@ -37,6 +37,7 @@ from .. import __version__
 from ..events import Done, Error, Event
 from .auth import check_wyoming_auth  # noqa: F401 - its home until auth.py; still importable here
 from .commands import CloseStream, Command, FeedPcm, FinishStream, OpenStream
+from .drain import grace_over_message
 from .outbox import Outbox
 from .protocol import Action, Audio, Close, Finish, Open, Send
 from .wyoming import Discard, WyomingSession
@@ -275,8 +276,7 @@ class WyomingServer:
             self._server.close()
         for conn in list(self.conns):
             if conn.proto.stream_live:
-                conn.perform(conn.proto.fail("shutting_down", "the server is shutting down and its grace period "
-                                                              "ended before this stream was decoded to its end"))
+                conn.perform(conn.proto.fail("shutting_down", grace_over_message()))
             else:
                 conn.perform(conn.proto.shutdown())
         waits = [asyncio.ensure_future(c.done.wait()) for c in self.conns]

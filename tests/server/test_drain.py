@@ -3,7 +3,7 @@ and the throughput window they are based on.  The drain on the wire: tests/serve
 
 import pytest
 
-from streamd.server.drain import ThroughputWindow, drain_plan
+from streamd.server.drain import ThroughputWindow, cannot_finish_message, drain_plan, grace_over_message
 
 
 def test_drain_plan_and_throughput():
@@ -21,3 +21,11 @@ def test_drain_plan_and_throughput():
     assert drain_plan({1: 5.0, 2: 3.0, 3: 3.0, 4: 4.0}, 1.0, 10.0) == {1, 4}
     assert drain_plan({3: 3.0, 2: 3.0}, 1.0, 6.0) == {3}  # 4.8 s: one of two equal backlogs, the older
     assert drain_plan({7: 9.0}, 1.0, 10.0) == {7} and drain_plan({}, 1.0, 10.0) == set()
+
+
+def test_both_drain_errors_give_the_same_reason():
+    """Whichever ends a stream (the plan at once, or the end of the grace), the client reads the same reason."""
+    early, late, wyoming = cannot_finish_message(12.34), grace_over_message(0.8), grace_over_message()
+    for m in (early, late, wyoming):
+        assert m.startswith("the server is shutting down and ")
+    assert "12.3 s of audio" in early and "(0.8 s)" in late and "(" not in wyoming
