@@ -33,6 +33,8 @@ __all__ = [
     "parse_phrases",
     "WAKE_WORDS_HELP",
     "HOTWORDS_HELP",
+    "TRANSDUCER_SCORES",
+    "WAKE_SCORES",
     "MAX_PHRASES",
     "DecodingConfig",
     "EngineConfig",
@@ -77,6 +79,9 @@ def _positive(value: float, path: str, strict: bool = True) -> None:
 
 SEARCH_METHODS = ("greedy", "modified_beam", "beam", "ctc_greedy", "ctc_prefix_beam")
 HOTWORD_METHODS = ("modified_beam",)
+# runtime wake-word scores: the transducer keyword search's, and the CTC head's (streamd.decode.ctc_keyword_search)
+TRANSDUCER_SCORES = ("llr", "prob")
+WAKE_SCORES = TRANSDUCER_SCORES + ("ctc",)
 """The searches that take hotwords (a context graph's boosts are beam-search scores)."""
 
 
@@ -346,7 +351,9 @@ class KwsConfig:
     phrases (a stream's start message may replace the list); ``wake_threshold`` the default detection
     threshold on the keyword search's score; ``wake_score`` that score: ``llr`` (the geometric mean per
     keyword token of the keyword path's likelihood ratio to the model's own choices) or ``prob`` (the mean
-    probability of the keyword's tokens); ``trailing_blanks`` frames of blank that must follow the keyword
+    probability of the keyword's tokens), both on the transducer's lattice, or ``ctc`` (the ``llr`` of the
+    keyword's best CTC path on the model's CTC head, :mod:`streamd.decode.ctc_keyword_search`; needs a model
+    with a CTC head); ``trailing_blanks`` frames of blank that must follow the keyword
     (unless the word separator does); ``wake_settle_frames`` frames the best candidate must stay unbeaten
     before it is reported (a better path for the same word often completes a frame or two later).
     ``enabled`` false turns both kinds off.
@@ -377,7 +384,8 @@ class KwsConfig:
         _positive(self.refractory_s, "refractory_s", strict=False)
         object.__setattr__(self, "wake_words", parse_phrases(self.wake_words, "wake_words"))
         _check(0.0 < self.wake_threshold < 1.0, "wake_threshold", f"must be in (0, 1), got {self.wake_threshold}")
-        _check(self.wake_score in ("llr", "prob"), "wake_score", f"must be llr or prob, got {self.wake_score!r}")
+        _check(self.wake_score in WAKE_SCORES, "wake_score",
+               f"must be one of {', '.join(WAKE_SCORES)}, got {self.wake_score!r}")
         _check(0 <= self.wake_settle_frames <= 50, "wake_settle_frames",
                f"must be 0..50, got {self.wake_settle_frames}")
         _check(0.0 <= self.wake_boost <= 20.0, "wake_boost", f"must be in [0, 20], got {self.wake_boost}")

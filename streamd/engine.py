@@ -52,6 +52,7 @@ from .decode.greedy import GreedySearch
 from .decode.hyps import HypOut
 from .decode.context_graph import ContextGraph, phrase_graph, shared_boost
 from .decode.endpoint import seconds_to_frames
+from .decode.ctc_keyword_search import CtcKeywordSearch
 from .decode.keyword_search import KeywordHit, KeywordSearch, KeywordSet, KeywordState, keyword_set
 from .decode.kws import Detection, KwsDetector, aligned_span
 from .decode.lm import NgramLM, load_lm
@@ -255,10 +256,14 @@ class Recognizer:
         kcfg = self.config.kws
         self.kws = KwsDetector(self.keywords, kcfg, self.frame_shift_s) if self.keywords else None
         sep = self.tokens.separator if self.tokens.kind == "char" else None
-        self.keyword_search = KeywordSearch(self.model, dcfg.max_symbols_per_frame,
-                                            self.tokens.id(sep) if sep is not None else None, kcfg.trailing_blanks,
-                                            seconds_to_frames(kcfg.refractory_s, self.frame_shift_s),
-                                            kcfg.wake_score, kcfg.wake_settle_frames)
+        sep_id = self.tokens.id(sep) if sep is not None else None
+        refractory = seconds_to_frames(kcfg.refractory_s, self.frame_shift_s)
+        if kcfg.wake_score == "ctc":
+            self.keyword_search: KeywordSearch = CtcKeywordSearch(self.model, sep_id, kcfg.trailing_blanks,
+                                                                  refractory, kcfg.wake_settle_frames)
+        else:
+            self.keyword_search = KeywordSearch(self.model, dcfg.max_symbols_per_frame, sep_id, kcfg.trailing_blanks,
+                                                refractory, kcfg.wake_score, kcfg.wake_settle_frames)
         self._phrase_cache: dict[tuple, Any] = {}
         # the config's lists, checked against the token table now (ValueError names the entry)
         self._default_wake = self.wake_word_set(kcfg.wake_words, "kws.wake_words")
@@ -642,7 +647,8 @@ class Recognizer:
         hits, new_wake = [], batch.wake
         if batch.wake_rows is not None:
             rows = batch.wake_rows
-            new_wake = self.keyword_search.step(batch.wake, heads.enc_p[rows], enc_len[rows], offsets[rows])
+            x = getattr(heads, self.keyword_search.reads)[rows]
+            new_wake = self.keyword_search.step(batch.wake, x, enc_len[rows], offsets[rows])
             ended = torch.tensor([streams[r].finished and streams[r].fbank.frames_ready() == 0 for r in rows.tolist()],
                                  device=self.device)  # a candidate still settling is reported at the end
             new_wake, hits = self.keyword_search.detect(new_wake, flush=ended)

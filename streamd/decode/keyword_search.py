@@ -69,13 +69,14 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
+from ..config import TRANSDUCER_SCORES
 from ..model.decoder import DecoderState
 from ..model.transducer import Transducer
 
 __all__ = ["KeywordSet", "KeywordTables", "KeywordState", "KeywordHit", "KeywordSearch", "keyword_set",
            "SCORES"]
 
-SCORES = ("llr", "prob")
+SCORES = TRANSDUCER_SCORES  # this search's; "ctc" is :class:`~streamd.decode.ctc_keyword_search.CtcKeywordSearch`
 _NEVER = -(2 ** 40)
 _NEG = float("-inf")
 
@@ -212,6 +213,8 @@ class KeywordSearch:
     token id of a character table (None for BPE: no separator context and no separator confirmation);
     trailing_blanks, refractory_frames: the detection rule's frame counts; score: ``llr`` or ``prob``.
     """
+
+    reads = "enc_p"  # the head output :meth:`step` takes (streamd.engine passes it)
 
     def __init__(self, model: Transducer, max_symbols_per_frame: int = 3, separator: int | None = None,
                  trailing_blanks: int = 2, refractory_frames: int = 25, score: str = "llr", settle_frames: int = 0):
@@ -378,9 +381,8 @@ class KeywordSearch:
         z_p = torch.zeros_like(s_w)
         inc_sep = torch.stack([s_w, z_p, z_p, z_p], -1)  # (B, T, P, 4)
         inc_eb = torch.stack([eb_w, z_p, z_p, z_p], -1)
-        frames = (frame_offset.to(device)[:, None] + torch.arange(t_max, device=device)).double()  # (B, T)
+        frames, valid = chunk_clock(frame_offset, lengths, t_max, device)
         root = torch.stack([torch.zeros_like(frames), frames, torch.zeros_like(frames), frames], -1)  # (B, T, 4)
-        valid = torch.arange(t_max, device=device)[None, :] < lengths.to(device)[:, None]  # (B, T)
         llr = self.score == "llr"
         tb = self.trailing_blanks
         refr = float(self.refractory_frames)
@@ -406,18 +408,9 @@ class KeywordSearch:
                     s = end + inc_sep[:, i]
                     d = torch.where((s[..., 0] > d[..., 0])[..., None], s, d)
             score = (d[..., 0] / lay.n).exp() if llr else d[..., 2] / lay.n  # (B, P)
-            ok = ((score >= lay.thr) & (d[..., 3] - last_fire[:, None] >= refr) & (d[..., 0] > _NEG)
-                  & valid[:, i, None])
-            best = torch.where(ok, score, -1.0).argmax(1, keepdim=True)  # (B, 1)
-            d_best = d.gather(1, best[..., None].expand(b, 1, 4))[:, 0]  # (B, 4)
-            s_best = score.gather(1, best)[:, 0]
-            better = ok.any(1) & (s_best > pend[:, 0])  # (B,) a new best candidate
-            cand = torch.stack([s_best, best[:, 0].double(), d_best[:, 1], d_best[:, 3], frames[:, i]], 1)
-            pend = torch.where(better[:, None], cand, pend)
-            fired = valid[:, i] & (pend[:, 0] > _NEG) & (frames[:, i] - pend[:, 4] >= settle)  # (B,)
-            hits.append(torch.stack([fired.double(), pend[:, 1], pend[:, 0], pend[:, 2], pend[:, 3]], 1))
-            last_fire = torch.where(fired, pend[:, 3], last_fire)
-            pend = torch.where(fired[:, None], no_best, pend)
+            fired, hit, pend, last_fire = decide(score, d, lay, pend, last_fire, frames[:, i], valid[:, i], refr,
+                                                 settle, no_best)
+            hits.append(hit)
             nxt = a.gather(1, lay.blank_src) + inc_blank[:, i]
             nxt = torch.where(fired[:, None, None], lay.fresh, nxt)
             alpha = torch.where(valid[:, i, None, None], nxt, prev)
@@ -455,6 +448,37 @@ class KeywordSearch:
         alpha = torch.where(r[:, None, None], _fresh(state.alpha.shape[1], state.alpha.device), state.alpha)
         best = torch.where(r[:, None], _no_best(state.batch, state.alpha.device), state.best)
         return KeywordState(alpha, state.last_fire, state.sets, best, state.pending, state.layout)
+
+
+def chunk_clock(frame_offset: Tensor, lengths: Tensor, t_max: int, device) -> tuple[Tensor, Tensor]:
+    """A chunk's frames (B, T) float64 (each stream's own frame numbers) and valid (B, T) bool."""
+    frames = (frame_offset.to(device)[:, None] + torch.arange(t_max, device=device)).double()
+    valid = torch.arange(t_max, device=device)[None, :] < lengths.to(device)[:, None]
+    return frames, valid
+
+
+def decide(score: Tensor, d: Tensor, lay, pend: Tensor, last_fire: Tensor, frame: Tensor, valid: Tensor,
+           refr: float, settle: float, no_best: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Step 4 of the search at one frame (module docstring), for every stream at once.
+
+    score (B, P) the keywords' scores and d (B, P, 4) their confirmed paths [weight, first token frame, sum of
+    token probabilities, last token frame]; lay.thr (B, P) thresholds; pend (B, 5) each stream's best candidate
+    (:func:`_no_best`); last_fire (B,) float64; frame (B,) float64 this frame; valid (B,) bool.
+    Returns fired (B,) bool, the frame's hit row (B, 5) [detected, keyword, score, first, last], the new
+    candidates and last_fire."""
+    b = score.shape[0]
+    ok = (score >= lay.thr) & (d[..., 3] - last_fire[:, None] >= refr) & (d[..., 0] > _NEG) & valid[:, None]
+    best = torch.where(ok, score, -1.0).argmax(1, keepdim=True)  # (B, 1)
+    d_best = d.gather(1, best[..., None].expand(b, 1, 4))[:, 0]  # (B, 4)
+    s_best = score.gather(1, best)[:, 0]
+    better = ok.any(1) & (s_best > pend[:, 0])  # (B,) a new best candidate
+    cand = torch.stack([s_best, best[:, 0].double(), d_best[:, 1], d_best[:, 3], frame], 1)
+    pend = torch.where(better[:, None], cand, pend)
+    fired = valid & (pend[:, 0] > _NEG) & (frame - pend[:, 4] >= settle)  # (B,)
+    hit = torch.stack([fired.double(), pend[:, 1], pend[:, 0], pend[:, 2], pend[:, 3]], 1)
+    last_fire = torch.where(fired, pend[:, 3], last_fire)
+    pend = torch.where(fired[:, None], no_best, pend)
+    return fired, hit, pend, last_fire
 
 
 def _fresh(n: int, device) -> Tensor:
