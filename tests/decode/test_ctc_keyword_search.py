@@ -184,3 +184,16 @@ def test_shared_and_mixed_sets_and_state_roundtrip():
 def test_needs_a_ctc_head():
     with pytest.raises(ValueError, match="CTC head"):
         CtcKeywordSearch(make_model(seed=0, vocab=6, ctc=False))
+
+
+def test_engine_with_ctc_score_needs_a_ctc_head(tmp_path):
+    """A config asking for the CTC score on a model without a CTC head fails when the recognizer is built,
+    saying why (not later, at the first wake word)."""
+    from helpers import write_checkpoint
+    from streamd.config import EngineConfig, KwsConfig
+    from streamd.engine import Recognizer
+
+    bare = write_checkpoint(tmp_path / "bare.pt", ctc=False)
+    with pytest.raises(ValueError, match="wake_score ctc needs a model with a CTC head"):
+        Recognizer.from_checkpoint(bare, EngineConfig(device="cpu", kws=KwsConfig(wake_score="ctc")))
+    Recognizer.from_checkpoint(bare, EngineConfig(device="cpu"))  # the default score needs none
