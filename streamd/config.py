@@ -50,6 +50,9 @@ __all__ = [
     "load_config",
     "SEARCH_METHODS",
     "HOTWORD_METHODS",
+    "METHOD_BEAMS",
+    "DEFAULT_BEAM",
+    "default_beam",
     "check_hotword_method",
     "check_device",
 ]
@@ -79,6 +82,17 @@ def _positive(value: float, path: str, strict: bool = True) -> None:
 
 SEARCH_METHODS = ("greedy", "modified_beam", "beam", "ctc_greedy", "ctc_prefix_beam")
 HOTWORD_METHODS = ("modified_beam",)
+# The beam of a stream that names none, when the config's decoding.beam is null (its default): modified beam
+# 8 (chosen on the validation sets with the stage-25 release: 308 errors against 329 at 4, model card "Language
+# model"), 4 for every other method that has a beam (beam, ctc_prefix_beam)
+METHOD_BEAMS = {"modified_beam": 8}
+DEFAULT_BEAM = 4
+
+
+def default_beam(method: str, beam: int | None = None) -> int:
+    """``beam`` where one is given, else the method's default (:data:`METHOD_BEAMS`, :data:`DEFAULT_BEAM`)."""
+    return beam if beam is not None else METHOD_BEAMS.get(method, DEFAULT_BEAM)
+
 # runtime wake-word scores: the transducer keyword search's, and the CTC head's (streamd.decode.ctc_keyword_search)
 TRANSDUCER_SCORES = ("llr", "prob")
 WAKE_SCORES = TRANSDUCER_SCORES + ("ctc",)
@@ -400,6 +414,9 @@ class KwsConfig:
 class DecodingConfig:
     """Default search options; a stream may override method and beam.
 
+    ``beam``: the beam of every stream that names none; null (the default): each method's own
+    (:func:`default_beam`: 8 for ``modified_beam``, 4 for ``beam`` and ``ctc_prefix_beam``).
+
     ``lm``: token n-gram for shallow fusion in ``modified_beam`` search
     (:mod:`streamd.decode.lm`): ``auto`` uses ``<checkpoint stem>.lm.pt`` next
     to the model when there is one (the shipped model has one), ``none``
@@ -419,7 +436,7 @@ class DecodingConfig:
     """
 
     method: str = "greedy"
-    beam: int = 4
+    beam: int | None = None
     max_symbols_per_frame: int = 3
     ctc_top_paths: int = 1
     lm: str = "auto"
@@ -431,7 +448,8 @@ class DecodingConfig:
 
     def __post_init__(self) -> None:
         _one_of(self.method, SEARCH_METHODS, "method")
-        _check(1 <= self.beam <= 64, "beam", f"must be 1..64, got {self.beam}")
+        _check(self.beam is None or (not isinstance(self.beam, bool) and isinstance(self.beam, int)
+                                     and 1 <= self.beam <= 64), "beam", f"must be 1..64, got {self.beam}")
         _check(1 <= self.max_symbols_per_frame <= 32, "max_symbols_per_frame",
                f"must be 1..32, got {self.max_symbols_per_frame}")
         _check(self.ctc_top_paths >= 1, "ctc_top_paths", f"must be >= 1, got {self.ctc_top_paths}")
@@ -443,6 +461,10 @@ class DecodingConfig:
         _check(0.0 <= self.hotword_boost <= 20.0, "hotword_boost", f"must be in [0, 20], got {self.hotword_boost}")
         _check(0.0 <= self.ctc_insertion_penalty <= 10.0, "ctc_insertion_penalty",
                f"must be in [0, 10], got {self.ctc_insertion_penalty}")
+
+    def beam_for(self, method: str) -> int:
+        """The beam a stream of ``method`` gets when it names none."""
+        return default_beam(method, self.beam)
 
 
 @dataclass(frozen=True)

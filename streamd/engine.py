@@ -381,7 +381,7 @@ class Recognizer:
             raise ValueError(f"unknown stream option {sorted(unknown)[0]!r}")
         options = {k: v for k, v in options.items() if v is not None}
         options.setdefault("method", self.config.decoding.method)
-        options.setdefault("beam", self.config.decoding.beam)
+        options.setdefault("beam", self.config.decoding.beam_for(options["method"]))
         opts = StreamOptions(**options)
         if opts.method not in self.searches:
             raise ValueError(f"method {opts.method!r} needs a CTC head, which this model does not have")

@@ -44,8 +44,10 @@ def final_tokens(events):
 
 
 @torch.no_grad()
-def offline_tokens(rec, x, method="greedy", beam=4):
-    """Whole utterance: fbank of the padded signal, encoder forward under the chunk mask, one search call."""
+def offline_tokens(rec, x, method="greedy", beam=None):
+    """Whole utterance: fbank of the padded signal, encoder forward under the chunk mask, one search call
+    (beam: the stream's, by default the config's for the method)."""
+    beam = rec.config.decoding.beam_for(method) if beam is None else beam
     fs = FbankStream(rec.model.cfg.fbank)
     fs.accept(x)
     fs.finish()

@@ -126,7 +126,7 @@ def run(model: str, sets: Sequence[str], config: EngineConfig, options: EvalOpti
     loaded = load_checkpoint(model, "cpu")
     ev = Evaluator(loaded, config, options)
     dec = config.decoding
-    return {"model": str(model), "method": dec.method, "beam": dec.beam, "device": str(ev.plain.device),
+    return {"model": str(model), "method": dec.method, "beam": dec.beam_for(dec.method), "device": str(ev.plain.device),
             "confidence_default": {"measure": config.confidence.name, "alpha": config.confidence.alpha,
                                    "aggregation": config.confidence.aggregation},
             "sets": [ev.evaluate(s) for s in sets]}

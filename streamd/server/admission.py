@@ -88,7 +88,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-from ..config import LimitsConfig
+from ..config import LimitsConfig, default_beam
 
 __all__ = ["stream_cost", "CapacityModel", "Refusal", "StreamLoad", "Admission", "Candidate", "fair_pick",
            "BURST_STEP", "MIN_BATCH_UNITS", "RETRY_AFTER", "NEAR_LIMIT", "NEAR_WAITING", "NEAR_RETRY_AFTER", "WINDOW",
@@ -112,7 +112,6 @@ GROWTH, GROWTH_MIN = 0.25, 16.0  # at most max(16, 0.25 x demand a second ago) c
 HELD_WINDOW = 60.0  # seconds a demand seen on time is remembered: admitted again without the slow start, ...
 HELD_RATE = 0.5  # ... at most half of it a second (streams admitted at one instant step in phase: a burst)
 HELD_CHUNKS = 0.5  # on time: live streams' partials at most this many chunks late (90th pct.)
-LIGHT_STREAM_COST = 2.0  # the most a light client's one stream costs (greedy; modified beam up to 6)
 
 
 def stream_cost(method: str, beam: int = 4) -> float:
@@ -128,6 +127,10 @@ def stream_cost(method: str, beam: int = 4) -> float:
     if method == "ctc_prefix_beam":
         return 1.0 + 0.015 * b
     return 1.0  # greedy, ctc_greedy
+
+
+# the most a light client's one stream costs: greedy, or modified beam at its default beam (8: 2.2 units)
+LIGHT_STREAM_COST = stream_cost("modified_beam", default_beam("modified_beam"))
 
 
 def _percentile(values: Sequence[float], q: float) -> float:

@@ -225,7 +225,8 @@ class App:
         """Cost units of a stream with these options (the engine's defaults for what they leave out)."""
         options = options or {}
         dec = self.engine_config.decoding
-        return stream_cost(options.get("method") or dec.method, options.get("beam") or dec.beam)
+        method = options.get("method") or dec.method
+        return stream_cost(method, options.get("beam") or dec.beam_for(method))
 
     def admit(self, key: int, options: Mapping[str, Any] | None, client: str, token: str | None = None
               ) -> Refusal | None:

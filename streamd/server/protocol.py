@@ -30,7 +30,7 @@ from pathlib import PurePath
 from typing import Any, Mapping
 
 from ..audio.pcm import MAX_SAMPLE_RATE, MIN_SAMPLE_RATE, SUPPORTED_FORMATS
-from ..config import ConfigError, LimitsConfig, PhraseSpec, check_hotword_method, parse_phrases
+from ..config import ConfigError, LimitsConfig, PhraseSpec, check_hotword_method, default_beam, parse_phrases
 from ..events import Done, Error, Event, Final, Partial, WakeWord
 from .auth import bearer_token, origin_ok, token_ok  # noqa: F401 - their home until auth.py; still importable here
 from .states import SessionState, Transitions
@@ -402,7 +402,7 @@ class V1Session(SessionBase):
     state = V1_TRANSITIONS
 
     def __init__(self, session_id: str, limits: LimitsConfig, model_info: Mapping[str, Any],
-                 default_method: str = "greedy", default_beam: int = 4):
+                 default_method: str = "greedy", default_beam: int | None = None):
         self.session_id = session_id
         self.limits = limits
         self.model_info = dict(model_info)
@@ -451,7 +451,7 @@ class V1Session(SessionBase):
         method = obj.get("method", self.default_method)
         if method not in self.methods:
             raise ProtocolError("bad_message", f"method must be one of {list(self.methods)}, got {method!r}")
-        beam = obj.get("beam", self.default_beam)
+        beam = obj.get("beam", default_beam(method, self.default_beam))  # the config's, else the method's
         if isinstance(beam, bool) or not isinstance(beam, int) or not 1 <= beam <= 64:
             raise ProtocolError("bad_message", f"beam must be an integer 1..64, got {beam!r}")
         flags = {}

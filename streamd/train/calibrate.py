@@ -107,7 +107,7 @@ def calibrate(model: str, sets: Sequence[str], out: str, config: EngineConfig,
     dec = config.decoding
     fit_info = {"sets": [{"set": s.set, "utterances": s.utterances, "words": int(s.raw.size),
                           "correct": int(s.correct.sum())} for s in samples],
-                "method": dec.method, "beam": dec.beam, "kind": cal.kind, "heldout": figures}
+                "method": dec.method, "beam": dec.beam_for(dec.method), "kind": cal.kind, "heldout": figures}
     copy_with_meta(model, out, {**loaded.meta, META_KEY: cal.to_dict(), "calibration_fit": fit_info})
     if plot:
         plot_reliability(plot, [(f"{name} (held out)", b) for name, b in bins.items()],

@@ -14,7 +14,7 @@ import pytest
 from websockets.asyncio.client import connect
 
 from helpers import drain, http_get, make_app, pcm16, random_audio, run, until
-from streamd.config import AppConfig, ConfigError, LimitsConfig, from_dict
+from streamd.config import AppConfig, ConfigError, LimitsConfig, default_beam, from_dict
 from streamd.server.admission import (GROWTH_MIN, HELD_WINDOW, LAG_WINDOW, LIGHT_STREAM_COST, MIN_BATCH_UNITS,
                                       NEAR_LIMIT, NEAR_RETRY_AFTER, NEAR_WAITING, RETRY_AFTER, Admission, CapacityModel, Candidate, Refusal, fair_pick, stream_cost)
 from streamd.server.protocol import CLOSE_CODES
@@ -314,7 +314,8 @@ def test_light_lane_takes_the_one_cheap_stream_of_a_client_while_it_has_room():
             lane.add(key)
         return key in lane
 
-    assert stream_cost("modified_beam", 4) <= LIGHT_STREAM_COST < stream_cost("modified_beam", 8)
+    # a default modified beam stream is light, a wider one is not
+    assert stream_cost("modified_beam", default_beam("modified_beam")) <= LIGHT_STREAM_COST < stream_cost("modified_beam", 9)
     assert opened(1, "10.0.0.1", 1.0)  # a client's only stream, greedy
     assert not opened(2, "10.0.0.1", 1.0)  # its second: the client is heavy now (the first stays)
     assert not opened(3, "10.0.0.2", stream_cost("modified_beam", 64))  # one stream, but a costly one

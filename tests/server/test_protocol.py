@@ -49,6 +49,17 @@ def test_start_defaults_and_ready_echo():
     assert (m["sample_rate"], m["method"], m["beam"], m["partials"], m["keywords"]) == (16000, "greedy", 4, True, True)
 
 
+def test_start_beam_defaults_to_the_config_else_the_method_own():
+    """No beam in the start message: the config's decoding.beam where it sets one, else the method's own
+    (modified_beam 8, the others 4); ready echoes the beam the stream got."""
+    for config_beam, method, want in ((None, "modified_beam", 8), (None, "beam", 4), (None, "greedy", 4),
+                                      (6, "modified_beam", 6), (6, "beam", 6)):
+        s = V1Session("s", LIM, INFO, "greedy", config_beam)
+        (op,) = s.receive(json.dumps({"type": "start", "method": method}), 0.0)
+        assert op.options["beam"] == want, (config_beam, method)
+        assert s.opened()[0].message["beam"] == want
+
+
 def test_start_all_fields():
     s = v1()
     (op,) = s.receive(json.dumps({"type": "start", "sample_rate": 8000.0, "format": "f32le", "method": "modified_beam",
