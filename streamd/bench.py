@@ -169,11 +169,12 @@ def _throughput(rec, clips: list[np.ndarray], n: int, method: str, beam: int) ->
 
 
 def bench_engine(model: str, streams: Sequence[int], method: str, device: str, seconds: float,
-                 audio_files: Sequence[str], beam: int = 4, single_seconds: float | None = None,
+                 audio_files: Sequence[str], beam: int | None = None, single_seconds: float | None = None,
                  seed: int = 0, wake_words: Sequence[str] = (),
                  on_result: Callable[[EngineResult], None] | None = None) -> tuple[list[EngineResult], dict]:
     """Run the engine benchmark; returns per-N results and a summary dict.
 
+    beam: the beam searches' beam (None: the method's default, :func:`streamd.config.default_beam`).
     wake_words: runtime wake words of every stream (the keyword search runs beside recognition).
     single_seconds: audio seconds per stream of the two throughput runs (default ``seconds``): the unbatched
     one decodes the N streams one after another, which at thousands of streams needs shorter clips.
@@ -181,6 +182,9 @@ def bench_engine(model: str, streams: Sequence[int], method: str, device: str, s
     timeout)."""
     import torch
 
+    from .config import default_beam
+
+    beam = default_beam(method, beam)
     clips = _load_audio(audio_files, seconds)
     results = []
     # warm up (lazy init, allocator, threads)
@@ -200,7 +204,7 @@ def bench_engine(model: str, streams: Sequence[int], method: str, device: str, s
         if on_result is not None:
             on_result(results[-1])
     rt = [r.streams for r in results if r.realtime]
-    summary = {"summary": True, "method": method, "device": results[0].device if results else device,
+    summary = {"summary": True, "method": method, "beam": beam, "device": results[0].device if results else device,
                "max_realtime_streams": max(rt) if rt else 0, "threads": torch.get_num_threads(),
                "model": model, "seconds": seconds, "single_seconds": single_seconds or seconds,
                "wake_words": len(wake_words)}
@@ -215,7 +219,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     e.add_argument("--streams", default="1,8,32,128", help="comma-separated stream counts")
     e.add_argument("--method", default="greedy", choices=["greedy", "modified_beam", "beam", "ctc_greedy",
                                                           "ctc_prefix_beam"])
-    e.add_argument("--beam", type=int, default=4)
+    e.add_argument("--beam", type=int, help="beam of the beam searches (default: the method's own, as the engine's)")
     e.add_argument("--device", default="cpu")
     e.add_argument("--seconds", type=float, default=10.0, help="audio seconds per stream")
     e.add_argument("--single-seconds", type=float, default=None,
