@@ -444,7 +444,8 @@ class App:
             proto: V1Session | VoskSession = V1Session(secrets.token_hex(8), self.config.limits, self.model_info,
                                                        dec.method, dec.beam)
         else:
-            proto = VoskSession(self.config.limits, self.config.server.vosk_sample_rate)
+            proto = VoskSession(self.config.limits, self.config.server.vosk_sample_rate,
+                                self.engine_config.decoding.beam)
         conn = Conn(self, ws, key, proto)
         self.conns[key] = conn
         done = self.conn_done[key] = asyncio.Event()

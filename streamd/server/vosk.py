@@ -7,7 +7,7 @@ What vosk-server's ``websocket/asr_server.py`` speaks, so its clients (e.g.
   reply); without it the stream runs at ``vosk_sample_rate``.  ``words``
   (default true) false drops the per-word ``result`` list, as Vosk's
   ``SetWords(False)``; ``max_alternatives`` N > 0 decodes with modified beam
-  search (beam max(N, 4)) and replies ``{"alternatives": [{"text",
+  search (beam max(N, the configured or default modified beam: 8)) and replies ``{"alternatives": [{"text",
   "confidence", "result"}...]}`` with up to N distinct texts, best first
   (``confidence`` is the total log-score; only the best has word entries:
   the n-best has no word timings); ``phrase_list`` is refused
@@ -40,7 +40,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Sequence
 
-from ..config import LimitsConfig
+from ..config import LimitsConfig, default_beam
 from ..events import Done, Error, Event, Final, Partial, Word
 from .protocol import (Action, Audio, Close, Finish, Open, ProtocolError, Send, SessionBase, TokenBucket,
                        check_sample_rate_field)
@@ -131,8 +131,9 @@ class VoskSession(SessionBase):
     INITIAL_STATE = VoskState.CONFIG
     state = VOSK_TRANSITIONS
 
-    def __init__(self, limits: LimitsConfig, default_sample_rate: int = 8000):
+    def __init__(self, limits: LimitsConfig, default_sample_rate: int = 8000, beam: int | None = None):
         self.limits = limits
+        self.beam = beam  # engine.decoding.beam (None: each method's own)
         self.sample_rate = default_sample_rate
         self.bucket = TokenBucket(limits.max_realtime, limits.burst_seconds)
         self.audio_seconds = 0.0
@@ -151,7 +152,8 @@ class VoskSession(SessionBase):
         self.state = VoskState.STREAMING
         options = {"sample_rate": self.sample_rate, "partials": True, "keywords": False}
         if self.max_alternatives > 0:
-            options.update(method="modified_beam", beam=max(self.max_alternatives, 4))
+            beam = max(self.max_alternatives, default_beam("modified_beam", self.beam))
+            options.update(method="modified_beam", beam=beam)
         return [Open(options)]
 
     # ----------------------------------------------------------------- client -> server

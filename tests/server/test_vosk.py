@@ -102,7 +102,7 @@ def test_vosk_words_and_max_alternatives():
     s = VoskSession(vlim(), 16000)  # alternatives: beam search, up to N texts, best first with its words
     s.receive('{"config": {"max_alternatives": 2}}', 0.0)
     assert s.receive(b"\0\0", 0.0)[0] == Open({"sample_rate": 16000, "partials": True, "keywords": False,
-                                                "method": "modified_beam", "beam": 4})
+                                                "method": "modified_beam", "beam": 8})  # the default modified beam
     s.receive(b"\0\0", 0.0)
     s.event(fin)
     s.event(Partial(1, 1, "a"))
@@ -378,3 +378,11 @@ def test_vosk_client_sending_faster_than_one_cycle_is_not_cut_off(tiny_ckpt):
     assert not [m for m in msgs if m.get("type") == "error"]
     assert all(set(m) <= {"partial", "result", "text"} for m in msgs) and "text" in msgs[-1]
     assert 1 < len(msgs) < 401  # coalesced, yet more than the final alone
+
+
+def test_alternatives_beam_is_the_configured_one_or_n():
+    """max_alternatives N decodes with modified beam at max(N, the configured beam, else the default 8)."""
+    for config_beam, n, want in ((None, 2, 8), (None, 12, 12), (4, 2, 4), (4, 6, 6)):
+        s = VoskSession(vlim(), 16000, config_beam)
+        s.receive('{"config": {"max_alternatives": %d}}' % n, 0.0)
+        assert s.receive(b"\0\0", 0.0)[0].options["beam"] == want, (config_beam, n)
