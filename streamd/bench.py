@@ -35,6 +35,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from .config import default_beam
 from .paths import default_bench_audio, model_arg
 
 __all__ = ["main", "bench_engine"]
@@ -181,8 +182,6 @@ def bench_engine(model: str, streams: Sequence[int], method: str, device: str, s
     on_result: called with each N's result as soon as it is measured (a long run's rows are not lost to a
     timeout)."""
     import torch
-
-    from .config import default_beam
 
     beam = default_beam(method, beam)
     clips = _load_audio(audio_files, seconds)

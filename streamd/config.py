@@ -82,6 +82,8 @@ def _positive(value: float, path: str, strict: bool = True) -> None:
 
 SEARCH_METHODS = ("greedy", "modified_beam", "beam", "ctc_greedy", "ctc_prefix_beam")
 HOTWORD_METHODS = ("modified_beam",)
+"""The searches that take hotwords (a context graph's boosts are beam-search scores)."""
+
 # The beam of a stream that names none, when the config's decoding.beam is null (its default): modified beam
 # 8 (chosen on the validation sets with the stage-25 release: 308 errors against 329 at 4, model card "Language
 # model"), 4 for every other method that has a beam (beam, ctc_prefix_beam)
@@ -93,10 +95,10 @@ def default_beam(method: str, beam: int | None = None) -> int:
     """``beam`` where one is given, else the method's default (:data:`METHOD_BEAMS`, :data:`DEFAULT_BEAM`)."""
     return beam if beam is not None else METHOD_BEAMS.get(method, DEFAULT_BEAM)
 
+
 # runtime wake-word scores: the transducer keyword search's, and the CTC head's (streamd.decode.ctc_keyword_search)
 TRANSDUCER_SCORES = ("llr", "prob")
 WAKE_SCORES = TRANSDUCER_SCORES + ("ctc",)
-"""The searches that take hotwords (a context graph's boosts are beam-search scores)."""
 
 
 def check_hotword_method(hotwords: Any, method: str, path: str = "hotwords") -> None:

@@ -42,7 +42,7 @@ import torch
 from torch import Tensor
 
 from ..model.transducer import Transducer
-from .keyword_search import _NEG, KeywordSearch, KeywordState, _fresh, _no_best, chunk_clock, decide
+from .keyword_search import _NEG, KeywordSearch, KeywordState, _fresh, _no_best, chunk_clock, decide, trie_nodes
 
 __all__ = ["CtcKeywordSearch", "CtcKeywordTables"]
 
@@ -109,11 +109,7 @@ class CtcKeywordSearch(KeywordSearch):
 
     def _tables(self, keywords: tuple[tuple[int, ...], ...]) -> CtcKeywordTables:
         blank = self.model.blank_id
-        nodes: dict[tuple[int, ...], int] = {(): 0}  # trie nodes, breadth-first, the root first
-        for d in range(1, max(len(k) for k in keywords) + 1):
-            for k in keywords:
-                if len(k) >= d and k[:d] not in nodes:
-                    nodes[k[:d]] = len(nodes)
+        nodes = trie_nodes(keywords)
         prefixes = list(nodes)
         lab = lambda i: 2 * i - 1  # noqa: E731  L(u) of node i >= 1
         blk = lambda i: 2 * i  # noqa: E731  B(u)

@@ -252,12 +252,7 @@ class KeywordSearch:
         dec = model.decoder
         blank, v = model.blank_id, model.cfg.vocab_size
         device = next(model.parameters()).device
-        # trie nodes (prefixes) in breadth-first order, the root first
-        nodes: dict[tuple[int, ...], int] = {(): 0}
-        for d in range(1, max(len(k) for k in keywords) + 1):
-            for k in keywords:
-                if len(k) >= d and k[:d] not in nodes:
-                    nodes[k[:d]] = len(nodes)
+        nodes = trie_nodes(keywords)
         prefixes = list(nodes)
         # decoder outputs: the stream start (blank), the separator, then the prefix
         st = dec.init_state(1, device)
@@ -448,6 +443,17 @@ class KeywordSearch:
         alpha = torch.where(r[:, None, None], _fresh(state.alpha.shape[1], state.alpha.device), state.alpha)
         best = torch.where(r[:, None], _no_best(state.batch, state.alpha.device), state.best)
         return KeywordState(alpha, state.last_fire, state.sets, best, state.pending, state.layout)
+
+
+def trie_nodes(keywords: Sequence[tuple[int, ...]]) -> dict[tuple[int, ...], int]:
+    """The keywords' trie: every distinct prefix (the root ``()`` first) -> its index, breadth-first (a node's
+    parent always comes before it)."""
+    nodes: dict[tuple[int, ...], int] = {(): 0}
+    for d in range(1, max(len(k) for k in keywords) + 1):
+        for k in keywords:
+            if len(k) >= d and k[:d] not in nodes:
+                nodes[k[:d]] = len(nodes)
+    return nodes
 
 
 def chunk_clock(frame_offset: Tensor, lengths: Tensor, t_max: int, device) -> tuple[Tensor, Tensor]:

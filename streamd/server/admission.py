@@ -114,12 +114,13 @@ HELD_RATE = 0.5  # ... at most half of it a second (streams admitted at one inst
 HELD_CHUNKS = 0.5  # on time: live streams' partials at most this many chunks late (90th pct.)
 
 
-def stream_cost(method: str, beam: int = 4) -> float:
-    """Cost of one stream in units of a greedy stream (its share of a batch step), by method and beam.
+def stream_cost(method: str, beam: int | None = None) -> float:
+    """Cost of one stream in units of a greedy stream (its share of a batch step), by method and beam (None: the
+    method's default, :func:`~streamd.config.default_beam`, as the engine gives a stream that names none).
 
     Measured on the shipped model, one torch thread (docs/benchmarks.md "Overload"); the beam searches
     cost more per hypothesis kept."""
-    b = max(1, int(beam))
+    b = max(1, int(default_beam(method, beam)))
     if method == "modified_beam":
         return 1.0 + 0.15 * b
     if method == "beam":
@@ -130,7 +131,7 @@ def stream_cost(method: str, beam: int = 4) -> float:
 
 
 # the most a light client's one stream costs: greedy, or modified beam at its default beam (8: 2.2 units)
-LIGHT_STREAM_COST = stream_cost("modified_beam", default_beam("modified_beam"))
+LIGHT_STREAM_COST = stream_cost("modified_beam")
 
 
 def _percentile(values: Sequence[float], q: float) -> float:

@@ -225,8 +225,7 @@ class App:
         """Cost units of a stream with these options (the engine's defaults for what they leave out)."""
         options = options or {}
         dec = self.engine_config.decoding
-        method = options.get("method") or dec.method
-        return stream_cost(method, options.get("beam") or dec.beam_for(method))
+        return stream_cost(options.get("method") or dec.method, options.get("beam") or dec.beam)
 
     def admit(self, key: int, options: Mapping[str, Any] | None, client: str, token: str | None = None
               ) -> Refusal | None:
