@@ -18,8 +18,9 @@ Scenarios (the issue's targets in brackets; docs/benchmarks.md "Overload" has th
   this loop, busy with hundreds of load clients).  ``--light-lane N`` sets ``limits.light_lane`` (0: one
   engine) in every configured daemon, for A/B runs; ``--engine-thread`` sets ``server.engine_process: false``
   (the main engine in a worker thread of the daemon's process, as before 2026-12-05) likewise, and
-  ``--engine-nice N`` ``server.engine_nice``; ``--daemon-nice N`` starts every daemon under ``nice -n N``
-  (systemd's ``Nice=``).
+  ``--engine-nice N`` ``server.engine_nice``, ``--engine-policy P`` ``server.engine_policy``; ``--daemon-nice N``
+  starts every daemon under ``nice -n N`` (systemd's ``Nice=``); ``--busy-cores N`` keeps N busy loops (another
+  tenant of the host, at ``--busy-nice``) running through every scenario.
 * ``capacity``  capacity search with admission off (``limits.max_load: 0``): the most real-time greedy
   streams (p95 partial lag <= one chunk, no growth), doubling then bisecting.
 * ``default``   out of the box (no config file): 32 real-time greedy streams [all real time, >= 32].
@@ -68,6 +69,7 @@ sys.path.insert(0, str(ROOT))
 
 from streamd.bench_server import (PACKET_S, RATE, AudioLoop, ClientPlan, ClientTrace, _client,  # noqa: E402
                                   partial_latency)
+from streamd.config import ENGINE_POLICIES  # noqa: E402
 
 PKT = int(PACKET_S * RATE)
 VICTIM_ADDR, ADVERSARY_ADDR = "127.0.0.2", "127.0.0.3"
@@ -399,6 +401,7 @@ class Ctx:
     light_lane: float | None = None  # limits.light_lane of every configured daemon (None: the default)
     engine_thread: bool = False  # server.engine_process: false in every configured daemon
     engine_nice: int | None = None  # server.engine_nice of every configured daemon (None: the default)
+    engine_policy: str | None = None  # server.engine_policy of every configured daemon (None: the default)
     daemon_nice: int = 0  # every daemon started under `nice -n N` (systemd's Nice=)
     audio_files: list[str] | None = None  # --audio (the victim process reads the same)
     shared_victim: bool = False  # the victim in this process's event loop, beside the load (before 2026-12-03 16:00)
@@ -410,6 +413,8 @@ class Ctx:
         server = {"engine_process": False} if self.engine_thread else {}
         if self.engine_nice is not None:
             server["engine_nice"] = self.engine_nice
+        if self.engine_policy is not None:
+            server["engine_policy"] = self.engine_policy
         if config is not None and server:
             config = {**config, "server": {**config.get("server", {}), **server}}
         return Daemon(name, self.out_dir, config, self.model, nice=self.daemon_nice, **kw)
@@ -1137,7 +1142,7 @@ async def main_async(args: argparse.Namespace) -> int:
         return 0
     ctx = Ctx(out_dir, args.model, audio, args.seconds, capacity=args.capacity, light_lane=args.light_lane,
               audio_files=args.audio, shared_victim=args.shared_victim, engine_thread=args.engine_thread,
-              engine_nice=args.engine_nice, daemon_nice=args.daemon_nice)
+              engine_nice=args.engine_nice, engine_policy=args.engine_policy, daemon_nice=args.daemon_nice)
     if args.rounds:
         ks = [float(k.rstrip("x")) for k in args.rounds.split(",")]
         ctx.rounds = [(f"{k:g}x_{i + 1}", k) for i, k in enumerate(ks)]
@@ -1151,17 +1156,26 @@ async def main_async(args: argparse.Namespace) -> int:
     meta = {"started": time.strftime("%Y-%m-%d %H:%M:%S"), "cpus": os.cpu_count(),
             "load_average": os.getloadavg(), "seconds_per_stream": args.seconds, "light_lane": args.light_lane,
             "engine_process": not args.engine_thread, "engine_nice": args.engine_nice,
-            "daemon_nice": args.daemon_nice,
+            "engine_policy": args.engine_policy, "daemon_nice": args.daemon_nice,
+            "busy_cores": args.busy_cores, "busy_nice": args.busy_nice,
             "victim": "shared event loop" if args.shared_victim else "own process"}
-    for name in names:
-        print(f"== {name}", flush=True)
-        t0 = time.monotonic()
-        try:
-            ctx.results[name] = await SCENARIOS[name](ctx)
-        except Exception as e:  # noqa: BLE001 - report and go on with the next scenario
-            ctx.results[name] = {"error": f"{type(e).__name__}: {e}"}
-            print(f"  {name} failed: {type(e).__name__}: {e}", flush=True)
-        ctx.results[name + "_elapsed_s"] = round(time.monotonic() - t0, 1)
+    busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"],
+                             preexec_fn=(lambda: os.nice(args.busy_nice)) if args.busy_nice else None)
+            for _ in range(args.busy_cores)]  # another tenant of the host
+    try:
+        for name in names:
+            print(f"== {name}", flush=True)
+            t0 = time.monotonic()
+            try:
+                ctx.results[name] = await SCENARIOS[name](ctx)
+            except Exception as e:  # noqa: BLE001 - report and go on with the next scenario
+                ctx.results[name] = {"error": f"{type(e).__name__}: {e}"}
+                print(f"  {name} failed: {type(e).__name__}: {e}", flush=True)
+            ctx.results[name + "_elapsed_s"] = round(time.monotonic() - t0, 1)
+    finally:
+        for p in busy:
+            p.kill()
+            p.wait()
     meta["load_average_end"] = os.getloadavg()
     result = {"meta": meta, "capacity": ctx.capacity, "victim_unloaded_p95_ms": ctx.victim_p95_ms,
               "results": ctx.results, "tracebacks": ctx.tracebacks}
@@ -1188,6 +1202,11 @@ def main() -> int:
     ap.add_argument("--engine-thread", action="store_true",
                     help="server.engine_process: false in every configured daemon (the engine in a thread)")
     ap.add_argument("--engine-nice", type=int, help="server.engine_nice of every configured daemon")
+    ap.add_argument("--engine-policy", choices=ENGINE_POLICIES,
+                    help="server.engine_policy of every configured daemon")
+    ap.add_argument("--busy-cores", type=int, default=0,
+                    help="keep N busy loops running through every scenario (another process on the host)")
+    ap.add_argument("--busy-nice", type=int, default=0, help="the busy loops' nice value (0..19)")
     ap.add_argument("--daemon-nice", type=int, default=0,
                     help="start every daemon under `nice -n N` (as systemd's Nice= would; negative: needs root)")
     ap.add_argument("--shared-victim", action="store_true",

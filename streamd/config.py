@@ -96,6 +96,10 @@ def default_beam(method: str, beam: int | None = None) -> int:
     return beam if beam is not None else METHOD_BEAMS.get(method, DEFAULT_BEAM)
 
 
+# CPU scheduling policies of the main engine's process (server.engine_policy; Linux SCHED_OTHER, SCHED_BATCH,
+# SCHED_IDLE: streamd.server.lane.set_policy)
+ENGINE_POLICIES = ("normal", "batch", "idle")
+
 # runtime wake-word scores: the transducer keyword search's, and the CTC head's (streamd.decode.ctc_keyword_search)
 TRANSDUCER_SCORES = ("llr", "prob")
 WAKE_SCORES = TRANSDUCER_SCORES + ("ctc",)
@@ -521,7 +525,15 @@ class ServerConfig:
     the event loop does not share the interpreter lock with the decoding
     (false: a worker thread of the daemon's process); ``engine_nice``: that
     process's nice increment (0..19), so that on a busy CPU client I/O and the
-    light lane come first (docs/benchmarks.md "Overload").
+    light lane come first (docs/benchmarks.md "Overload").  ``engine_policy``:
+    that process's Linux CPU scheduling policy (:data:`ENGINE_POLICIES`):
+    ``normal`` (SCHED_OTHER, the default) and ``batch`` (SCHED_BATCH) take
+    the fair share of ``engine_nice``; ``idle`` (SCHED_IDLE) decodes only on
+    CPU time no other process wants (``engine_nice`` then has no effect): for
+    a desktop where the recognizer must never slow anything else down, at the
+    price of capacity whenever anything else runs (measured under overload:
+    docs/benchmarks.md "Scheduling policy").  Where a policy is not
+    available, the process keeps its own and the daemon logs a warning.
     """
 
     host: str = "127.0.0.1"
@@ -541,6 +553,7 @@ class ServerConfig:
     show_model_paths: bool = False
     engine_process: bool = True
     engine_nice: int = 10
+    engine_policy: str = "normal"
 
     def __post_init__(self) -> None:
         _check(isinstance(self.host, str) and self.host != "", "host", f"must be a host name or address, got {self.host!r}")
@@ -573,6 +586,7 @@ class ServerConfig:
                f"must be true or false, got {self.engine_process!r}")
         _check(isinstance(self.engine_nice, int) and not isinstance(self.engine_nice, bool)
                and 0 <= self.engine_nice <= 19, "engine_nice", f"must be an integer 0..19, got {self.engine_nice!r}")
+        _one_of(self.engine_policy, ENGINE_POLICIES, "engine_policy")
 
 
 @dataclass(frozen=True)

@@ -73,6 +73,7 @@ def test_load_yaml_section(tmp_path):
 def test_config_keys_are_validated():
     assert ServerConfig().allowed_hosts == () and ServerConfig().show_model_paths is False
     assert ServerConfig().engine_process is True and ServerConfig().engine_nice == 10
+    assert ServerConfig().engine_policy == "normal"
     assert LimitsConfig().min_audio_rate == 0.1 and LimitsConfig().min_audio_window == 30.0
     cases = [({"server": {"allowed_hosts": ["http://x"]}}, "server.allowed_hosts[0]: must be a host name"),
              ({"server": {"allowed_hosts": ["x:80"]}}, "server.allowed_hosts[0]"),
@@ -81,6 +82,8 @@ def test_config_keys_are_validated():
              ({"server": {"engine_process": "yes"}}, "server.engine_process: expected true/false"),
              ({"server": {"engine_nice": 20}}, "server.engine_nice: must be an integer 0..19, got 20"),
              ({"server": {"engine_nice": -1}}, "server.engine_nice: must be an integer 0..19, got -1"),
+             ({"server": {"engine_policy": "fifo"}},
+              "server.engine_policy: must be one of ['normal', 'batch', 'idle'], got 'fifo'"),
              ({"limits": {"min_audio_rate": 2}}, "limits.min_audio_rate: must be 0..1"),
              ({"limits": {"min_audio_rate": 0.5, "max_realtime": 0.25}}, "limits.min_audio_rate: must be <= max_realtime"),
              ({"limits": {"min_audio_window": 0.5}}, "limits.min_audio_window: must be >= 1 second")]

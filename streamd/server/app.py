@@ -528,8 +528,12 @@ class App:
                     raise e.__cause__ from None
                 raise
             self._main_started = time.monotonic()
-            log.info("main engine: process pid %s (nice +%d), loaded and warmed up (%.1f s of audio) in %.2f s",
-                     runner.pid, s.engine_nice, s.warmup_seconds, time.perf_counter() - t0)
+            log.info("main engine: process pid %s (policy %s, nice +%d), loaded and warmed up (%.1f s of audio) in "
+                     "%.2f s", runner.pid, "normal" if runner.policy_error else s.engine_policy, s.engine_nice,
+                     s.warmup_seconds, time.perf_counter() - t0)
+            if runner.policy_error:
+                log.warning("main engine: server.engine_policy %s not applied (%s); it runs at nice +%d",
+                            s.engine_policy, runner.policy_error, s.engine_nice)
         else:
             if self.rec is None:
                 loader = self.loader
@@ -585,7 +589,8 @@ class App:
         thread)."""
         s, lim = self.config.server, self.config.limits
         return LaneProcess(str(self.model_path), self.config.engine, s.max_steps_per_cycle, lim.max_backlog_seconds,
-                           s.warmup_seconds, name="main engine", nice=s.engine_nice)
+                           s.warmup_seconds, name="main engine", nice=s.engine_nice,
+                           policy=s.engine_policy)
 
     async def _restart_main_lane(self) -> None:
         """The main engine's process died (its streams have their errors): new streams get ``loading`` and

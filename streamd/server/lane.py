@@ -5,8 +5,9 @@ loads a checkpoint): the daemon's event loop then shares its process with no mod
 process the engine thread and the event loop take turns on the interpreter lock at every tensor operation,
 so each slows the other down: at 10x overload on this 2-core machine the daemon admitted 65-75 streams in
 real time with the engine in a thread and 103-137 with it in a process, at the same accepted p95
-(docs/benchmarks.md "Overload").  Its process runs ``server.engine_nice`` steps nicer, so that on a busy
-CPU the event loop (every client's I/O) and the light lane come before the bulk of the decoding.
+(docs/benchmarks.md "Overload").  Its process runs ``server.engine_nice`` steps nicer (or under another CPU
+scheduling policy, ``server.engine_policy``), so that on a busy CPU the event loop (every client's I/O) and the
+light lane come before the bulk of the decoding.
 
 **The light lane** (``limits.light_lane``): a batch step cannot be interrupted, so in one engine a light
 client's partial waits for the step in progress (a heavy client's batch) and then for its own.  The daemon
@@ -40,19 +41,55 @@ from .admission import CapacityModel
 from .commands import CloseStream, Command, OpenStream
 from .runner import CycleResult
 
-__all__ = ["LaneProcess"]
+__all__ = ["LaneProcess", "lower_priority"]
 
 log = logging.getLogger("streamd.server")
 
 
+def _threads() -> list[int]:
+    """The ids of this process's threads (Linux: ``/proc/self/task``); elsewhere ``[0]``, the calling thread."""
+    try:
+        return [int(t) for t in os.listdir("/proc/self/task")]
+    except OSError:
+        return [0]
+
+
+def lower_priority(nice: int, policy: str) -> str | None:
+    """Make every thread of this process ``nice`` steps nicer (0..19) and put it under the CPU scheduling policy
+    ``policy`` (one of :data:`~streamd.config.ENGINE_POLICIES`: Linux SCHED_OTHER, SCHED_BATCH or SCHED_IDLE;
+    none needs privileges); threads started later inherit both from their creator.  Every thread, not just the
+    calling one: on Linux both are per thread, and imports (numpy's BLAS) start threads before a spawned
+    child's code runs.  Returns None, or why the policy could not be set (the threads then keep their own)."""
+    tids = _threads()
+    for tid in tids:
+        if nice:
+            try:
+                os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + nice))
+            except ProcessLookupError:  # a thread that ended meanwhile
+                pass
+    if policy == "normal":
+        return None
+    name = "SCHED_" + policy.upper()
+    const = getattr(os, name, None)
+    if const is None or not hasattr(os, "sched_setscheduler"):
+        return f"this platform has no {name}"
+    for tid in tids:
+        try:
+            os.sched_setscheduler(tid, const, os.sched_param(0))
+        except ProcessLookupError:
+            pass
+        except OSError as e:
+            return f"{name}: {e}"
+    return None
+
+
 def _child(conn: Any, model_path: str, config: dict, max_steps: int, max_backlog: float, warmup: float,
-           nice: int) -> None:
+           nice: int, policy: str) -> None:
     """The lane process: load the Recognizer, then answer each message: a ``(commands, budget)`` pair with the
     cycle's result, ``"calibrate"`` with the runner's :class:`~.admission.CapacityModel`."""
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if nice:
-        os.nice(nice)  # before any thread starts: every thread of the process inherits it
+    policy_error = lower_priority(nice, policy)  # before the engine starts threads: they inherit it
     from ..config import EngineConfig, from_dict
     from ..engine import Recognizer
     from .runner import EngineRunner, release_memory
@@ -70,7 +107,7 @@ def _child(conn: Any, model_path: str, config: dict, max_steps: int, max_backlog
         conn.send(("failed", e))
         return
     release_memory()  # what the warm-up freed
-    conn.send(("ready", runner.model_info))
+    conn.send(("ready", (runner.model_info, policy_error)))
     busy = False
     while True:
         try:
@@ -98,18 +135,22 @@ class LaneProcess:
     with ``warmup`` seconds of audio); RuntimeError if it could not load or did not answer within
     ``timeout`` seconds (the child's exception, when it raised one, is its ``__cause__``).  ``name``: the lane
     in messages ("light lane", "main engine"); ``nice``: added to the child's nice value (0..19, lower CPU
-    priority)."""
+    priority); ``policy``: the child's CPU scheduling policy (:func:`lower_priority`; where it cannot be set, the
+    child runs on under its own and :attr:`policy_error` says why)."""
 
     def __init__(self, model_path: str, config: Any, max_steps: int = 4, max_backlog: float = 0.0,
-                 warmup: float = 0.0, timeout: float = 120.0, name: str = "light lane", nice: int = 0):
+                 warmup: float = 0.0, timeout: float = 120.0, name: str = "light lane", nice: int = 0,
+                 policy: str = "normal"):
         self.model_path, self.config = model_path, config  # what a replacement lane is started with
         self.name = name
         self.budget: float | None = None  # the runner's step budget, sent with every cycle (EngineRunner.budget)
         self.model_info: dict = {}
+        self.policy_error: str | None = None
         ctx = multiprocessing.get_context("spawn")  # never fork a process that runs threads and torch
         self._conn, child = ctx.Pipe()
         self._proc = ctx.Process(target=_child, name="streamd-" + name.replace(" ", "-"), daemon=True,
-                                 args=(child, model_path, to_dict(config), max_steps, max_backlog, warmup, nice))
+                                 args=(child, model_path, to_dict(config), max_steps, max_backlog, warmup, nice,
+                                       policy))
         self._proc.start()
         child.close()
         self.alive = False
@@ -128,7 +169,7 @@ class LaneProcess:
             if isinstance(why, BaseException):  # the child's own exception is the cause
                 raise RuntimeError(f"the {name} could not start: {type(why).__name__}: {why}") from why
             raise RuntimeError(f"the {name} could not start: {why}")
-        self.model_info = why
+        self.model_info, self.policy_error = why
         self.alive = True
 
     def calibrate(self) -> CapacityModel:

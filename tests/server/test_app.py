@@ -548,7 +548,7 @@ def test_the_main_engine_runs_in_a_nicer_process_of_its_own(tiny_ckpt):
     from streamd.server.protocol import public_model_info
     from streamd.server.runner import EngineRunner
 
-    cfg = app_config(server={"engine_nice": 4})
+    cfg = app_config(server={"engine_nice": 4, "engine_policy": "batch"})
     assert cfg.server.engine_process
     x = random_audio(2.0, seed=10)
     ref_rec = Recognizer.from_checkpoint(tiny_ckpt, cfg.engine)
@@ -560,6 +560,7 @@ def test_the_main_engine_runs_in_a_nicer_process_of_its_own(tiny_ckpt):
             assert app.rec is None and lane is not None and lane.alive and app.batcher.runner is lane
             assert lane.pid != os.getpid()
             assert os.getpriority(os.PRIO_PROCESS, lane.pid) == min(19, os.getpriority(os.PRIO_PROCESS, 0) + 4)
+            assert os.sched_getscheduler(lane.pid) == os.SCHED_BATCH
             assert app.admission.model is not None  # calibrated in the engine's process
             assert app.model_info == public_model_info(EngineRunner(ref_rec).model_info, False)
             assert (await http_get(app.port, "/readyz"))[0] == 200

@@ -63,10 +63,11 @@ def test_the_main_engine_process_calibrates_runs_nicer_and_takes_the_budget(tiny
 
     cfg = from_dict(EngineConfig, {"device": "cpu"})
     here = EngineRunner(Recognizer.from_checkpoint(tiny_ckpt, cfg), 4, 60.0)
-    lane = LaneProcess(tiny_ckpt, cfg, 4, 60.0, name="main engine", nice=3)
+    lane = LaneProcess(tiny_ckpt, cfg, 4, 60.0, name="main engine", nice=3, policy="batch")
     try:
         assert lane.model_info == here.model_info
         assert os.getpriority(os.PRIO_PROCESS, lane.pid) == min(19, os.getpriority(os.PRIO_PROCESS, 0) + 3)
+        assert lane.policy_error is None and os.sched_getscheduler(lane.pid) == os.SCHED_BATCH
         model = lane.calibrate()
         assert isinstance(model, CapacityModel) and model.chunk_seconds == here.chunk_seconds
         assert model.per_unit > 0 and model.fixed >= 0
@@ -82,6 +83,49 @@ def test_the_main_engine_process_calibrates_runs_nicer_and_takes_the_budget(tiny
     finally:
         lane.close()
     assert lane._proc.exitcode == 0
+
+
+@pytest.mark.parametrize("policy", ["normal", "idle"])
+def test_a_lane_process_runs_under_its_scheduling_policy(tiny_ckpt, policy):
+    """server.engine_policy and engine_nice: every thread of the child (those its imports started first
+    included) under the policy and nice value."""
+    import os
+
+    lane = LaneProcess(tiny_ckpt, EngineConfig(device="cpu"), name="main engine", nice=2, policy=policy)
+    try:
+        want = {"normal": os.SCHED_OTHER, "idle": os.SCHED_IDLE}[policy]
+        threads = [int(t) for t in os.listdir(f"/proc/{lane.pid}/task")]
+        assert lane.policy_error is None
+        assert {os.sched_getscheduler(t) for t in threads} == {want}
+        assert {os.getpriority(os.PRIO_PROCESS, t) for t in threads} == {min(19, os.getpriority(os.PRIO_PROCESS, 0) + 2)}
+    finally:
+        lane.close()
+
+
+def test_a_policy_that_cannot_be_set_is_reported_and_the_lane_runs_on(tiny_ckpt, monkeypatch):
+    """Where the platform lacks a policy or refuses it, :func:`lower_priority` says why and changes nothing; a
+    lane process then runs as it is and carries the reason (the daemon logs it as a warning)."""
+    import os
+
+    from streamd.server.lane import lower_priority
+
+    assert lower_priority(0, "normal") is None
+    monkeypatch.delattr(os, "SCHED_IDLE")
+    assert lower_priority(0, "idle") == "this platform has no SCHED_IDLE"
+    monkeypatch.undo()
+
+    def refuse(*_):
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "sched_setscheduler", refuse)
+    assert lower_priority(0, "batch") == "SCHED_BATCH: [Errno 1] Operation not permitted"
+    monkeypatch.undo()
+    lane = LaneProcess(tiny_ckpt, EngineConfig(device="cpu"), name="main engine", policy="nosuch")
+    try:
+        assert lane.alive and lane.policy_error == "this platform has no SCHED_NOSUCH"
+        assert os.sched_getscheduler(lane.pid) == os.SCHED_OTHER
+    finally:
+        lane.close()
 
 
 def test_a_main_engine_that_cannot_load_says_so(tmp_path):
