@@ -51,6 +51,7 @@ __all__ = [
     "SEARCH_METHODS",
     "HOTWORD_METHODS",
     "METHOD_BEAMS",
+    "BEAM_METHODS",
     "DEFAULT_BEAM",
     "default_beam",
     "check_hotword_method",
@@ -81,6 +82,8 @@ def _positive(value: float, path: str, strict: bool = True) -> None:
 
 
 SEARCH_METHODS = ("greedy", "modified_beam", "beam", "ctc_greedy", "ctc_prefix_beam")
+BEAM_METHODS = ("modified_beam", "beam", "ctc_prefix_beam")
+"""The searches that keep several hypotheses: the ones a beam applies to."""
 HOTWORD_METHODS = ("modified_beam",)
 """The searches that take hotwords (a context graph's boosts are beam-search scores)."""
 

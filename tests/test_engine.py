@@ -580,7 +580,7 @@ def test_every_search_has_the_complete_interface(tiny_ckpt):
     state creation, the head output it reads, whether it keeps several hypotheses, final ranking."""
     import dataclasses as dc
 
-    from streamd.config import HOTWORD_METHODS
+    from streamd.config import BEAM_METHODS, HOTWORD_METHODS, SEARCH_METHODS
     from streamd.decode.context_graph import ContextGraph
     from streamd.model.transducer import HeadOutputs
 
@@ -589,6 +589,8 @@ def test_every_search_has_the_complete_interface(tiny_ckpt):
         heads = rec.model.heads(torch.randn(1, 5, rec.model.cfg.encoder.d_model))
     fields = {f.name for f in dc.fields(HeadOutputs)}
     graph = ContextGraph(((2, 3),), (1.0,), rec.model.cfg.vocab_size)
+    assert set(rec.searches) == set(SEARCH_METHODS)
+    assert {m for m, s in rec.searches.items() if s.several} == set(BEAM_METHODS)  # the config's rule, written once
     for method, search in rec.searches.items():
         assert search.reads in fields and isinstance(search.several, bool) and isinstance(search.ranks_final, bool)
         state = search.new_state(3, "cpu")

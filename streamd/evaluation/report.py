@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from streamd.config import BEAM_METHODS
 from streamd.train.metrics import ReliabilityBins
 
 from .kws import FA_BUDGETS, budget_key
@@ -46,7 +47,8 @@ def reliability_curves(report: dict) -> list[tuple[str, ReliabilityBins]]:
 def format_report(report: dict) -> str:
     """Readable text of :meth:`~.recognition.Evaluator.evaluate` results (the ``report`` of
     :func:`~.recognition.run`)."""
-    lines = [f"model {report['model']}  method {report['method']} (beam {report['beam']})  device {report['device']}"]
+    beam = f" (beam {report['beam']})" if report["method"] in BEAM_METHODS else ""  # greedy searches have none
+    lines = [f"model {report['model']}  method {report['method']}{beam}  device {report['device']}"]
     for r in report["sets"]:
         lines += ["", f"== {r['set']}: {r['utterances']} utterances, {r['audio_seconds']:.1f} s of audio "
                       f"(sample rate {r['sample_rate']})",

@@ -37,7 +37,9 @@ def report(*sets) -> dict:
 def test_recognition_report_lines():
     text = format_report(report(set_report()))
     lines = text.splitlines()
-    assert lines[0] == "model m.pt  method greedy (beam 4)  device cpu"
+    assert lines[0] == "model m.pt  method greedy  device cpu"  # a greedy search has no beam to show
+    beam = format_report({**report(set_report()), "method": "modified_beam", "beam": 8}).splitlines()[0]
+    assert beam == "model m.pt  method modified_beam (beam 8)  device cpu"
     assert lines[2] == "== /data/sets/dev.jsonl: 2 utterances, 3.2 s of audio (sample rate native)"
     assert lines[3] == "WER  12.50%  (sub 1, del 0, ins 0 / 8 words)   SER  50.00%   exact  50.00%"
     assert f"    {'voice0':32s} WER  25.00%  SER 100.00%  (4 words, 1 utts)" in lines
