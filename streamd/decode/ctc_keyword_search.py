@@ -35,14 +35,14 @@ Shape legend: B streams, T frames of a chunk, N states, P keywords, V vocabulary
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
 from ..model.transducer import Transducer
-from .keyword_search import _NEG, KeywordSearch, KeywordState, _fresh, _no_best, chunk_clock, decide, trie_nodes
+from .keyword_search import (_NEG, KeywordSearch, KeywordState, _fresh, _no_best, chunk_clock, decide, keyword_columns,
+                             layout_rows, pad_rows, trie_nodes)
 
 __all__ = ["CtcKeywordSearch", "CtcKeywordTables"]
 
@@ -150,25 +150,15 @@ class CtcKeywordSearch(KeywordSearch):
         b, n = state.batch, state.alpha.shape[1]
         v = self.model.cfg.vocab_size
         p = max(len(k.names) for k in sets)
-        same = all(k is sets[0] for k in sets)
-        rows = [sets[0]] if same else list(sets)
-
-        def pad(x: Tensor, size: int, fill) -> Tensor:
-            return torch.cat([x, x.new_full((size - x.shape[0], *x.shape[1:]), fill)]) if x.shape[0] < size else x
-
-        def stack(xs: list[Tensor]) -> Tensor:
-            x = torch.stack(xs).to(device)
-            return x.expand(b, *x.shape[1:]) if same else x
-
+        rows, stack = layout_rows(sets, b, device)
         tabs = [k.tables for k in rows]
-        src = stack([pad(torch.where(t.src < 0, n, t.src), n, n).flatten() for t in tabs])
-        arc = stack([pad(torch.where(t.arc < 0, v, t.arc), n, v) for t in tabs])
-        label = stack([pad(t.label, n, False) for t in tabs])
-        end = stack([pad(t.end, p, 0) for t in tabs])
-        tail = stack([pad(t.tail, p, 0) for t in tabs])
-        sep = stack([pad(torch.where(t.sep < 0, t.end, t.sep), p, 0) for t in tabs])
-        lens = stack([pad(torch.tensor(k.lengths, dtype=torch.float64), p, 1.0) for k in rows])
-        thr = stack([pad(torch.tensor(k.thresholds, dtype=torch.float64), p, math.inf) for k in rows])
+        src = stack([pad_rows(torch.where(t.src < 0, n, t.src), n, n).flatten() for t in tabs])
+        arc = stack([pad_rows(torch.where(t.arc < 0, v, t.arc), n, v) for t in tabs])
+        label = stack([pad_rows(t.label, n, False) for t in tabs])
+        end = stack([pad_rows(t.end, p, 0) for t in tabs])
+        tail = stack([pad_rows(t.tail, p, 0) for t in tabs])
+        sep = stack([pad_rows(torch.where(t.sep < 0, t.end, t.sep), p, 0) for t in tabs])
+        lens, thr = keyword_columns(rows, p, stack)
         e4 = lambda x: x[..., None].expand(*x.shape, 4)  # noqa: E731
         return _CtcLayout(e4(src), arc, label, e4(end), e4(tail), e4(sep), lens, thr, _fresh(n, device),
                           self.separator is not None)

@@ -64,7 +64,7 @@ from __future__ import annotations
 import math
 import weakref
 from dataclasses import dataclass, field, replace
-from typing import Sequence
+from typing import Callable, Sequence
 
 import torch
 from torch import Tensor
@@ -307,32 +307,22 @@ class KeywordSearch:
         u = max(t.dec_p.shape[0] for t in tabs)
         p = max(len(k.names) for k in sets)
         sentinel = u * v
-        same = all(k is sets[0] for k in sets)
-        rows = [sets[0]] if same else list(sets)
-
-        def pad(x: Tensor, size: int, fill: int) -> Tensor:
-            return torch.cat([x, x.new_full((size - x.shape[0],), fill)]) if x.shape[0] < size else x
+        rows, stack = layout_rows(sets, b, device)
 
         def arc(x: Tensor, size: int) -> Tensor:
-            return pad(torch.where(x < 0, torch.full_like(x, sentinel), x), size, sentinel)
-
-        def stack(xs: list[Tensor]) -> Tensor:
-            x = torch.stack(xs).to(device)
-            return x.expand(b, *x.shape[1:]) if same else x
+            return pad_rows(torch.where(x < 0, torch.full_like(x, sentinel), x), size, sentinel)
 
         t_rows = [k.tables for k in rows]
         dec_p = stack([torch.cat([t.dec_p, t.dec_p.new_zeros(u - t.dec_p.shape[0], t.dec_p.shape[1])])
                        for t in t_rows])
         ar_n = torch.arange(n)
-        parent = stack([pad(t.parent, n, 0) for t in t_rows])
+        parent = stack([pad_rows(t.parent, n, 0) for t in t_rows])
         blank_src = stack([torch.cat([t.blank_src, ar_n[t.states:]]) for t in t_rows])
-        end = stack([pad(t.end, p, 0) for t in t_rows])
-        tail = stack([pad(t.tail, p, 0) for t in t_rows])
+        end = stack([pad_rows(t.end, p, 0) for t in t_rows])
+        tail = stack([pad_rows(t.tail, p, 0) for t in t_rows])
         arcs = stack([torch.cat([arc(t.emit, n), arc(t.blank, n), arc(t.sep, p), arc(t.end_blank, p)])
                       for t in t_rows])
-        lens = stack([pad(torch.tensor(k.lengths, dtype=torch.float64), p, 1) for k in rows])
-        thr = stack([torch.cat([torch.tensor(k.thresholds, dtype=torch.float64),
-                                torch.full((p - len(k.names),), math.inf, dtype=torch.float64)]) for k in rows])
+        lens, thr = keyword_columns(rows, p, stack)
         fresh = _fresh(n, device)
         e4 = lambda x: x[..., None].expand(*x.shape, 4)  # noqa: E731
         return _Layout(dec_p, e4(parent), e4(blank_src), e4(end), e4(tail), arcs, lens, thr, fresh,
@@ -454,6 +444,33 @@ def trie_nodes(keywords: Sequence[tuple[int, ...]]) -> dict[tuple[int, ...], int
             if len(k) >= d and k[:d] not in nodes:
                 nodes[k[:d]] = len(nodes)
     return nodes
+
+
+def pad_rows(x: Tensor, size: int, fill) -> Tensor:
+    """``x`` (R, ...) padded with ``fill`` to ``size`` rows along its first dimension (as it is if it has them)."""
+    return torch.cat([x, x.new_full((size - x.shape[0], *x.shape[1:]), fill)]) if x.shape[0] < size else x
+
+
+def layout_rows(sets: Sequence[KeywordSet], batch: int, device) -> tuple[list[KeywordSet], Callable]:
+    """A batch layout's distinct rows and how to stack them: one row expanded to all ``batch`` streams when every
+    stream has the same keyword set (the usual case), else one per stream.  Returns ``(rows, stack)``: ``stack``
+    turns one tensor per row into (B, ...) on ``device``."""
+    same = all(k is sets[0] for k in sets)
+    rows = [sets[0]] if same else list(sets)
+
+    def stack(xs: list[Tensor]) -> Tensor:
+        x = torch.stack(xs).to(device)
+        return x.expand(batch, *x.shape[1:]) if same else x
+
+    return rows, stack
+
+
+def keyword_columns(rows: Sequence[KeywordSet], p: int, stack: Callable) -> tuple[Tensor, Tensor]:
+    """(B, P) float64 per keyword of each layout row: token counts (padding 1) and thresholds (padding inf: a
+    padding keyword never fires)."""
+    lens = stack([pad_rows(torch.tensor(k.lengths, dtype=torch.float64), p, 1.0) for k in rows])
+    thr = stack([pad_rows(torch.tensor(k.thresholds, dtype=torch.float64), p, math.inf) for k in rows])
+    return lens, thr
 
 
 def chunk_clock(frame_offset: Tensor, lengths: Tensor, t_max: int, device) -> tuple[Tensor, Tensor]:
