@@ -35,7 +35,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .config import default_beam
+from .config import SEARCH_METHODS, default_beam
 from .paths import default_bench_audio, model_arg
 
 __all__ = ["main", "bench_engine"]
@@ -216,8 +216,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     e = sub.add_parser("engine", help="Recognizer throughput and chunk latency at N real-time streams")
     e.add_argument("--model", help="checkpoint (default: the shipped model)")
     e.add_argument("--streams", default="1,8,32,128", help="comma-separated stream counts")
-    e.add_argument("--method", default="greedy", choices=["greedy", "modified_beam", "beam", "ctc_greedy",
-                                                          "ctc_prefix_beam"])
+    e.add_argument("--method", default="greedy", choices=SEARCH_METHODS)
     e.add_argument("--beam", type=int, help="beam of the beam searches (default: the method's own, as the engine's)")
     e.add_argument("--device", default="cpu")
     e.add_argument("--seconds", type=float, default=10.0, help="audio seconds per stream")

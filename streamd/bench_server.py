@@ -62,7 +62,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 
-from .config import FbankConfig
+from .config import SEARCH_METHODS, FbankConfig
 
 __all__ = ["ClientTrace", "ServerBenchResult", "partial_latency", "slope_per_minute", "third_p95s",
            "parse_metrics", "metrics_url", "summarize", "bench_server", "add_arguments", "run_from_args"]
@@ -526,7 +526,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--duration-minutes", type=float, help="soak run: every stream lasts this many minutes "
                                                           "(audio looped; overrides --seconds)")
     p.add_argument("--audio", nargs="*", help="WAV files to stream (default: the package's six sample recordings)")
-    p.add_argument("--method", choices=["greedy", "modified_beam", "beam", "ctc_greedy", "ctc_prefix_beam"],
+    p.add_argument("--method", choices=SEARCH_METHODS,
                    help="search method (default: the server's)")
     p.add_argument("--beam", type=int, help="beam size for beam searches")
     p.add_argument("--token", help="bearer token for a daemon with auth")

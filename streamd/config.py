@@ -54,6 +54,7 @@ __all__ = [
     "BEAM_METHODS",
     "DEFAULT_BEAM",
     "default_beam",
+    "ENGINE_POLICIES",
     "check_hotword_method",
     "check_device",
 ]
@@ -100,7 +101,7 @@ def default_beam(method: str, beam: int | None = None) -> int:
 
 
 # CPU scheduling policies of the main engine's process (server.engine_policy; Linux SCHED_OTHER, SCHED_BATCH,
-# SCHED_IDLE: streamd.server.lane.set_policy)
+# SCHED_IDLE: streamd.server.lane.lower_priority)
 ENGINE_POLICIES = ("normal", "batch", "idle")
 
 # runtime wake-word scores: the transducer keyword search's, and the CTC head's (streamd.decode.ctc_keyword_search)
