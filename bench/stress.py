@@ -20,7 +20,9 @@ Scenarios (the issue's targets in brackets; docs/benchmarks.md "Overload" has th
   (the main engine in a worker thread of the daemon's process, as before 2026-12-05) likewise, and
   ``--engine-nice N`` ``server.engine_nice``, ``--engine-policy P`` ``server.engine_policy``; ``--daemon-nice N``
   starts every daemon under ``nice -n N`` (systemd's ``Nice=``); ``--busy-cores N`` keeps N busy loops (another
-  tenant of the host, at ``--busy-nice``) running through every scenario.
+  tenant of the host, at ``--busy-nice``) running through every scenario; ``--own-sessions`` starts the
+  daemons, the victim and the busy loops each in a session of their own (with the kernel's autogroups, each a
+  scheduling group, as a service or another terminal is) instead of this process's.
 * ``capacity``  capacity search with admission off (``limits.max_load: 0``): the most real-time greedy
   streams (p95 partial lag <= one chunk, no growth), doubling then bisecting.
 * ``default``   out of the box (no config file): 32 real-time greedy streams [all real time, >= 32].
@@ -90,7 +92,7 @@ class Daemon:
     """``python -m streamd serve`` in a subprocess with a YAML config (None: no config file at all)."""
 
     def __init__(self, name: str, out_dir: Path, config: dict | None, model: str | None, env: dict | None = None,
-                 wyoming: bool = False, nice: int = 0):
+                 wyoming: bool = False, nice: int = 0, new_session: bool = False):
         self.name = name
         self.port = free_port()
         self.wyoming_port = free_port() if wyoming else None
@@ -112,7 +114,8 @@ class Daemon:
         e.update(env or {})
         e["PYTHONPATH"] = str(ROOT) + os.pathsep + e.get("PYTHONPATH", "")
         self._log = open(self.log_path, "w")
-        self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT, env=e, cwd=str(ROOT))
+        self.proc = subprocess.Popen(args, stdout=self._log, stderr=subprocess.STDOUT, env=e, cwd=str(ROOT),
+                                     start_new_session=new_session)
         self.url = f"ws://127.0.0.1:{self.port}/v1/stream"
 
     def wait_ready(self, timeout: float = 180.0) -> None:
@@ -403,6 +406,7 @@ class Ctx:
     engine_nice: int | None = None  # server.engine_nice of every configured daemon (None: the default)
     engine_policy: str | None = None  # server.engine_policy of every configured daemon (None: the default)
     daemon_nice: int = 0  # every daemon started under `nice -n N` (systemd's Nice=)
+    own_sessions: bool = False  # daemons and the victim each in a session (so an autogroup) of their own
     audio_files: list[str] | None = None  # --audio (the victim process reads the same)
     shared_victim: bool = False  # the victim in this process's event loop, beside the load (before 2026-12-03 16:00)
     rounds: list = field(default_factory=lambda: list(ROUNDS))  # the overload scenario's (name, k x capacity)
@@ -417,7 +421,8 @@ class Ctx:
             server["engine_policy"] = self.engine_policy
         if config is not None and server:
             config = {**config, "server": {**config.get("server", {}), **server}}
-        return Daemon(name, self.out_dir, config, self.model, nice=self.daemon_nice, **kw)
+        return Daemon(name, self.out_dir, config, self.model, nice=self.daemon_nice, new_session=self.own_sessions,
+                      **kw)
 
     async def victim(self, load: Load, url: str, seconds: float) -> dict:
         """One greedy stream of another user (``VICTIM_ADDR``) for ``seconds``: its :func:`victim_report`,
@@ -430,7 +435,8 @@ class Ctx:
         cmd = [sys.executable, str(Path(__file__).resolve()), "--victim", url, "--seconds", str(seconds)]
         if self.audio_files:
             cmd += ["--audio", *self.audio_files]
-        proc = await asyncio.create_subprocess_exec(*cmd, stdout=asyncio.subprocess.PIPE)
+        proc = await asyncio.create_subprocess_exec(*cmd, stdout=asyncio.subprocess.PIPE,
+                                                    start_new_session=self.own_sessions)
         out, _ = await proc.communicate()
         got = json.loads(out)
         got["partials"] = [tuple(x) for x in got["partials"]]
@@ -1142,7 +1148,8 @@ async def main_async(args: argparse.Namespace) -> int:
         return 0
     ctx = Ctx(out_dir, args.model, audio, args.seconds, capacity=args.capacity, light_lane=args.light_lane,
               audio_files=args.audio, shared_victim=args.shared_victim, engine_thread=args.engine_thread,
-              engine_nice=args.engine_nice, engine_policy=args.engine_policy, daemon_nice=args.daemon_nice)
+              engine_nice=args.engine_nice, engine_policy=args.engine_policy, daemon_nice=args.daemon_nice,
+              own_sessions=args.own_sessions)
     if args.rounds:
         ks = [float(k.rstrip("x")) for k in args.rounds.split(",")]
         ctx.rounds = [(f"{k:g}x_{i + 1}", k) for i, k in enumerate(ks)]
@@ -1157,10 +1164,11 @@ async def main_async(args: argparse.Namespace) -> int:
             "load_average": os.getloadavg(), "seconds_per_stream": args.seconds, "light_lane": args.light_lane,
             "engine_process": not args.engine_thread, "engine_nice": args.engine_nice,
             "engine_policy": args.engine_policy, "daemon_nice": args.daemon_nice,
-            "busy_cores": args.busy_cores, "busy_nice": args.busy_nice,
+            "busy_cores": args.busy_cores, "busy_nice": args.busy_nice, "own_sessions": args.own_sessions,
             "victim": "shared event loop" if args.shared_victim else "own process"}
     busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"],
-                             preexec_fn=(lambda: os.nice(args.busy_nice)) if args.busy_nice else None)
+                             preexec_fn=(lambda: os.nice(args.busy_nice)) if args.busy_nice else None,
+                             start_new_session=args.own_sessions)
             for _ in range(args.busy_cores)]  # another tenant of the host
     try:
         for name in names:
@@ -1209,6 +1217,10 @@ def main() -> int:
     ap.add_argument("--busy-nice", type=int, default=0, help="the busy loops' nice value (0..19)")
     ap.add_argument("--daemon-nice", type=int, default=0,
                     help="start every daemon under `nice -n N` (as systemd's Nice= would; negative: needs root)")
+    ap.add_argument("--own-sessions", action="store_true",
+                    help="start every daemon, the victim and the busy loops in a session of their own (as a "
+                         "service or another terminal is; with the kernel's autogroup scheduling each session "
+                         "shares the CPU as one group) instead of this process's session")
     ap.add_argument("--shared-victim", action="store_true",
                     help="run the victim in this process's event loop beside the load (the measurement before "
                          "2026-12-03 16:00) instead of a process of its own")
