@@ -146,6 +146,16 @@ class Daemon:
         except OSError:
             return {}
 
+    def lag_buckets(self, lane: str) -> list[tuple[float, float]]:
+        """``streamd_partial_lag_seconds`` of one engine lane: [(upper bound s, cumulative count)], +Inf last."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as r:
+                text = r.read().decode()
+        except OSError:
+            return []
+        return [(float(m.group(1)), float(m.group(2))) for m in re.finditer(
+            r'^streamd_partial_lag_seconds_bucket\{lane="' + re.escape(lane) + r'",le="([^"]+)"\} (\S+)$', text, re.M)]
+
     def errors(self) -> dict[str, float]:
         """``streamd_errors_total`` by code."""
         try:
@@ -446,6 +456,25 @@ class Ctx:
         self.tracebacks[d.name] = d.tracebacks()
 
 
+def hist_quantile(before: list[tuple[float, float]], after: list[tuple[float, float]], q: float) -> float | None:
+    """The ``q`` quantile of what a Prometheus histogram counted between two snapshots (cumulative buckets
+    [(le, count)]), interpolated linearly inside its bucket as PromQL's ``histogram_quantile`` does; None
+    when nothing was counted (or the quantile lies in the +Inf bucket)."""
+    start = dict(before)
+    delta = [(le, c - start.get(le, 0.0)) for le, c in after]
+    if not delta or delta[-1][1] <= 0:
+        return None
+    rank = q * delta[-1][1]
+    lo_le, lo_c = 0.0, 0.0
+    for le, c in delta:
+        if c >= rank:
+            if math.isinf(le):
+                return None
+            return lo_le + (le - lo_le) * ((rank - lo_c) / (c - lo_c) if c > lo_c else 1.0)
+        lo_le, lo_c = le, c
+    return None
+
+
 def cfg(**limits: Any) -> dict:
     return {"limits": limits} if limits else {}
 
@@ -529,13 +558,17 @@ async def overload_round(ctx: Ctx, d: Daemon, k: float, sampler: Sampler, load_w
     n = int(round(k * cap))
     load = Load(d.url, ctx.audio, seed)
     alone = 8.0  # the victim alone first: its unloaded lag in the same daemon, minutes apart from nothing
+    lags_a = d.lag_buckets("light")
     victim = asyncio.create_task(ctx.victim(load, d.url, alone + load_window + ctx.seconds + 4))
     await asyncio.sleep(alone)
     t_load = time.perf_counter()
     until = time.monotonic() + load_window
     rss_before = d.rss_mb()
+    lags0 = d.lag_buckets("light")  # the victim is the light lane's only stream (the load's client has many)
+    alone_in_daemon = hist_quantile(lags_a, lags0, 0.95)
     await asyncio.gather(*(load.persistent(ctx.seconds, until, kind="load") for _ in range(n)))
     t_end = time.monotonic()
+    in_daemon = hist_quantile(lags0, d.lag_buckets("light"), 0.95)
     # recovery: /readyz back to 200, then as many streams as were admitted at the peak
     ready_after = None
     while time.monotonic() - t_end < 30:
@@ -556,7 +589,9 @@ async def overload_round(ctx: Ctx, d: Daemon, k: float, sampler: Sampler, load_w
     r = summarize_sessions(sessions)
     before, during = victim_split(v["partials"], t_load, t_end - time.monotonic() + time.perf_counter())
     r.update(offered=n, k=k, peak_concurrent=peak, victim_p95_ms=ms(pct(during, 95)),
-             victim_alone_p95_ms=ms(pct(before, 95)), victim_ended=v["accepted_ended"],
+             victim_alone_p95_ms=ms(pct(before, 95)), victim_in_daemon_p95_ms=ms(in_daemon),
+             victim_alone_in_daemon_p95_ms=ms(alone_in_daemon),
+             victim_ended=v["accepted_ended"],
              victim_audio_lost_s=v["audio_lost_s"],
              readyz_200_after_s=None if ready_after is None else round(ready_after, 2),
              recovery_accepted=len(rec), recovery_offered=n_rec,
@@ -565,7 +600,8 @@ async def overload_round(ctx: Ctx, d: Daemon, k: float, sampler: Sampler, load_w
              children_rss_idle_after_mb=d.children_rss_mb(),
              fds_idle_after=d.fds())
     print(f"  overload {k}x ({n} clients): accepted {r['accepted']} (peak {peak}), refused {r['refused']}, "
-          f"p95 {r['p95_ms']} ms, victim p95 {r['victim_p95_ms']} ms (alone {r['victim_alone_p95_ms']} ms), "
+          f"p95 {r['p95_ms']} ms, victim p95 {r['victim_p95_ms']} ms (alone {r['victim_alone_p95_ms']} ms, "
+          f"in the daemon {r['victim_in_daemon_p95_ms']} / {r['victim_alone_in_daemon_p95_ms']} ms), "
           f"lost {r['audio_lost_s']} s, "
           f"refusal codes {r['refusal_codes']}, ready after {r['readyz_200_after_s']} s, "
           f"recovery {r['recovery_accepted']}/{r['recovery_offered']}, RSS {r['rss_idle_after_mb']} MiB", flush=True)

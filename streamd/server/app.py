@@ -200,6 +200,11 @@ class App:
         if batcher is not None:
             batcher.submit(cmd)
 
+    def lane_of(self, key: int) -> str:
+        """The engine lane stream ``key`` decodes in: ``light`` or ``main`` (the streamd_partial_lag_seconds
+        label)."""
+        return "light" if key in self._light_keys else "main"
+
     def _ended(self, key: int) -> None:
         """Stream ``key`` ended (closed, done, failed, or never opened): no longer counted anywhere."""
         self.admission.release(key)

@@ -59,6 +59,8 @@ class ConnHost(Protocol):
 
     def new_key(self) -> int: ...
 
+    def lane_of(self, key: int) -> str: ...
+
     def broadcast(self, message: dict, droppable: bool = False) -> None: ...
 
     def streams_changed(self) -> None: ...
@@ -183,7 +185,9 @@ class Conn:
                 self.arrivals.popleft()
             if self.arrivals:
                 now = time.monotonic()
-                self.app.admission.note_lag(self.key, now - self.arrivals[0][1], now)
+                lag = now - self.arrivals[0][1]
+                self.app.admission.note_lag(self.key, lag, now)
+                self.app.metrics.partial_lag.labels(self.app.lane_of(self.key)).observe(lag)
         self.perform(self.proto.event(ev))
 
     def on_applied(self, n: int) -> None:

@@ -40,6 +40,12 @@ class Metrics:
                                  "(v1, vosk, mic): grows when the server falls behind",
                                  ["stream_class"], buckets=(0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0),
                                  registry=r)
+        self.partial_lag = Histogram("streamd_partial_lag_seconds",
+                                     "From the daemon reading the audio that completed a chunk to that chunk's "
+                                     "partial leaving the engine, by engine lane (main, light)",
+                                     ["lane"], buckets=(0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+                                                      10.0, 30.0),
+                                     registry=r)
         self.load = Gauge("streamd_load", "Predicted wall time of one batch step over every live stream, as a share "
                                           "of a chunk's duration (new streams are refused above limits.max_load)",
                           registry=r)

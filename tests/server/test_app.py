@@ -91,6 +91,8 @@ def test_probes_metrics_static(tiny_ckpt, tmp_path):
             assert m['streamd_backlog_seconds_count{stream_class="v1"}'] >= len(partials)
             assert m['streamd_backlog_seconds_sum{stream_class="v1"}'] >= 0
             assert 'streamd_backlog_seconds_count{stream_class="vosk"}' not in m
+            lags = {k: v for k, v in m.items() if k.startswith("streamd_partial_lag_seconds_count")}
+            assert len(lags) == 1 and 0 < sum(lags.values()) <= m['streamd_backlog_seconds_count{stream_class="v1"}']
             assert sum(v for k, v in m.items() if k.startswith("streamd_wake_events_total")) == wakes > 0
 
     run(body())
@@ -487,10 +489,14 @@ def test_light_lane_serves_a_light_client_beside_a_slow_heavy_one(tiny_ckpt):
             await until(lambda: rec.num_streams == 1)
             assert len(app._light_keys) == 1
             got = await asyncio.gather(finish(light), finish(heavy))
-        return got, proc
+            lags = {line.split('"')[1]: float(line.rsplit(" ", 1)[1]) for line in
+                    app.metrics.render().decode().splitlines() if line.startswith("streamd_partial_lag_seconds_count")}
+        return got, proc, lags
 
-    ((light_msgs, light_done), (heavy_msgs, heavy_done)), proc = run(body())
+    ((light_msgs, light_done), (heavy_msgs, heavy_done)), proc, lags = run(body())
     assert light_done < heavy_done
+    # each lane's partials are measured under its own label (at least one partial each)
+    assert set(lags) == {"light", "main"} and min(lags.values()) >= 1
     for msgs in (light_msgs, heavy_msgs):
         assert [m["text"] for m in msgs if m["type"] == "final"] == ref and msgs[-1]["type"] == "done"
     assert not proc.is_alive() and proc.exitcode == 0
