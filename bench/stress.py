@@ -137,34 +137,30 @@ class Daemon:
         except OSError:
             return 0, ""
 
+    def metrics_text(self) -> str:
+        """``GET /metrics`` ("" when the daemon does not answer)."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as r:
+                return r.read().decode()
+        except OSError:
+            return ""
+
     def metrics(self) -> dict[str, float]:
         from streamd.bench_server import parse_metrics
 
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as r:
-                return parse_metrics(r.read().decode())
-        except OSError:
-            return {}
+        text = self.metrics_text()
+        return parse_metrics(text) if text else {}
 
     def lag_buckets(self, lane: str) -> list[tuple[float, float]]:
         """``streamd_partial_lag_seconds`` of one engine lane: [(upper bound s, cumulative count)], +Inf last."""
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as r:
-                text = r.read().decode()
-        except OSError:
-            return []
         return [(float(m.group(1)), float(m.group(2))) for m in re.finditer(
-            r'^streamd_partial_lag_seconds_bucket\{lane="' + re.escape(lane) + r'",le="([^"]+)"\} (\S+)$', text, re.M)]
+            r'^streamd_partial_lag_seconds_bucket\{lane="' + re.escape(lane) + r'",le="([^"]+)"\} (\S+)$',
+            self.metrics_text(), re.M)]
 
     def errors(self) -> dict[str, float]:
         """``streamd_errors_total`` by code."""
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/metrics", timeout=5) as r:
-                text = r.read().decode()
-        except OSError:
-            return {}
         return {m.group(1): float(m.group(2)) for m in
-                re.finditer(r'^streamd_errors_total\{code="([^"]+)"\} (\S+)$', text, re.M)}
+                re.finditer(r'^streamd_errors_total\{code="([^"]+)"\} (\S+)$', self.metrics_text(), re.M)}
 
     def rss_mb(self, pid: int | None = None) -> float | None:
         """The daemon's resident memory (or process ``pid``'s), MiB."""
