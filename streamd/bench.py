@@ -85,13 +85,16 @@ def _load_audio(paths: Sequence[str], seconds: float) -> list[np.ndarray]:
     return out
 
 
-def _make_rec(model_path: str, device: str, max_batch: int, wake_words: Sequence[str] = ()):
+def _make_rec(model_path: str, device: str, max_batch: int, wake_words: Sequence[str] = (), trace: bool = True):
     from .config import EndpointConfig, EngineConfig, KwsConfig
     from .engine import Recognizer
 
-    return Recognizer.from_checkpoint(model_path, EngineConfig(device=device, max_batch=max_batch,
-                                                               endpoint=EndpointConfig(enabled=True),
-                                                               kws=KwsConfig(wake_words=tuple(wake_words))))
+    rec = Recognizer.from_checkpoint(model_path, EngineConfig(device=device, max_batch=max_batch,
+                                                              trace_encoder=trace,
+                                                              endpoint=EndpointConfig(enabled=True),
+                                                              kws=KwsConfig(wake_words=tuple(wake_words))))
+    rec.warm_up()  # as the daemon does before "ready": one-off costs (the encoder's trace) are not timed
+    return rec
 
 
 def _sync(rec) -> None:
@@ -171,12 +174,13 @@ def _throughput(rec, clips: list[np.ndarray], n: int, method: str, beam: int) ->
 
 def bench_engine(model: str, streams: Sequence[int], method: str, device: str, seconds: float,
                  audio_files: Sequence[str], beam: int | None = None, single_seconds: float | None = None,
-                 seed: int = 0, wake_words: Sequence[str] = (),
+                 seed: int = 0, wake_words: Sequence[str] = (), trace_encoder: bool = True,
                  on_result: Callable[[EngineResult], None] | None = None) -> tuple[list[EngineResult], dict]:
     """Run the engine benchmark; returns per-N results and a summary dict.
 
     beam: the beam searches' beam (None: the method's default, :func:`streamd.config.default_beam`).
     wake_words: runtime wake words of every stream (the keyword search runs beside recognition).
+    trace_encoder: the engine's ``trace_encoder`` (false: the eager encoder, for side-by-side runs).
     single_seconds: audio seconds per stream of the two throughput runs (default ``seconds``): the unbatched
     one decodes the N streams one after another, which at thousands of streams needs shorter clips.
     on_result: called with each N's result as soon as it is measured (a long run's rows are not lost to a
@@ -187,17 +191,17 @@ def bench_engine(model: str, streams: Sequence[int], method: str, device: str, s
     clips = _load_audio(audio_files, seconds)
     results = []
     # warm up (lazy init, allocator, threads)
-    warm = _make_rec(model, device, max(streams), wake_words)
+    warm = _make_rec(model, device, max(streams), wake_words, trace_encoder)
     _throughput(warm, [c[:16000] for c in clips], min(4, max(streams)), method, beam)
     for n in streams:
-        rec = _make_rec(model, device, max_batch=max(1, n), wake_words=wake_words)
+        rec = _make_rec(model, device, max_batch=max(1, n), wake_words=wake_words, trace=trace_encoder)
         lat, step_time, audio_s, mean_batch = _realtime_run(rec, clips, n, method, beam, seed)
         lat_ms = np.array(lat) * 1000 if lat else np.array([np.nan])
         chunk_ms = rec.chunk_frames * rec.frame_shift_s * 1000
         p50, p95, p99 = (float(np.percentile(lat_ms, q)) for q in (50, 95, 99))
         single_clips = [c[: int((single_seconds or seconds) * 16000)] for c in clips]
-        tb = _throughput(_make_rec(model, device, max(1, n), wake_words), single_clips, n, method, beam)
-        ts = _throughput(_make_rec(model, device, 1, wake_words), single_clips, n, method, beam)
+        tb = _throughput(_make_rec(model, device, max(1, n), wake_words, trace_encoder), single_clips, n, method, beam)
+        ts = _throughput(_make_rec(model, device, 1, wake_words, trace_encoder), single_clips, n, method, beam)
         results.append(EngineResult(n, method, str(rec.device), step_time / audio_s, p50, p95, p99,
                                     bool(p95 < chunk_ms), chunk_ms, mean_batch, tb, ts, tb / ts))
         if on_result is not None:
@@ -206,7 +210,7 @@ def bench_engine(model: str, streams: Sequence[int], method: str, device: str, s
     summary = {"summary": True, "method": method, "beam": beam, "device": results[0].device if results else device,
                "max_realtime_streams": max(rt) if rt else 0, "threads": torch.get_num_threads(),
                "model": model, "seconds": seconds, "single_seconds": single_seconds or seconds,
-               "wake_words": len(wake_words)}
+               "wake_words": len(wake_words), "encoder": "traced" if trace_encoder else "eager"}
     return results, summary
 
 
@@ -227,6 +231,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                               "docs/benchmarks.md names the files its figures replayed)")
     e.add_argument("--wake-words", metavar="LIST", default="",
                    help="comma-separated runtime wake words of every stream (default none)")
+    e.add_argument("--eager-encoder", action="store_true",
+                   help="run the encoder eager (engine.trace_encoder false), to compare with the traced default")
     e.add_argument("--json", action="store_true")
     from .bench_server import add_arguments as _server_arguments
 
@@ -253,13 +259,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     row = (lambda r: print(json.dumps(r.to_json()), flush=True)) if args.json else None
     results, summary = bench_engine(model_arg(args.model), streams, args.method, args.device, args.seconds, audio,
                                     beam=args.beam, single_seconds=args.single_seconds, wake_words=wake_words,
-                                    on_result=row)
+                                    trace_encoder=not args.eager_encoder, on_result=row)
     if args.json:
         print(json.dumps(summary))
     else:
         print(f"{'streams':>7} {'rtf':>7} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'batch':>6} "
               f"{'realtime':>8} {'x batched':>9}   ({args.method}, {summary['device']}, chunk "
-              f"{results[0].chunk_ms:.0f} ms, {len(wake_words)} runtime wake words)")
+              f"{results[0].chunk_ms:.0f} ms, {len(wake_words)} runtime wake words, {summary['encoder']} encoder)")
         for r in results:
             print(f"{r.streams:>7} {r.rtf:>7.4f} {r.p50_ms:>8.1f} {r.p95_ms:>8.1f} {r.p99_ms:>8.1f} "
                   f"{r.mean_batch:>6.1f} {str(r.realtime):>8} {r.batched_speedup:>9.2f}")

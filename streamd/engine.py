@@ -63,6 +63,7 @@ from .events import Done, Error, Event, Final, Partial, WakeWord, Word
 from .model.checkpoint import LoadedModel, load_checkpoint
 from .device import resolve_device
 from .model.encoder import EncoderCache
+from .model.traced import TracedChunkEncoder
 from .model.transducer import HeadOutputs
 
 __all__ = ["Recognizer", "StreamOptions", "BatchView", "resolve_device", "resolve_lm", "lm_path_for",
@@ -231,6 +232,7 @@ class Recognizer:
         self.chunk_frames = mcfg.encoder.chunk_size  # encoder frames per chunk
         self.chunk_fbank = 4 * self.chunk_frames
         self.fbank = Fbank(mcfg.fbank).to(self.device)
+        self.encoder = TracedChunkEncoder(self.model.encoder) if self.config.trace_encoder else self.model.encoder
         ccfg = self.config.confidence
         self.measure = measure if measure is not None else make_measure(ccfg)
         self.calibration = self._calibration(ccfg) if measure is None else None
@@ -629,7 +631,7 @@ class Recognizer:
         lengths = torch.tensor(takes, device=self.device)
         batch = self._gather(ids)
         # 2. encoder with caches, then every head on the same output
-        enc, enc_len, new_enc = self.model.encoder.forward_chunk(feats, lengths, batch.enc)
+        enc, enc_len, new_enc = self.encoder.forward_chunk(feats, lengths, batch.enc)
         bad = ~torch.isfinite(enc).flatten(1).all(dim=1)  # (B,)
         heads = self.model.heads(enc)
         offsets = torch.tensor([st.frames_done for st in streams], device=self.device)

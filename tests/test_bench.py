@@ -19,7 +19,26 @@ def test_bench_engine_json(tiny_ckpt, tmp_path, capsys):
             assert k in r
         assert r["method"] == "greedy" and r["device"] == "cpu" and r["rtf"] > 0
     assert summary["max_realtime_streams"] in (0, 1, 3)
-    assert summary["single_seconds"] == 1.0
+    assert summary["single_seconds"] == 1.0 and summary["encoder"] == "traced"
+
+
+def test_bench_engine_eager_encoder(tiny_ckpt, tmp_path, capsys, monkeypatch):
+    """--eager-encoder builds every timed Recognizer with engine.trace_encoder false (the side-by-side run)."""
+    from streamd import engine
+
+    seen = []
+    real = engine.Recognizer.from_checkpoint.__func__
+
+    def spy(cls, path, config=None):
+        seen.append(config.trace_encoder)
+        return real(cls, path, config)
+
+    monkeypatch.setattr(engine.Recognizer, "from_checkpoint", classmethod(spy))
+    wavs = [write_wav(tmp_path / "0.wav", random_audio(1.0), 16000)]
+    assert main(["engine", "--model", tiny_ckpt, "--streams", "2", "--seconds", "1.0", "--json", "--audio", *wavs,
+                 "--eager-encoder"]) == 0
+    assert json.loads(capsys.readouterr().out.splitlines()[-1])["encoder"] == "eager"
+    assert seen and not any(seen)
 
 
 def test_bench_engine_single_seconds(tiny_ckpt, tmp_path, capsys):
