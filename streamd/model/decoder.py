@@ -97,6 +97,12 @@ class Decoder(nn.Module):
         """ctx_tokens: (N, U + S - 1) -> (N, U, E) outputs for every window of S tokens."""
         emb = self.embedding(ctx_tokens)  # (N, U + S - 1, E)
         if self.conv is not None:
+            if emb.shape[1] == self.conv.kernel_size[0]:  # one window (a search step): a grouped matrix product
+                n, s, e = emb.shape
+                g = self.conv.groups
+                w = self.conv.weight.view(g, e // g, e // g, s)  # (G, out, in, S)
+                x = emb.transpose(1, 2).reshape(n, g, e // g, s)  # (N, G, in, S)
+                return F.relu(torch.einsum("ngis,gois->ngo", x, w).reshape(n, 1, e))
             emb = self.conv(emb.transpose(1, 2)).transpose(1, 2)  # (N, U, E)
         return F.relu(emb)
 

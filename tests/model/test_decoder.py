@@ -38,3 +38,21 @@ def test_grown_context_computes_the_same_function(old, new):
 def test_context_only_grows():
     with pytest.raises(ValueError, match="only grow"):
         grow_context_conv(torch.zeros(16, 4, 3), torch.Size((16, 4, 2)))
+
+
+@pytest.mark.parametrize("dim,context", [(16, 5), (32, 2), (12, 3), (256, 5)])
+def test_step_equals_the_training_path(dim, context):
+    """The search's one-window step (a grouped matrix product) against the training path's conv over the
+    whole sequence, its oracle: output u of forward() is the step output after token u."""
+    torch.manual_seed(dim + context)
+    dec = Decoder(DecoderConfig(dim=dim, context_size=context), vocab_size=29).eval()
+    torch.nn.init.normal_(dec.conv.weight, std=0.3)
+    targets = torch.randint(1, 29, (4, 12))  # (N, U)
+    with torch.no_grad():
+        want = dec(targets)  # (N, U + 1, E)
+        state = dec.init_state(4)
+        got = [dec._stateless(state.context)[:, -1]]
+        for u in range(12):
+            out, state = dec.step(state, targets[:, u])
+            got.append(out)
+    assert torch.allclose(torch.stack(got, 1), want, atol=1e-5, rtol=1e-5)
