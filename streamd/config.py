@@ -490,9 +490,10 @@ class EngineConfig:
     only on cores the engine has to itself (a server's own thread runs the
     websocket I/O beside it).
 
-    ``trace_encoder``: run the encoder's chunk step as a recorded TorchScript
-    graph (:mod:`streamd.model.traced`; bitwise the eager result, a third
-    less time for one stream's chunk on a CPU); false keeps it eager.
+    ``trace_encoder``: on a CPU device, run the encoder's chunk step as a
+    recorded TorchScript graph (:mod:`streamd.model.traced`; bitwise the
+    eager result, a third less time for one stream's chunk); false keeps it
+    eager (as it always is on CUDA, where the graph is not measured yet).
     """
 
     model: str = ""

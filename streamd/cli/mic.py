@@ -36,6 +36,7 @@ def run(args: argparse.Namespace) -> int:
 
     ns = argparse.Namespace(**{**vars(args), "device": args.compute_device})
     rec = Recognizer.from_checkpoint(model_arg(args.model), engine_config_from_args(ns))
+    rec.warm_up()  # live audio: one-off costs (the encoder's recording) before the first word, as the daemon
     color = {"auto": None, "always": True, "never": False}[args.color]
     return run_console(rec, capture, color=color)
 

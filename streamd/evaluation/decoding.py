@@ -50,7 +50,9 @@ def _sync(device: torch.device) -> None:
 
 
 def warm_up(rec: Recognizer, piece_seconds: float) -> None:
-    """One second of silence through ``rec``: first-call overheads are not decoding time."""
+    """The engine's warm-up, then one second of silence through ``rec``: first-call overheads are not
+    decoding time."""
+    rec.warm_up()
     feed_streams(rec, [(np.zeros(16000, dtype=np.float32), 16000)], piece_seconds)
 
 

@@ -9,7 +9,7 @@ its time dispatching Python modules, not computing: 4.4 ms for one stream's
 :class:`TracedChunkEncoder` records ``forward_chunk`` once per device,
 dtype and kind of cache (with or without an attention left context: the
 only branch the trace fixes) with :func:`torch.jit.trace` and replays the
-recorded graph after that.  Batch size, chunk length, left-context length,
+recorded graph after that (after ``eager_calls`` eager ones).  Batch size, chunk length, left-context length,
 stream offsets and valid lengths stay inputs of the graph (the recorded
 size arithmetic follows the tensors), and the graph reads the encoder's own
 parameters (not frozen copies), so an update of the weights in place is
@@ -59,18 +59,32 @@ class TracedChunkEncoder:
     :class:`EncoderCache` -> enc (B, T/4, D), enc_lengths (B,), new cache.
     """
 
-    def __init__(self, encoder: StreamingEncoder):
+    def __init__(self, encoder: StreamingEncoder, eager_calls: int = 0):
+        """eager_calls: calls that run eager before the first recording, so that a short job (one short
+        file) does not pay for a recording (0.2-0.3 s for the shipped model) that it would not earn back;
+        :meth:`record_soon` ends the wait (a server's warm-up does, before its first client)."""
+        if eager_calls < 0:
+            raise ValueError(f"eager_calls must be >= 0, got {eager_calls}")
         self.encoder = encoder
         self._step = _ChunkStep(encoder)
         self._graphs: dict[tuple, torch.jit.ScriptModule | None] = {}  # None: recording failed
         self._failed: dict[tuple, str] = {}
+        self._eager_left = eager_calls
         self.eager_reason: str | None = None  # why the last call ran eager (None: traced)
+
+    def record_soon(self) -> None:
+        """Record at the next call instead of after the remaining ``eager_calls``."""
+        self._eager_left = 0
 
     def forward_chunk(self, x: Tensor, lengths: Tensor, cache: EncoderCache) -> tuple[Tensor, Tensor, EncoderCache]:
         if x.shape[1] % 4:
             raise ValueError(f"forward_chunk needs a multiple of 4 fbank frames, got {x.shape[1]}")
         if torch.is_grad_enabled() or self.encoder.training or x.shape[0] == 0:
             self.eager_reason = "gradients enabled or training mode" if x.shape[0] else "empty batch"
+            return self.encoder.forward_chunk(x, lengths, cache)
+        if self._eager_left > 0:
+            self._eager_left -= 1
+            self.eager_reason = "not recorded yet (eager_calls)"
             return self.encoder.forward_chunk(x, lengths, cache)
         args = (x, lengths, cache.sub1, cache.sub2, cache.keys, cache.values, cache.conv, cache.offset)
         key = (x.device, x.dtype, cache.keys.shape[3] > 0)

@@ -97,6 +97,7 @@ def test_failed_recording_stays_eager(monkeypatch):
 
 def _events(model_path, trace, audio):
     rec = Recognizer(load_checkpoint(model_path), EngineConfig(trace_encoder=trace))
+    rec.warm_up()  # records the graph now (not after Recognizer.EAGER_STEPS steps)
     ids = [rec.create_stream(method=m) for m in ("greedy", "modified_beam")]
     out = []
     for i, sid in enumerate(ids):
@@ -114,6 +115,41 @@ def test_engine_events_identical(ckpt5):
     audio = [random_audio(3.1, seed=11), random_audio(2.3, seed=12)]
     a, b = _events(ckpt5, True, audio), _events(ckpt5, False, audio)
     assert a == b and any(getattr(e, "text", "") for e in a)
+
+
+def test_eager_calls_then_recorded():
+    enc = tiny_model(seed=6).encoder.eval()
+    traced = TracedChunkEncoder(enc, eager_calls=2)
+    x, n = torch.randn(1, 64, 80), torch.tensor([64])
+    want = _run(enc.forward_chunk, enc, x, n, 16)
+    reasons = []
+    _same(want, _run(lambda *a: (traced.forward_chunk(*a), reasons.append(traced.eager_reason))[0], enc, x, n, 16))
+    assert reasons == ["not recorded yet (eager_calls)"] * 2 + [None] * 2
+    soon = TracedChunkEncoder(enc, eager_calls=100)
+    soon.record_soon()
+    _same(want, _run(soon.forward_chunk, enc, x, n, 16))
+    assert soon.eager_reason is None and len(soon._graphs) == 1
+    with pytest.raises(ValueError, match="eager_calls"):
+        TracedChunkEncoder(enc, eager_calls=-1)
+
+
+def test_engine_records_after_its_eager_steps_or_at_warm_up(ckpt5, monkeypatch):
+    """A Recognizer runs eager for EAGER_STEPS batch steps (a short job never pays for the recording), then
+    traced; warm_up records at once."""
+    monkeypatch.setattr(Recognizer, "EAGER_STEPS", 3)
+    rec = Recognizer(load_checkpoint(ckpt5), EngineConfig())
+    sid = rec.create_stream()
+    states = []
+    for i in range(5):
+        rec.accept_audio(sid, random_audio(0.32, seed=i))
+        rec.step()
+        states.append(rec.encoder.eager_reason)
+    assert states[:3] == ["not recorded yet (eager_calls)"] * 3 and states[3:] == [None, None]
+    warm = Recognizer(load_checkpoint(ckpt5), EngineConfig())
+    warm.warm_up()
+    assert warm.encoder.eager_reason is None and warm.encoder._graphs
+    assert not isinstance(Recognizer(load_checkpoint(ckpt5), EngineConfig(trace_encoder=False)).encoder,
+                          TracedChunkEncoder)
 
 
 def test_config_checks_the_flag():
