@@ -19,7 +19,7 @@ Scenarios (the issue's targets in brackets; docs/benchmarks.md "Overload" has th
   engine) in every configured daemon, for A/B runs; ``--engine-thread`` sets ``server.engine_process: false``
   (the main engine in a worker thread of the daemon's process, as before 2026-12-05) likewise, and
   ``--engine-nice N`` ``server.engine_nice``, ``--engine-policy P`` ``server.engine_policy``, ``--eager-encoder``
-  ``engine.trace_encoder: false``; ``--daemon-nice N``
+  ``engine.trace_encoder: false``, ``--max-load X`` ``limits.max_load``; ``--daemon-nice N``
   starts every daemon under ``nice -n N`` (systemd's ``Nice=``); ``--busy-cores N`` keeps N busy loops (another
   tenant of the host, at ``--busy-nice``) running through every scenario; ``--own-sessions`` starts the
   daemons, the victim and the busy loops each in a session of their own (with the kernel's autogroups, each a
@@ -415,6 +415,7 @@ class Ctx:
     daemon_nice: int = 0  # every daemon started under `nice -n N` (systemd's Nice=)
     own_sessions: bool = False  # daemons and the victim each in a session (so an autogroup) of their own
     eager_encoder: bool = False  # engine.trace_encoder: false in every configured daemon
+    max_load: float | None = None  # limits.max_load of every configured daemon with admission (None: the default)
     audio_files: list[str] | None = None  # --audio (the victim process reads the same)
     shared_victim: bool = False  # the victim in this process's event loop, beside the load (before 2026-12-03 16:00)
     rounds: list = field(default_factory=lambda: list(ROUNDS))  # the overload scenario's (name, k x capacity)
@@ -422,6 +423,8 @@ class Ctx:
     def daemon(self, name: str, config: dict | None, **kw: Any) -> Daemon:
         if config is not None and self.light_lane is not None:
             config = {**config, "limits": {**config.get("limits", {}), "light_lane": self.light_lane}}
+        if config is not None and self.max_load is not None and config.get("limits", {}).get("max_load") != 0:
+            config = {**config, "limits": {**config.get("limits", {}), "max_load": self.max_load}}
         server = {"engine_process": False} if self.engine_thread else {}
         if self.engine_nice is not None:
             server["engine_nice"] = self.engine_nice
@@ -1185,7 +1188,7 @@ async def main_async(args: argparse.Namespace) -> int:
     ctx = Ctx(out_dir, args.model, audio, args.seconds, capacity=args.capacity, light_lane=args.light_lane,
               audio_files=args.audio, shared_victim=args.shared_victim, engine_thread=args.engine_thread,
               engine_nice=args.engine_nice, engine_policy=args.engine_policy, daemon_nice=args.daemon_nice,
-              own_sessions=args.own_sessions, eager_encoder=args.eager_encoder)
+              own_sessions=args.own_sessions, eager_encoder=args.eager_encoder, max_load=args.max_load)
     if args.rounds:
         ks = [float(k.rstrip("x")) for k in args.rounds.split(",")]
         ctx.rounds = [(f"{k:g}x_{i + 1}", k) for i, k in enumerate(ks)]
@@ -1201,7 +1204,7 @@ async def main_async(args: argparse.Namespace) -> int:
             "engine_process": not args.engine_thread, "engine_nice": args.engine_nice,
             "engine_policy": args.engine_policy, "daemon_nice": args.daemon_nice,
             "busy_cores": args.busy_cores, "busy_nice": args.busy_nice, "own_sessions": args.own_sessions,
-            "encoder": "eager" if args.eager_encoder else "traced",
+            "encoder": "eager" if args.eager_encoder else "traced", "max_load": args.max_load,
             "victim": "shared event loop" if args.shared_victim else "own process"}
     busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"],
                              preexec_fn=(lambda: os.nice(args.busy_nice)) if args.busy_nice else None,
@@ -1247,6 +1250,8 @@ def main() -> int:
     ap.add_argument("--engine-thread", action="store_true",
                     help="server.engine_process: false in every configured daemon (the engine in a thread)")
     ap.add_argument("--engine-nice", type=int, help="server.engine_nice of every configured daemon")
+    ap.add_argument("--max-load", type=float,
+                    help="limits.max_load of every configured daemon that admits by capacity (A/B runs)")
     ap.add_argument("--eager-encoder", action="store_true",
                     help="engine.trace_encoder: false in every configured daemon (A/B against the traced default)")
     ap.add_argument("--engine-policy", choices=ENGINE_POLICIES,

@@ -618,7 +618,10 @@ class LimitsConfig:
     duration that one batch step over every live stream may take, predicted from the measured step times
     and each stream's cost (a greedy stream is 1 unit, a beam search more); a stream that would push the
     load above it is refused with ``overloaded`` (close 1013, ``retry_after``) and ``/readyz`` answers 503
-    meanwhile (0 = no capacity rule, ``max_streams`` only).  ``max_backlog_seconds``: received audio a
+    meanwhile (0 = no capacity rule, ``max_streams`` only).  The default, 0.7, keeps the streams the
+    host's other work per stream (event loop, clients on the same cores) still carries once the encoder
+    runs as a traced graph (0.8 then let accepted streams' p95 lag pass 1 s in 2 of 15 overload rounds;
+    docs/benchmarks.md "Overload").  ``max_backlog_seconds``: received audio a
     stream may have waiting to be decoded; beyond it the stream ends with ``backlog_exceeded`` (bounds
     memory; at least ``burst_seconds``).  ``max_cost_per_client`` / ``max_cost_per_token``: cost units one
     client address / one bearer token may hold at once (0 = no limit); beyond: ``client_limit``.
@@ -639,7 +642,7 @@ class LimitsConfig:
     outbox_messages: int = 256
     min_audio_rate: float = 0.1
     min_audio_window: float = 30.0
-    max_load: float = 0.8
+    max_load: float = 0.7
     max_backlog_seconds: float = 60.0
     max_cost_per_client: float = 0.0
     max_cost_per_token: float = 0.0

@@ -250,7 +250,7 @@ def test_slow_start_resumes_above_the_level_seen_on_time():
 
 def test_demand_counts_streams_that_send_faster_than_real_time():
     m = model(fixed=0.01, per_unit=0.01)  # 24.6 units fit in 80 % of a chunk
-    a = Admission(limits(), m, window=5.0)
+    a = Admission(limits(max_load=0.8), m, window=5.0)
     a.reserve(1, 0.0, 1.0, "files")
     a.reserve(2, 0.0, 1.0, "mic")
     assert a.rate(1, 0.0) == 1.0 and a.demand(0.0) == 2.0
@@ -332,7 +332,7 @@ def test_light_lane_takes_the_one_cheap_stream_of_a_client_while_it_has_room():
 def test_new_config_keys_are_validated():
     d = LimitsConfig()
     assert (d.max_load, d.max_backlog_seconds, d.max_cost_per_client, d.max_cost_per_token, d.light_lane) == \
-        (0.8, 60.0, 0, 0, 4.0)
+        (0.7, 60.0, 0, 0, 4.0)
     assert from_dict(AppConfig, {}).engine.num_threads == 1  # the safe default on a busy host
     for data, path in (({"max_load": 1.5}, "limits.max_load"), ({"max_load": -0.1}, "limits.max_load"),
                        ({"max_backlog_seconds": 0.5}, "limits.max_backlog_seconds"),
