@@ -9,11 +9,12 @@ its time dispatching Python modules, not computing: 4.4 ms for one stream's
 :class:`TracedChunkEncoder` records ``forward_chunk`` once per device,
 dtype and kind of cache (with or without an attention left context: the
 only branch the trace fixes) with :func:`torch.jit.trace` and replays the
-recorded graph after that (after ``eager_calls`` eager ones).  Batch size, chunk length, left-context length,
-stream offsets and valid lengths stay inputs of the graph (the recorded
-size arithmetic follows the tensors), and the graph reads the encoder's own
-parameters (not frozen copies), so an update of the weights in place is
-seen.  The output is bitwise the eager one (tests/test_traced_encoder.py).
+recorded graph after that (optionally after ``eager_calls`` eager calls).
+Batch size, chunk length, left-context length, stream offsets and valid
+lengths stay inputs of the graph (the recorded size arithmetic follows the
+tensors), and the graph reads the encoder's own parameters (not frozen
+copies), so an update of the weights in place is seen.  The output is
+bitwise the eager one (tests/model/test_traced.py).
 
 Why a trace and not the successors torch recommends: ``torch.compile``
 gives the same time after 40 s of compiling per process and needs a C++
