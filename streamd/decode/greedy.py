@@ -172,23 +172,29 @@ class GreedySearch:
             return self._label_looping(state, enc_p, lengths, frame_offset)
         return self._frame_looping(state, enc_p, lengths, frame_offset)
 
-    def _joint(self, state: GreedyState, e: Tensor, active: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    def _joint(self, state: GreedyState, e: Tensor, active: Tensor, sync: bool = False
+               ) -> tuple[Tensor, Tensor, Tensor | None]:
         """One joiner evaluation of every stream: best token, its score and confidence.
 
         e: (B, J) projected encoder frame of each stream; active: (B,) bool streams still on a frame.
         Adds active streams' best log-prob to ``state.score`` and, with blank frames
         folded in, their blank confidences to ``state.acc``.
         Returns tok (B,) int64, emit (B,) bool (active and not blank), conf (B,) float.
+        sync: the caller may wait for the device; then conf is None when no stream emits (and with
+        blank frames excluded it is not computed: most frames of most streams are blank).
         """
         logp = self.model.joiner.log_probs(e, state.dec_p)  # (B, V)
         best_lp, tok = logp.max(dim=-1)  # (B,)
-        conf = self._conf(logp)  # (B,)
         emit = active & (tok != self.blank)
         state.score = state.score + torch.where(active, best_lp, torch.zeros_like(best_lp))
+        emitted = bool(emit.any()) if sync else True
+        if self.exclude_blank and not emitted:
+            return tok, emit, None
+        conf = self._conf(logp)  # (B,)
         if not self.exclude_blank:
             state.acc.add((active & ~emit)[:, None], conf[:, None])
             conf = state.acc.fold(conf[:, None], self.aggregation)[:, 0]
-        return tok, emit, conf
+        return tok, emit, conf if emitted else None
 
     def _frame_looping(self, state: GreedyState, enc_p: Tensor, lengths: Tensor, frame_offset: Tensor) -> GreedyState:
         b, t_max, _ = enc_p.shape
@@ -200,8 +206,8 @@ class GreedySearch:
             frame = frame_offset + t  # (B,)
             emitted_here = torch.zeros_like(active)
             for _ in range(self.max_symbols):
-                tok, emit, conf = self._joint(state, e, active)
-                if not bool(emit.any()):
+                tok, emit, conf = self._joint(state, e, active, sync=True)
+                if conf is None:  # no stream emitted
                     break
                 state.hyps.append(emit[:, None], tok[:, None], frame[:, None], conf[:, None])
                 state.acc.clear(emit[:, None])
