@@ -306,7 +306,6 @@ class ModifiedBeamSearch:
         model, blank = self.model, self.blank
         logp = model.joiner.log_probs(enc_t[:, None, :], state.dec_p)  # (B, K, V)
         v = logp.shape[-1]
-        conf = self.measure(logp) if self.measure is not None else torch.ones(b, k, device=dev)  # (B, K)
         cand = state.scores[:, :, None] + logp  # (B, K, V)
         if self._lm_table is not None:  # shallow fusion; the blank column is 0
             cand = cand + self._lm_table[state.lm_state]
@@ -335,10 +334,16 @@ class ModifiedBeamSearch:
         merged = torch.where(same, top_s[:, None, :], torch.full_like(same, NEG_INF, dtype=top_s.dtype))
         merged = merged.logsumexp(dim=2)  # (B, K)
         emit = emit & rep
+        # one host sync per round (the decoder update below needs it anyway): a round where no hypothesis
+        # emits needs no confidence when blank frames are excluded from it
+        any_emit = True if self.sync_free else bool(emit.any())
         # follow parents
-        if self.token_probs:  # the emitted token's own probability
+        if self.exclude_blank and not any_emit:
+            pconf = None
+        elif self.token_probs:  # the emitted token's own probability
             pconf = logp.view(b, k * v).gather(1, top_i).exp()
         else:
+            conf = self.measure(logp) if self.measure is not None else torch.ones(b, k, device=dev)  # (B, K)
             pconf = conf.gather(1, parent)
         state.hyps = state.hyps.gather(parent)
         state.acc = state.acc.gather(parent)
@@ -359,7 +364,8 @@ class ModifiedBeamSearch:
         if not self.exclude_blank:
             state.acc.add(rep & took_blank, pconf)
             pconf = state.acc.fold(pconf, self.aggregation)
-        state.hyps.append(emit, tok, frame[:, None].expand(b, k), pconf)
+        if pconf is not None:  # (None: nothing to append)
+            state.hyps.append(emit, tok, frame[:, None].expand(b, k), pconf)
         state.acc.clear(emit)
         state.trailing = torch.where(emit, torch.zeros_like(state.trailing), state.trailing + took_blank.long())
         if self.sync_free:  # every row runs the decoder; non-emitters keep the parent's cache
@@ -367,7 +373,7 @@ class ModifiedBeamSearch:
             out, new_st = model.decoder.step(dec_state, tok.view(-1))
             dec_state = dec_state.where(flat_emit, new_st)
             dec_p = torch.where(emit[:, :, None], model.decoder_proj(out).view(b, k, -1), dec_p)
-        elif bool(emit.any()):
+        elif any_emit:
             idx = emit.view(-1).nonzero()[:, 0]  # (M,)
             out, new_st = model.decoder.step(dec_state.select(idx), tok.view(-1)[idx])
             dec_state = dec_state.scatter(idx, new_st)
