@@ -73,6 +73,12 @@ class EncoderCache:
         return [self.select(torch.tensor([i], device=self.offset.device)) for i in range(self.offset.shape[0])]
 
 
+def check_chunk_frames(t: int) -> None:
+    """ValueError unless ``t`` fbank frames can be one streaming chunk (a multiple of the x4 subsampling)."""
+    if t % 4:
+        raise ValueError(f"forward_chunk needs a multiple of 4 fbank frames, got {t}")
+
+
 def chunk_attention_mask(num_frames: int, chunk_size: int, left_chunks: int, device=None) -> Tensor:
     """Training-time chunk-causal mask.
 
@@ -323,8 +329,7 @@ class StreamingEncoder(nn.Module):
         context is the cache's (cache.keys.shape[3]).
         """
         b, t, _ = x.shape
-        if t % 4:
-            raise ValueError(f"forward_chunk needs a multiple of 4 fbank frames, got {t}")
+        check_chunk_frames(t)
         x = self._normalize(x, lengths)
         y, s1, s2 = self.subsampling(x, cache.sub1, cache.sub2)  # (B, T', D)
         t2 = y.shape[1]

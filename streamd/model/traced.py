@@ -34,7 +34,7 @@ import warnings
 import torch
 from torch import Tensor, nn
 
-from .encoder import EncoderCache, StreamingEncoder
+from .encoder import EncoderCache, StreamingEncoder, check_chunk_frames
 
 __all__ = ["TracedChunkEncoder"]
 
@@ -78,8 +78,7 @@ class TracedChunkEncoder:
         self._eager_left = 0
 
     def forward_chunk(self, x: Tensor, lengths: Tensor, cache: EncoderCache) -> tuple[Tensor, Tensor, EncoderCache]:
-        if x.shape[1] % 4:
-            raise ValueError(f"forward_chunk needs a multiple of 4 fbank frames, got {x.shape[1]}")
+        check_chunk_frames(x.shape[1])  # here: a recorded graph has no such check in it
         if torch.is_grad_enabled() or self.encoder.training or x.shape[0] == 0:
             self.eager_reason = "gradients enabled or training mode" if x.shape[0] else "empty batch"
             return self.encoder.forward_chunk(x, lengths, cache)
