@@ -23,7 +23,7 @@ from streamd.events import Event, Final, WakeWord, Word
 from streamd.feed import feed_streams
 from streamd.train.recording import KwsTrackRecorder, MeasureBank, tagged_words
 
-__all__ = ["Decoded", "finals", "warm_up", "timed_decode", "record_decode"]
+__all__ = ["Decoded", "finals", "timed_decode", "record_decode"]
 
 
 @dataclass
@@ -47,13 +47,6 @@ def finals(events: Sequence[Event]) -> list[Final]:
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-
-
-def warm_up(rec: Recognizer, piece_seconds: float) -> None:
-    """The engine's warm-up, then one second of silence through ``rec``: first-call overheads are not
-    decoding time."""
-    rec.warm_up()
-    feed_streams(rec, [(np.zeros(16000, dtype=np.float32), 16000)], piece_seconds)
 
 
 def timed_decode(rec: Recognizer, audio: Sequence[tuple[np.ndarray, int]], per_group: int,
