@@ -421,19 +421,19 @@ class Ctx:
     rounds: list = field(default_factory=lambda: list(ROUNDS))  # the overload scenario's (name, k x capacity)
 
     def daemon(self, name: str, config: dict | None, **kw: Any) -> Daemon:
-        if config is not None and self.light_lane is not None:
-            config = {**config, "limits": {**config.get("limits", {}), "light_lane": self.light_lane}}
-        if config is not None and self.max_load is not None and config.get("limits", {}).get("max_load") != 0:
-            config = {**config, "limits": {**config.get("limits", {}), "max_load": self.max_load}}
-        server = {"engine_process": False} if self.engine_thread else {}
-        if self.engine_nice is not None:
-            server["engine_nice"] = self.engine_nice
-        if self.engine_policy is not None:
-            server["engine_policy"] = self.engine_policy
-        if config is not None and server:
-            config = {**config, "server": {**config.get("server", {}), **server}}
-        if config is not None and self.eager_encoder:
-            config = {**config, "engine": {**config.get("engine", {}), "trace_encoder": False}}
+        if config is not None:  # None: no config file at all (out of the box), nothing to override
+            limits = {} if self.light_lane is None else {"light_lane": self.light_lane}
+            if self.max_load is not None and config.get("limits", {}).get("max_load") != 0:
+                limits["max_load"] = self.max_load
+            server = {"engine_process": False} if self.engine_thread else {}
+            if self.engine_nice is not None:
+                server["engine_nice"] = self.engine_nice
+            if self.engine_policy is not None:
+                server["engine_policy"] = self.engine_policy
+            engine = {"trace_encoder": False} if self.eager_encoder else {}
+            for section, values in (("limits", limits), ("server", server), ("engine", engine)):
+                if values:
+                    config = {**config, section: {**config.get(section, {}), **values}}
         return Daemon(name, self.out_dir, config, self.model, nice=self.daemon_nice, new_session=self.own_sessions,
                       **kw)
 
