@@ -545,6 +545,13 @@ class ServerConfig:
     price of capacity whenever anything else runs (measured under overload:
     docs/benchmarks.md "Scheduling policy").  Where a policy is not
     available, the process keeps its own and the daemon logs a warning.
+    ``nice``: the nice value (-20..19) ``streamd serve`` asks for at start when
+    it was started at 0 (one started otherwise, by ``nice -n`` or a unit's
+    ``Nice=``, keeps that), as audio servers ask for theirs, so that on a shared
+    host client I/O and the light lane come before ordinary processes; below 0
+    it needs ``CAP_SYS_NICE`` or ``RLIMIT_NICE``, and where the system refuses
+    the daemon logs why and runs on at its own; null: never changed
+    (:func:`streamd.server.lane.raise_priority`, docs/benchmarks.md "Overload").
     """
 
     host: str = "127.0.0.1"
@@ -565,6 +572,7 @@ class ServerConfig:
     engine_process: bool = True
     engine_nice: int = 10
     engine_policy: str = "normal"
+    nice: int | None = -5
 
     def __post_init__(self) -> None:
         _check(isinstance(self.host, str) and self.host != "", "host", f"must be a host name or address, got {self.host!r}")
@@ -598,6 +606,9 @@ class ServerConfig:
         _check(isinstance(self.engine_nice, int) and not isinstance(self.engine_nice, bool)
                and 0 <= self.engine_nice <= 19, "engine_nice", f"must be an integer 0..19, got {self.engine_nice!r}")
         _one_of(self.engine_policy, ENGINE_POLICIES, "engine_policy")
+        _check(self.nice is None or (isinstance(self.nice, int) and not isinstance(self.nice, bool)
+                                     and -20 <= self.nice <= 19), "nice",
+               f"must be an integer -20..19 or null, got {self.nice!r}")
 
 
 @dataclass(frozen=True)

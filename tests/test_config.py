@@ -73,7 +73,8 @@ def test_load_yaml_section(tmp_path):
 def test_config_keys_are_validated():
     assert ServerConfig().allowed_hosts == () and ServerConfig().show_model_paths is False
     assert ServerConfig().engine_process is True and ServerConfig().engine_nice == 10
-    assert ServerConfig().engine_policy == "normal"
+    assert ServerConfig().engine_policy == "normal" and ServerConfig().nice == -5
+    assert from_dict(AppConfig, {"server": {"nice": None}}).server.nice is None
     assert LimitsConfig().min_audio_rate == 0.1 and LimitsConfig().min_audio_window == 30.0
     cases = [({"server": {"allowed_hosts": ["http://x"]}}, "server.allowed_hosts[0]: must be a host name"),
              ({"server": {"allowed_hosts": ["x:80"]}}, "server.allowed_hosts[0]"),
@@ -82,6 +83,9 @@ def test_config_keys_are_validated():
              ({"server": {"engine_process": "yes"}}, "server.engine_process: expected true/false"),
              ({"server": {"engine_nice": 20}}, "server.engine_nice: must be an integer 0..19, got 20"),
              ({"server": {"engine_nice": -1}}, "server.engine_nice: must be an integer 0..19, got -1"),
+             ({"server": {"nice": -21}}, "server.nice: must be an integer -20..19 or null, got -21"),
+             ({"server": {"nice": 20}}, "server.nice: must be an integer -20..19 or null, got 20"),
+             ({"server": {"nice": True}}, "server.nice: "),
              ({"server": {"engine_policy": "fifo"}},
               "server.engine_policy: must be one of ['normal', 'batch', 'idle'], got 'fifo'"),
              ({"limits": {"min_audio_rate": 2}}, "limits.min_audio_rate: must be 0..1"),

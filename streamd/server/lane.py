@@ -33,7 +33,7 @@ import os
 import pickle
 import signal
 import time
-from typing import Any
+from typing import Any, Callable
 
 from ..config import to_dict
 from ..events import Done, Error
@@ -41,7 +41,7 @@ from .admission import CapacityModel
 from .commands import CloseStream, Command, OpenStream
 from .runner import CycleResult
 
-__all__ = ["LaneProcess", "lower_priority"]
+__all__ = ["LaneProcess", "lower_priority", "raise_priority"]
 
 log = logging.getLogger("streamd.server")
 
@@ -54,26 +54,48 @@ def _threads() -> list[int]:
         return [0]
 
 
+def raise_priority(nice: int | None) -> tuple[int, str | None]:
+    """``server.nice``: put every thread of the daemon's process at nice value ``nice`` (-20..19), as an audio
+    server asks for its priority at start (PipeWire's rt module, PulseAudio's ``nice-level``), so that on a
+    shared host client I/O and the light lane come before ordinary processes; the engine processes it starts
+    inherit it and add ``server.engine_nice``.  Only a process started at nice 0: one started at another value
+    (``nice -n``, a unit's ``Nice=``) keeps it, and ``nice`` None changes nothing.  Going below the inherited
+    value needs ``CAP_SYS_NICE`` (root) or an ``RLIMIT_NICE`` of at least ``20 - nice``; where the system
+    refuses, nothing changes.  Returns the process's nice value after, and None or why it was not set."""
+    now = os.getpriority(os.PRIO_PROCESS, 0)
+    if nice is None or now != 0 or nice == now:
+        return now, None
+    try:
+        _renice(lambda tid: nice)
+    except OSError as e:  # EACCES / EPERM: no CAP_SYS_NICE, RLIMIT_NICE too low
+        return os.getpriority(os.PRIO_PROCESS, 0), f"{e.strerror or e} (needs CAP_SYS_NICE or RLIMIT_NICE >= {20 - nice})"
+    return os.getpriority(os.PRIO_PROCESS, 0), None
+
+
+def _renice(nice_of: Callable[[int], int]) -> None:
+    """Set every thread's nice value to ``nice_of(thread id)`` (OSError where the system refuses)."""
+    for tid in _threads():
+        try:
+            os.setpriority(os.PRIO_PROCESS, tid, nice_of(tid))
+        except ProcessLookupError:  # a thread that ended meanwhile
+            pass
+
+
 def lower_priority(nice: int, policy: str) -> str | None:
     """Make every thread of this process ``nice`` steps nicer (0..19) and put it under the CPU scheduling policy
     ``policy`` (one of :data:`~streamd.config.ENGINE_POLICIES`: Linux SCHED_OTHER, SCHED_BATCH or SCHED_IDLE;
     none needs privileges); threads started later inherit both from their creator.  Every thread, not just the
     calling one: on Linux both are per thread, and imports (numpy's BLAS) start threads before a spawned
     child's code runs.  Returns None, or why the policy could not be set (the threads then keep their own)."""
-    tids = _threads()
-    for tid in tids:
-        if nice:
-            try:
-                os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + nice))
-            except ProcessLookupError:  # a thread that ended meanwhile
-                pass
+    if nice:
+        _renice(lambda tid: min(19, os.getpriority(os.PRIO_PROCESS, tid) + nice))
     if policy == "normal":
         return None
     name = "SCHED_" + policy.upper()
     const = getattr(os, name, None)
     if const is None or not hasattr(os, "sched_setscheduler"):
         return f"this platform has no {name}"
-    for tid in tids:
+    for tid in _threads():
         try:
             os.sched_setscheduler(tid, const, os.sched_param(0))
         except ProcessLookupError:

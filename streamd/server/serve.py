@@ -12,6 +12,7 @@ from typing import Any
 from ..config import AppConfig, ConfigError, load_yaml
 from .app import App
 from .auth import load_tokens
+from .lane import raise_priority
 from .notify import Notifier
 from .settings import check_app_config, make_ssl_context, mic_factory, resolve_config
 
@@ -50,6 +51,12 @@ def cmd_serve(args: Any) -> int:
         app = App(cfg, model_path=model, mic_factory=capture, notifier=Notifier.from_env(), tokens=tokens)
         await app.run(stop)
 
+    log = logging.getLogger("streamd.server")
+    nice, why = raise_priority(cfg.server.nice)  # before the engine processes start: they inherit it
+    if why:
+        log.info("running at nice %d: server.nice %d not applied (%s)", nice, cfg.server.nice, why)
+    else:
+        log.info("running at nice %d", nice)
     asyncio.run(main())
     return 0
 

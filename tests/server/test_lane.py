@@ -134,3 +134,62 @@ def test_a_main_engine_that_cannot_load_says_so(tmp_path):
     with pytest.raises(RuntimeError, match="main engine could not start: CheckpointError: .*nope.pt") as e:
         LaneProcess(str(tmp_path / "nope.pt"), EngineConfig(device="cpu"), name="main engine")
     assert isinstance(e.value.__cause__, CheckpointError)  # the daemon raises the child's own error
+
+
+PRIORITY_PROBE = """
+import json, os, sys, threading
+from streamd.server.lane import raise_priority
+done = threading.Event()
+t = threading.Thread(target=done.wait)
+t.start()  # a thread that exists before: on Linux a nice value is per thread
+nice, why = raise_priority(None if sys.argv[1] == "none" else int(sys.argv[1]))
+tids = [int(x) for x in os.listdir("/proc/self/task")]
+print(json.dumps({"nice": nice, "why": why, "threads": sorted({os.getpriority(os.PRIO_PROCESS, x) for x in tids})}))
+done.set()
+"""
+
+
+def _probe(want: str, prefix=(), start_nice: int = 0, rlimit_nice: int | None = None) -> dict:
+    """:func:`raise_priority` in a process of its own (never this one's priority), started at ``start_nice``."""
+    import json
+    import os
+    import resource
+    import subprocess
+    import sys
+
+    def pre():
+        if start_nice:
+            os.nice(start_nice)
+        if rlimit_nice is not None:
+            resource.setrlimit(resource.RLIMIT_NICE, (rlimit_nice, rlimit_nice))
+
+    r = subprocess.run([*prefix, sys.executable, "-c", PRIORITY_PROBE, want], capture_output=True, text=True,
+                       preexec_fn=pre, timeout=60)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout)
+
+
+def test_the_daemon_asks_for_its_priority_on_every_thread_only_when_started_at_zero():
+    """server.nice (:func:`raise_priority`): every thread of a process started at 0 goes to the value (a
+    positive one needs no right); a process started at another value keeps it; None changes nothing."""
+    assert _probe("5") == {"nice": 5, "why": None, "threads": [5]}
+    assert _probe("-5", start_nice=3) == {"nice": 3, "why": None, "threads": [3]}  # `nice -n 3`, Nice=3: kept
+    assert _probe("none") == {"nice": 0, "why": None, "threads": [0]}
+
+
+def test_a_priority_the_system_refuses_is_reported_and_nothing_changes():
+    """Without CAP_SYS_NICE and with RLIMIT_NICE 0 (an ordinary user), -5 is refused: the process stays at 0 and
+    says what it would need; with the right (root here, or RLIMIT_NICE >= 25) every thread goes to -5."""
+    import os
+    import shutil
+
+    prefix = ()
+    if os.geteuid() == 0:
+        if shutil.which("setpriv") is None:
+            pytest.skip("root without setpriv: cannot drop CAP_SYS_NICE")
+        prefix = ("setpriv", "--bounding-set=-sys_nice", "--inh-caps=-sys_nice")
+    got = _probe("-5", prefix, rlimit_nice=0)
+    assert got["nice"] == 0 and got["threads"] == [0]
+    assert "needs CAP_SYS_NICE or RLIMIT_NICE >= 25" in got["why"]
+    if os.geteuid() == 0:
+        assert _probe("-5") == {"nice": -5, "why": None, "threads": [-5]}

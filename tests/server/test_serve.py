@@ -44,6 +44,7 @@ def test_sigterm_drains_and_exits_zero(tiny_ckpt, tmp_path):
                 log.append(line)
                 m = re.search(r"listening on ws://127\.0\.0\.1:(\d+)", line)
                 port = int(m.group(1)) if m else None
+            assert any("running at nice" in line for line in log), log  # server.nice, before any engine
             rest = asyncio.create_task(proc.stderr.read())
             loop = asyncio.get_running_loop()
             got = []
