@@ -39,7 +39,11 @@ its monotonic clock) and asks for decisions.
   :data:`NEAR_LIMIT` of the limit, where the next seconds' scale decides,
   and fewer than :data:`NEAR_WAITING` such refusals came in the last
   :data:`LAG_WINDOW`: the last few clients of a load's peak, not a crowd
-  that a short hint would bring back three times as often), while the event loop runs
+  that a short hint would bring back three times as often; but not within :data:`NEAR_LIMIT` of the
+  limit at a demand the live streams were on time at in the last :data:`HELD_WINDOW` seconds and are on
+  time at now, :meth:`Admission.held_demand`: measured service beats the prediction, and the last clients
+  of a load's peak get back in while their own return makes the steps run slower for a few seconds,
+  docs/benchmarks.md), while the event loop runs
   :data:`LOOP_LAG_LIMIT` late or live streams' partials come
   :data:`LATE_CHUNKS` chunk late (90th percentiles over :data:`LAG_WINDOW`),
   and beyond ``max(16, 0.25 x demand)`` cost units admitted a second (slow
@@ -268,6 +272,7 @@ class Admission:
         self._loop_lag: deque[tuple[float, float]] = deque()  # (now, seconds late)
         self._admitted: deque[tuple[float, float, int]] = deque()  # (now, cost, key) of the last window's admissions
         self._held: deque[tuple[float, float]] = deque()  # (now, demand x scale) seen on time; units decreasing
+        self._held_demand: deque[tuple[float, float]] = deque()  # (now, demand) seen on time; decreasing
         self._refused: deque[tuple[float, float]] = deque()  # (now, load with the stream) of the load rule's refusals
         self._seq = 0
 
@@ -385,14 +390,24 @@ class Admission:
         late = self._p90(self._late, now)
         lag_bad = lag is not None and lag > LOOP_LAG_LIMIT
         late_bad = late is not None and late > LATE_CHUNKS * model.chunk_seconds
-        if late is not None and late <= HELD_CHUNKS * model.chunk_seconds and not lag_bad:
+        on_time = late is not None and late <= HELD_CHUNKS * model.chunk_seconds and not lag_bad
+        if on_time:
             settled = sum(c for t, c, k in self._admitted if t > now - LAG_WINDOW - 1.0 and k in self.streams)
-            self._note_held(now, (demand - settled) * model.scale(now))  # what the lags measured
+            self._note_held(now, demand - settled, model.scale(now))  # what the lags measured
 
         load = model.load(demand + cost, now)
-        if load > max_load:
+        # over the limit by less than the scale's own noise, at a demand the live streams were on time at
+        # lately and are on time now: measured service beats the prediction (the last clients of a load's
+        # peak coming back while the steps of their own return run slower for a few seconds)
+        seen = on_time and load <= NEAR_LIMIT * max_load and demand + cost <= self.held_demand(now)
+        if load > max_load and not seen:
             self._trim(self._refused, now)
             near = load <= NEAR_LIMIT * max_load and len(self._refused) < NEAR_WAITING
+            # ... or refilling: under a demand served on time lately and on time now, to as many clients as
+            # would fit it, each coming back about every NEAR_RETRY_AFTER (the places the prediction's lag
+            # withholds for a few seconds; a crowd beyond them waits longer)
+            gap = self.held_demand(now) - demand
+            near = near or (on_time and cost <= gap and len(self._refused) < gap * LAG_WINDOW / NEAR_RETRY_AFTER)
             wait = NEAR_RETRY_AFTER if near else RETRY_AFTER
             if count:
                 self._refused.append((now, load))
@@ -414,11 +429,19 @@ class Admission:
                                          f"second; a greedy stream is 1): try again in 1 s", retry_after=1.0)
         return None
 
-    def _note_held(self, now: float, units: float) -> None:
-        """The live streams were on time at a demand of ``units`` (cost units x the model's scale then)."""
-        while self._held and self._held[-1][1] <= units:
-            self._held.pop()
-        self._held.append((now, units))
+    def _note_held(self, now: float, demand: float, scale: float) -> None:
+        """The live streams were on time at ``demand`` cost units, with the model's ``scale`` then."""
+        for d, value in ((self._held, demand * scale), (self._held_demand, demand)):
+            while d and d[-1][1] <= value:  # a sliding window's maximum: newer and at least as large wins
+                d.pop()
+            d.append((now, value))
+
+    def held_demand(self, now: float) -> float:
+        """The largest demand (cost units) the live streams were on time at in the last :data:`HELD_WINDOW`
+        seconds, as it was (not rescaled; 0: none known)."""
+        while self._held_demand and self._held_demand[0][0] < now - HELD_WINDOW:
+            self._held_demand.popleft()
+        return self._held_demand[0][1] if self._held_demand else 0.0
 
     def held(self, now: float) -> float:
         """The largest demand (cost units, at today's scale) seen on time in the last :data:`HELD_WINDOW`
