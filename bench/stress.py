@@ -20,7 +20,9 @@ Scenarios (the issue's targets in brackets; docs/benchmarks.md "Overload" has th
   (the main engine in a worker thread of the daemon's process, as before 2026-12-05) likewise, and
   ``--engine-nice N`` ``server.engine_nice``, ``--engine-policy P`` ``server.engine_policy``, ``--eager-encoder``
   ``engine.trace_encoder: false``, ``--max-load X`` ``limits.max_load``; ``--daemon-nice N``
-  starts every daemon under ``nice -n N`` (systemd's ``Nice=``); ``--busy-cores N`` keeps N busy loops (another
+  starts every daemon under ``nice -n N`` (systemd's ``Nice=``; a daemon started at 0 asks for ``server.nice``,
+  -5, itself, which root gets), ``--no-nice-rights`` without ``CAP_SYS_NICE`` (as a user who may not raise its
+  priority: the daemon then runs at 0); ``--busy-cores N`` keeps N busy loops (another
   tenant of the host, at ``--busy-nice``) running through every scenario; ``--own-sessions`` starts the
   daemons, the victim and the busy loops each in a session of their own (with the kernel's autogroups, each a
   scheduling group, as a service or another terminal is) instead of this process's.
@@ -93,7 +95,7 @@ class Daemon:
     """``python -m streamd serve`` in a subprocess with a YAML config (None: no config file at all)."""
 
     def __init__(self, name: str, out_dir: Path, config: dict | None, model: str | None, env: dict | None = None,
-                 wyoming: bool = False, nice: int = 0, new_session: bool = False):
+                 wyoming: bool = False, nice: int = 0, new_session: bool = False, no_nice_rights: bool = False):
         self.name = name
         self.port = free_port()
         self.wyoming_port = free_port() if wyoming else None
@@ -101,6 +103,8 @@ class Daemon:
         args = [sys.executable, "-m", "streamd", "serve", "--port", str(self.port)]
         if nice:  # as systemd's Nice= in the unit would start it (the engine process adds server.engine_nice)
             args = ["nice", "-n", str(nice)] + args
+        if no_nice_rights:  # as a user without CAP_SYS_NICE (and RLIMIT_NICE 0) runs it: server.nice is refused
+            args = ["setpriv", "--bounding-set=-sys_nice", "--inh-caps=-sys_nice"] + args
         if model:
             args += ["--model", model]
         if self.wyoming_port:
@@ -413,6 +417,7 @@ class Ctx:
     engine_nice: int | None = None  # server.engine_nice of every configured daemon (None: the default)
     engine_policy: str | None = None  # server.engine_policy of every configured daemon (None: the default)
     daemon_nice: int = 0  # every daemon started under `nice -n N` (systemd's Nice=)
+    no_nice_rights: bool = False  # every daemon started without CAP_SYS_NICE (server.nice below 0 refused)
     own_sessions: bool = False  # daemons and the victim each in a session (so an autogroup) of their own
     eager_encoder: bool = False  # engine.trace_encoder: false in every configured daemon
     max_load: float | None = None  # limits.max_load of every configured daemon with admission (None: the default)
@@ -435,7 +440,7 @@ class Ctx:
                 if values:
                     config = {**config, section: {**config.get(section, {}), **values}}
         return Daemon(name, self.out_dir, config, self.model, nice=self.daemon_nice, new_session=self.own_sessions,
-                      **kw)
+                      no_nice_rights=self.no_nice_rights, **kw)
 
     async def victim(self, load: Load, url: str, seconds: float) -> dict:
         """One greedy stream of another user (``VICTIM_ADDR``) for ``seconds``: its :func:`victim_report`,
@@ -476,6 +481,17 @@ def hist_quantile(before: list[tuple[float, float]], after: list[tuple[float, fl
             return lo_le + (le - lo_le) * ((rank - lo_c) / (c - lo_c) if c > lo_c else 1.0)
         lo_le, lo_c = le, c
     return None
+
+
+def refusal_reason(message: str | None) -> str | None:
+    """Which admission rule refused (from the ``overloaded`` message's wording, streamd.server.admission)."""
+    if not message:
+        return None
+    for needle, why in (("gradually", "slow start"), ("would need", "load rule"), ("event loop", "loop lag"),
+                        ("after their audio", "late partials")):
+        if needle in message:
+            return why
+    return message[:40]
 
 
 def cfg(**limits: Any) -> dict:
@@ -599,6 +615,10 @@ async def overload_round(ctx: Ctx, d: Daemon, k: float, sampler: Sampler, load_w
              readyz_200_after_s=None if ready_after is None else round(ready_after, 2),
              recovery_accepted=len(rec), recovery_offered=n_rec,
              full_capacity_within_s=None if full_after is None else round(full_after, 2),
+             # each recovery attempt: seconds after the load, admitted, the refusal's hint and why (gradually:
+             # the slow start; would need: the load rule; late / event loop: observed overload)
+             recovery_attempts=[[round(s.started - t_end, 2), s.accepted, s.trace.retry_after,
+                                 None if s.accepted else refusal_reason(s.trace.error)] for s in again.sessions],
              rss_before_mb=rss_before, rss_peak_mb=sampler.peak_rss(), rss_idle_after_mb=d.rss_mb(),
              children_rss_idle_after_mb=d.children_rss_mb(),
              fds_idle_after=d.fds())
@@ -1188,7 +1208,8 @@ async def main_async(args: argparse.Namespace) -> int:
     ctx = Ctx(out_dir, args.model, audio, args.seconds, capacity=args.capacity, light_lane=args.light_lane,
               audio_files=args.audio, shared_victim=args.shared_victim, engine_thread=args.engine_thread,
               engine_nice=args.engine_nice, engine_policy=args.engine_policy, daemon_nice=args.daemon_nice,
-              own_sessions=args.own_sessions, eager_encoder=args.eager_encoder, max_load=args.max_load)
+              own_sessions=args.own_sessions, eager_encoder=args.eager_encoder, max_load=args.max_load,
+              no_nice_rights=args.no_nice_rights)
     if args.rounds:
         ks = [float(k.rstrip("x")) for k in args.rounds.split(",")]
         ctx.rounds = [(f"{k:g}x_{i + 1}", k) for i, k in enumerate(ks)]
@@ -1203,6 +1224,7 @@ async def main_async(args: argparse.Namespace) -> int:
             "load_average": os.getloadavg(), "seconds_per_stream": args.seconds, "light_lane": args.light_lane,
             "engine_process": not args.engine_thread, "engine_nice": args.engine_nice,
             "engine_policy": args.engine_policy, "daemon_nice": args.daemon_nice,
+            "no_nice_rights": args.no_nice_rights,
             "busy_cores": args.busy_cores, "busy_nice": args.busy_nice, "own_sessions": args.own_sessions,
             "encoder": "eager" if args.eager_encoder else "traced", "max_load": args.max_load,
             "victim": "shared event loop" if args.shared_victim else "own process"}
@@ -1261,6 +1283,9 @@ def main() -> int:
     ap.add_argument("--busy-nice", type=int, default=0, help="the busy loops' nice value (0..19)")
     ap.add_argument("--daemon-nice", type=int, default=0,
                     help="start every daemon under `nice -n N` (as systemd's Nice= would; negative: needs root)")
+    ap.add_argument("--no-nice-rights", action="store_true",
+                    help="start every daemon without CAP_SYS_NICE (setpriv), as a user without the right to raise "
+                         "its priority: server.nice (-5) is refused and the daemon runs at nice 0")
     ap.add_argument("--own-sessions", action="store_true",
                     help="start every daemon, the victim and the busy loops in a session of their own (as a "
                          "service or another terminal is; with the kernel's autogroup scheduling each session "
