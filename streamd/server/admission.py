@@ -39,11 +39,11 @@ its monotonic clock) and asks for decisions.
   :data:`NEAR_LIMIT` of the limit, where the next seconds' scale decides,
   and fewer than :data:`NEAR_WAITING` such refusals came in the last
   :data:`LAG_WINDOW`: the last few clients of a load's peak, not a crowd
-  that a short hint would bring back three times as often; but not within :data:`NEAR_LIMIT` of the
-  limit at a demand the live streams were on time at in the last :data:`HELD_WINDOW` seconds and are on
-  time at now, :meth:`Admission.held_demand`: measured service beats the prediction, and the last clients
-  of a load's peak get back in while their own return makes the steps run slower for a few seconds,
-  docs/benchmarks.md), while the event loop runs
+  that a short hint would bring back three times as often; within :data:`NEAR_LIMIT` a stream is taken
+  all the same at a demand the live streams were on time at in the last :data:`HELD_WINDOW` seconds and
+  are on time at now, :meth:`Admission.held_demand`: measured service beats the prediction, whose step
+  time runs higher for a few seconds while a load's clients come back; below that demand a refusal gets
+  the short hint for about as many clients as would fit, docs/benchmarks.md), while the event loop runs
   :data:`LOOP_LAG_LIMIT` late or live streams' partials come
   :data:`LATE_CHUNKS` chunk late (90th percentiles over :data:`LAG_WINDOW`),
   and beyond ``max(16, 0.25 x demand)`` cost units admitted a second (slow
@@ -436,21 +436,23 @@ class Admission:
                 d.pop()
             d.append((now, value))
 
+    @staticmethod
+    def _held_max(d: deque, now: float) -> float:
+        """The largest value of a held record (a sliding window's maximum) in the last :data:`HELD_WINDOW`."""
+        while d and d[0][0] < now - HELD_WINDOW:
+            d.popleft()
+        return d[0][1] if d else 0.0
+
     def held_demand(self, now: float) -> float:
         """The largest demand (cost units) the live streams were on time at in the last :data:`HELD_WINDOW`
         seconds, as it was (not rescaled; 0: none known)."""
-        while self._held_demand and self._held_demand[0][0] < now - HELD_WINDOW:
-            self._held_demand.popleft()
-        return self._held_demand[0][1] if self._held_demand else 0.0
+        return self._held_max(self._held_demand, now)
 
     def held(self, now: float) -> float:
         """The largest demand (cost units, at today's scale) seen on time in the last :data:`HELD_WINDOW`
         seconds: admitted again without the slow start (0: none known)."""
-        while self._held and self._held[0][0] < now - HELD_WINDOW:
-            self._held.popleft()
-        if not self._held or self.model is None:
-            return 0.0
-        return self._held[0][1] / self.model.scale(now)
+        units = self._held_max(self._held, now)
+        return units / self.model.scale(now) if units and self.model is not None else 0.0
 
     def _trim_admitted(self, now: float) -> None:
         while self._admitted and self._admitted[0][0] <= now - self.window:
