@@ -39,11 +39,11 @@ its monotonic clock) and asks for decisions.
   :data:`NEAR_LIMIT` of the limit, where the next seconds' scale decides,
   and fewer than :data:`NEAR_WAITING` such refusals came in the last
   :data:`LAG_WINDOW`: the last few clients of a load's peak, not a crowd
-  that a short hint would bring back three times as often; within :data:`NEAR_LIMIT` a stream is taken
-  all the same at a demand the live streams were on time at in the last :data:`HELD_WINDOW` seconds and
-  are on time at now, :meth:`Admission.held_demand`: measured service beats the prediction, whose step
-  time runs higher for a few seconds while a load's clients come back; below that demand a refusal gets
-  the short hint for about as many clients as would fit, docs/benchmarks.md), while the event loop runs
+  that a short hint would bring back three times as often; and below a demand the live streams were on
+  time at in the last :data:`HELD_WINDOW` seconds, :meth:`Admission.held_demand`, while they are on time
+  now, for about as many clients as would fit under it: the last clients of a load's peak, refused while
+  the step time runs higher for a few seconds as the load's clients come back, docs/benchmarks.md), while
+  the event loop runs
   :data:`LOOP_LAG_LIMIT` late or live streams' partials come
   :data:`LATE_CHUNKS` chunk late (90th percentiles over :data:`LAG_WINDOW`),
   and beyond ``max(16, 0.25 x demand)`` cost units admitted a second (slow
@@ -396,16 +396,12 @@ class Admission:
             self._note_held(now, demand - settled, model.scale(now))  # what the lags measured
 
         load = model.load(demand + cost, now)
-        # over the limit by less than the scale's own noise, at a demand the live streams were on time at
-        # lately and are on time now: measured service beats the prediction (the last clients of a load's
-        # peak coming back while the steps of their own return run slower for a few seconds)
-        seen = on_time and load <= NEAR_LIMIT * max_load and demand + cost <= self.held_demand(now)
-        if load > max_load and not seen:
+        if load > max_load:
             self._trim(self._refused, now)
             near = load <= NEAR_LIMIT * max_load and len(self._refused) < NEAR_WAITING
             # ... or refilling: under a demand served on time lately and on time now, to as many clients as
-            # would fit it, each coming back about every NEAR_RETRY_AFTER (the places the prediction's lag
-            # withholds for a few seconds; a crowd beyond them waits longer)
+            # would fit it, each coming back about every NEAR_RETRY_AFTER (the last clients of a load's peak:
+            # their own return makes the steps slower for a few seconds; a crowd beyond them waits longer)
             gap = self.held_demand(now) - demand
             near = near or (on_time and cost <= gap and len(self._refused) < gap * LAG_WINDOW / NEAR_RETRY_AFTER)
             wait = NEAR_RETRY_AFTER if near else RETRY_AFTER
