@@ -615,8 +615,7 @@ async def overload_round(ctx: Ctx, d: Daemon, k: float, sampler: Sampler, load_w
              readyz_200_after_s=None if ready_after is None else round(ready_after, 2),
              recovery_accepted=len(rec), recovery_offered=n_rec,
              full_capacity_within_s=None if full_after is None else round(full_after, 2),
-             # each recovery attempt: seconds after the load, admitted, the refusal's hint and why (gradually:
-             # the slow start; would need: the load rule; late / event loop: observed overload)
+             # each recovery attempt: seconds after the load, admitted, the refusal's hint and its rule
              recovery_attempts=[[round(s.started - t_end, 2), s.accepted, s.trace.retry_after,
                                  None if s.accepted else refusal_reason(s.trace.error)] for s in again.sessions],
              rss_before_mb=rss_before, rss_peak_mb=sampler.peak_rss(), rss_idle_after_mb=d.rss_mb(),
