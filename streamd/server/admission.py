@@ -39,10 +39,12 @@ its monotonic clock) and asks for decisions.
   :data:`NEAR_LIMIT` of the limit, where the next seconds' scale decides,
   and fewer than :data:`NEAR_WAITING` such refusals came in the last
   :data:`LAG_WINDOW`: the last few clients of a load's peak, not a crowd
-  that a short hint would bring back three times as often; and below a demand the live streams were on
-  time at in the last :data:`HELD_WINDOW` seconds, :meth:`Admission.held_demand`, while they are on time
-  now, for about as many clients as would fit under it: the last clients of a load's peak, refused while
-  the step time runs higher for a few seconds as the load's clients come back, docs/benchmarks.md), while
+  that a short hint would bring back three times as often; and :data:`REFILL_RETRY_AFTER` below a demand
+  the live streams were on time at in the last :data:`HELD_WINDOW` seconds, :meth:`Admission.held_demand`,
+  while they are on time now, for up to :data:`REFILL_RETRIES` times the refusals that as many clients as
+  would fit under it make waiting that hint: the last clients of a load's peak, refused while the step
+  time runs higher for a few seconds as the load's clients come back, get in as soon as the first of
+  them end, docs/benchmarks.md), while
   the event loop runs
   :data:`LOOP_LAG_LIMIT` late or live streams' partials come
   :data:`LATE_CHUNKS` chunk late (90th percentiles over :data:`LAG_WINDOW`),
@@ -95,7 +97,8 @@ from typing import Iterable, Sequence
 from ..config import LimitsConfig, default_beam
 
 __all__ = ["stream_cost", "CapacityModel", "Refusal", "StreamLoad", "Admission", "Candidate", "fair_pick",
-           "BURST_STEP", "MIN_BATCH_UNITS", "RETRY_AFTER", "NEAR_LIMIT", "NEAR_WAITING", "NEAR_RETRY_AFTER", "WINDOW",
+           "BURST_STEP", "MIN_BATCH_UNITS", "RETRY_AFTER", "NEAR_LIMIT", "NEAR_WAITING", "NEAR_RETRY_AFTER",
+           "REFILL_RETRY_AFTER", "REFILL_RETRIES", "WINDOW",
            "LAG_WINDOW", "LOOP_LAG_LIMIT", "LATE_CHUNKS",
            "GROWTH", "GROWTH_MIN", "HELD_WINDOW", "HELD_RATE", "HELD_CHUNKS", "LIGHT_STREAM_COST"]
 
@@ -104,6 +107,8 @@ RETRY_AFTER = 3.0  # seconds a refused client is told to wait when the live stre
 NEAR_LIMIT = 1.1  # ... but when the load with it would be at most this x max_load (within the scale's own noise)
 NEAR_WAITING = 16  # ... and fewer than this many came in the last LAG_WINDOW (a few clients wait, not a crowd)
 NEAR_RETRY_AFTER = 1.0  # ... it is told 1 s (the scale's window moves on; after a load the last of its peak get in)
+REFILL_RETRY_AFTER = 0.5  # the hint under a demand held on time lately (Admission.held_demand), on time now ...
+REFILL_RETRIES = 2.0  # ... for up to this many times the refusals its clients make when each waits the hint
 BURST_STEP = 0.25  # share of a chunk's duration one step may take when more streams are ready (fair_pick)
 MIN_BATCH_UNITS = 16.0  # ... but never fewer cost units than this (a batch of 16 greedy streams)
 MIN_SCALE, MAX_SCALE = 0.1, 50.0
@@ -399,12 +404,14 @@ class Admission:
         if load > max_load:
             self._trim(self._refused, now)
             near = load <= NEAR_LIMIT * max_load and len(self._refused) < NEAR_WAITING
-            # ... or refilling: under a demand served on time lately and on time now, to as many clients as
-            # would fit it, each coming back about every NEAR_RETRY_AFTER (the last clients of a load's peak:
-            # their own return makes the steps slower for a few seconds; a crowd beyond them waits longer)
+            # refilling: under a demand served on time lately and on time now, the shortest hint to as many
+            # clients as would fit it, each coming back every REFILL_RETRY_AFTER and, as clients randomize a
+            # hint (commonly from half of it), up to REFILL_RETRIES times as often (the last clients of a load's
+            # peak: their own return makes the steps slower for a few seconds, and room frees as the first
+            # of them end; a crowd beyond them waits longer)
             gap = self.held_demand(now) - demand
-            near = near or (on_time and cost <= gap and len(self._refused) < gap * LAG_WINDOW / NEAR_RETRY_AFTER)
-            wait = NEAR_RETRY_AFTER if near else RETRY_AFTER
+            refill = on_time and cost <= gap and len(self._refused) < REFILL_RETRIES * gap * LAG_WINDOW / REFILL_RETRY_AFTER
+            wait = REFILL_RETRY_AFTER if refill else NEAR_RETRY_AFTER if near else RETRY_AFTER
             if count:
                 self._refused.append((now, load))
             return Refusal("overloaded", f"server is at capacity: with this stream (cost {cost:g}; a greedy stream "

@@ -16,7 +16,8 @@ from websockets.asyncio.client import connect
 from helpers import drain, http_get, make_app, pcm16, random_audio, run, until
 from streamd.config import AppConfig, ConfigError, LimitsConfig, default_beam, from_dict
 from streamd.server.admission import (GROWTH_MIN, HELD_WINDOW, LAG_WINDOW, LIGHT_STREAM_COST, MIN_BATCH_UNITS,
-                                      NEAR_LIMIT, NEAR_RETRY_AFTER, NEAR_WAITING, RETRY_AFTER, Admission, CapacityModel, Candidate, Refusal, fair_pick, stream_cost)
+                                      NEAR_LIMIT, NEAR_RETRY_AFTER, NEAR_WAITING, REFILL_RETRIES,
+                                      REFILL_RETRY_AFTER, RETRY_AFTER, Admission, CapacityModel, Candidate, Refusal, fair_pick, stream_cost)
 from streamd.server.protocol import CLOSE_CODES
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -251,9 +252,9 @@ def test_slow_start_resumes_above_the_level_seen_on_time():
 def test_the_clients_refilling_a_demand_seen_on_time_get_the_short_hint():
     """The last clients of a load's peak coming back while the steps run slower than at the peak: the load rule
     refuses them, but under a demand the live streams were on time at within HELD_WINDOW (as measured then), and
-    on time now, with the short retry hint for as many clients as fit under it (each back about every
-    NEAR_RETRY_AFTER: twice that many refusals within LAG_WINDOW), however far over; the long one to the rest,
-    above that demand, with late partials, or once forgotten."""
+    on time now, with the shortest retry hint for as many clients as fit under it (each back about every
+    REFILL_RETRY_AFTER, and up to REFILL_RETRIES times as often: clients randomize hints), however far over;
+    the long one to the rest, above that demand, with late partials, or once forgotten."""
     m = model(fixed=0.0, per_unit=0.01)  # load = 0.01 x units / 0.32 x scale
     a = Admission(limits(max_load=0.8), m)
     held_at(a, 25, 20.0, lag=0.05)  # 25 streams on time (load 0.78)
@@ -269,10 +270,13 @@ def test_the_clients_refilling_a_demand_seen_on_time_get_the_short_hint():
     on_time(21.0)
     m.add_step(21.0, 23.0, 1.3 * m.per_unit * 23.0)  # the steps 30 % slower: 24 units are far over the limit
     assert m.load(24.0, 21.0) > NEAR_LIMIT * 0.8
-    hints = [a.reserve(100 + i, 21.0 + 0.01 * i, 1.0, "c").retry_after for i in range(6)]
-    assert hints == [NEAR_RETRY_AFTER] * 4 + [RETRY_AFTER] * 2  # 2 places: 4 short hints in LAG_WINDOW
+    short = int(REFILL_RETRIES * 2 * LAG_WINDOW / REFILL_RETRY_AFTER)  # 2 places: 16 short hints in LAG_WINDOW
+    assert short == 16
+    hints = [a.reserve(100 + i, 21.0 + 0.01 * i, 1.0, "c").retry_after for i in range(short + 2)]
+    assert hints == [REFILL_RETRY_AFTER] * short + [RETRY_AFTER] * 2
+    assert REFILL_RETRY_AFTER < NEAR_RETRY_AFTER < RETRY_AFTER
     on_time(23.5)
-    assert a.check(23.5, 1.0).retry_after == NEAR_RETRY_AFTER  # those refusals have left the window
+    assert a.check(23.5, 1.0).retry_after == REFILL_RETRY_AFTER  # those refusals have left the window
     assert a.check(23.5, 3.0).retry_after == RETRY_AFTER  # 26 units: more than was served on time
     on_time(23.6, lag=0.3)  # late partials: the long hint
     assert a.check(23.6, 1.0).retry_after == RETRY_AFTER
