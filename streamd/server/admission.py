@@ -55,7 +55,7 @@ its monotonic clock) and asks for decisions.
   (of streams admitted before the lag window) at which the live streams'
   partials came within :data:`HELD_CHUNKS` of a chunk over the last
   :data:`HELD_WINDOW` seconds, rescaled by how much slower the host runs
-  now, is admitted again at up to :data:`HELD_RATE` of it a second (after a
+  now (never up: a few streams' steps run faster per stream), is admitted again at up to :data:`HELD_RATE` of it a second (after a
   load ends, the clients of its peak come back in about two seconds, not a
   6 s ramp; not all at one instant, whose streams would step in phase).  An
   idle server always takes one stream.  Per-client quotas
@@ -453,9 +453,14 @@ class Admission:
 
     def held(self, now: float) -> float:
         """The largest demand (cost units, at today's scale) seen on time in the last :data:`HELD_WINDOW`
-        seconds: admitted again without the slow start (0: none known)."""
+        seconds: admitted again without the slow start (0: none known).  Rescaled down when the host runs
+        slower now, never above :meth:`held_demand` (the steps of a lightly loaded host run faster per stream
+        than at that demand: rescaled up from a few streams' scale it let 147 streams in where 130 had been
+        on time, docs/benchmarks.md)."""
         units = self._held_max(self._held, now)
-        return units / self.model.scale(now) if units and self.model is not None else 0.0
+        if not units or self.model is None:
+            return 0.0
+        return min(units / self.model.scale(now), self.held_demand(now))
 
     def _trim_admitted(self, now: float) -> None:
         while self._admitted and self._admitted[0][0] <= now - self.window:

@@ -230,6 +230,10 @@ def test_slow_start_resumes_above_the_level_seen_on_time():
     # a host that got twice as slow since then: the held level counts half
     m.add_step(30.0, 100.0, 2 * (m.fixed + m.per_unit * 100))
     assert a.held(30.0) == pytest.approx(50.0)
+    # ... but steps that run faster now (a few streams, an idle host) never raise it above the demand seen
+    m.add_step(36.0, 10.0, 0.5 * (m.fixed + m.per_unit * 10))
+    assert m.scale(36.0) == pytest.approx(0.5)
+    assert a.held(36.0) == pytest.approx(100.0) == a.held_demand(36.0)
     # forgotten after HELD_WINDOW seconds
     assert a.held(20.0 + HELD_WINDOW + 0.1) == 0.0
     # late partials, or no partials at all, record nothing: the slow start from the first stream
