@@ -55,8 +55,8 @@ its monotonic clock) and asks for decisions.
   (of streams admitted before the lag window) at which the live streams'
   partials came within :data:`HELD_CHUNKS` of a chunk over the last
   :data:`HELD_WINDOW` seconds, rescaled by how much slower the host runs
-  now (never up: a few streams' steps run faster per stream), is admitted again at up to :data:`HELD_RATE` of it a second (after a
-  load ends, the clients of its peak come back in about two seconds, not a
+  now (never up: a few streams' steps run faster per stream), is admitted
+  again at up to :data:`HELD_RATE` of it a second (after a load ends, the clients of its peak come back in about two seconds, not a
   6 s ramp; not all at one instant, whose streams would step in phase).  An
   idle server always takes one stream.  Per-client quotas
   (``limits.max_cost_per_client`` by client address,
@@ -410,7 +410,8 @@ class Admission:
             # peak: their own return makes the steps slower for a few seconds, and room frees as the first
             # of them end; a crowd beyond them waits longer)
             gap = self.held_demand(now) - demand
-            refill = on_time and cost <= gap and len(self._refused) < REFILL_RETRIES * gap * LAG_WINDOW / REFILL_RETRY_AFTER
+            refills = REFILL_RETRIES * gap * LAG_WINDOW / REFILL_RETRY_AFTER  # refusals in LAG_WINDOW
+            refill = on_time and cost <= gap and len(self._refused) < refills
             wait = REFILL_RETRY_AFTER if refill else NEAR_RETRY_AFTER if near else RETRY_AFTER
             if count:
                 self._refused.append((now, load))
