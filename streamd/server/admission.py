@@ -56,8 +56,9 @@ its monotonic clock) and asks for decisions.
   partials came within :data:`HELD_CHUNKS` of a chunk over the last
   :data:`HELD_WINDOW` seconds, rescaled by how much slower the host runs
   now (never up: a few streams' steps run faster per stream), is admitted
-  again at up to :data:`HELD_RATE` of it a second (after a load ends, the clients of its peak come back in about two seconds, not a
-  6 s ramp; not all at one instant, whose streams would step in phase).  An
+  again at up to :data:`HELD_RATE` of it a second (after a load ends, the
+  clients of its peak come back in about two seconds, not a 6 s ramp; not
+  all at one instant, whose streams would step in phase).  An
   idle server always takes one stream.  Per-client quotas
   (``limits.max_cost_per_client`` by client address,
   ``limits.max_cost_per_token`` by bearer token, in cost units) give
