@@ -66,18 +66,19 @@ def raise_priority(nice: int | None) -> tuple[int, str | None]:
     if nice is None or now != 0 or nice == now:
         return now, None
     try:
-        _renice(lambda tid: nice)
+        _each_thread(lambda tid: os.setpriority(os.PRIO_PROCESS, tid, nice))
     except OSError as e:  # EACCES / EPERM: no CAP_SYS_NICE, RLIMIT_NICE too low
         return os.getpriority(os.PRIO_PROCESS, 0), f"{e.strerror or e} (needs CAP_SYS_NICE or RLIMIT_NICE >= {20 - nice})"
     return os.getpriority(os.PRIO_PROCESS, 0), None
 
 
-def _renice(nice_of: Callable[[int], int]) -> None:
-    """Set every thread's nice value to ``nice_of(thread id)`` (OSError where the system refuses)."""
+def _each_thread(apply: Callable[[int], object]) -> None:
+    """``apply(thread id)`` for every thread of this process (OSError where the system refuses; a thread that
+    ended meanwhile is skipped)."""
     for tid in _threads():
         try:
-            os.setpriority(os.PRIO_PROCESS, tid, nice_of(tid))
-        except ProcessLookupError:  # a thread that ended meanwhile
+            apply(tid)
+        except ProcessLookupError:
             pass
 
 
@@ -88,20 +89,18 @@ def lower_priority(nice: int, policy: str) -> str | None:
     calling one: on Linux both are per thread, and imports (numpy's BLAS) start threads before a spawned
     child's code runs.  Returns None, or why the policy could not be set (the threads then keep their own)."""
     if nice:
-        _renice(lambda tid: min(19, os.getpriority(os.PRIO_PROCESS, tid) + nice))
+        _each_thread(lambda tid: os.setpriority(os.PRIO_PROCESS, tid,
+                                                min(19, os.getpriority(os.PRIO_PROCESS, tid) + nice)))
     if policy == "normal":
         return None
     name = "SCHED_" + policy.upper()
     const = getattr(os, name, None)
     if const is None or not hasattr(os, "sched_setscheduler"):
         return f"this platform has no {name}"
-    for tid in _threads():
-        try:
-            os.sched_setscheduler(tid, const, os.sched_param(0))
-        except ProcessLookupError:
-            pass
-        except OSError as e:
-            return f"{name}: {e}"
+    try:
+        _each_thread(lambda tid: os.sched_setscheduler(tid, const, os.sched_param(0)))
+    except OSError as e:
+        return f"{name}: {e}"
     return None
 
 
