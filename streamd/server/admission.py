@@ -44,8 +44,7 @@ its monotonic clock) and asks for decisions.
   while they are on time now, for up to :data:`REFILL_RETRIES` times the refusals that as many clients as
   would fit under it make waiting that hint: the last clients of a load's peak, refused while the step
   time runs higher for a few seconds as the load's clients come back, get in as soon as the first of
-  them end, docs/benchmarks.md), while
-  the event loop runs
+  them end, docs/benchmarks.md), while the event loop runs
   :data:`LOOP_LAG_LIMIT` late or live streams' partials come
   :data:`LATE_CHUNKS` chunk late (90th percentiles over :data:`LAG_WINDOW`),
   and beyond ``max(16, 0.25 x demand)`` cost units admitted a second (slow
