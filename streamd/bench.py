@@ -21,6 +21,17 @@ For each stream count N:
 
 Prints a table, or with ``--json`` one JSON object per N and a summary
 object (``max_realtime_streams``).
+
+``bench engine --host-overhead`` answers a different question: how much
+host (Python) time the engine spends per stream per step when the model's
+arithmetic costs next to nothing.  It runs the Recognizer on a tiny random
+model with the shipped model's token table and front end (:func:`tiny_model`:
+one 8-wide encoder layer and joiner), N streams fed up front with noise, and times every
+``step()`` until no stream has a whole chunk left.  A row reports
+``us_per_stream_step`` (step wall time / streams decoded over all steps) for
+one method, N and partials on / off, and the tokens the tiny model emitted per
+frame (so rows of different runs compare).  On a GPU host this is the figure
+that bounds how many streams one process serves.
 """
 
 from __future__ import annotations
@@ -38,7 +49,7 @@ import numpy as np
 from .config import SEARCH_METHODS, default_beam
 from .paths import default_bench_audio, model_arg
 
-__all__ = ["main", "bench_engine"]
+__all__ = ["main", "bench_engine", "bench_host_overhead", "tiny_model", "HostOverheadResult"]
 
 PACKET_S = 0.1
 
@@ -211,13 +222,116 @@ def bench_engine(model: str, streams: Sequence[int], method: str, device: str, s
     return results, summary
 
 
+# --------------------------------------------------------------------------- host overhead
+
+
+TINY_BLANK_BIAS = 1.5
+"""Logit bias of blank in :func:`tiny_model`'s joiner (the rate of tokens per frame it gives is measured in
+every result row)."""
+
+
+def tiny_model(seed: int = 0, tokens=None):
+    """A random model with the shipped model's interfaces and negligible arithmetic (a LoadedModel).
+
+    tokens: a :class:`~streamd.tokens.TokenTable` (default: the shipped model's).  The encoder is one layer of
+    width 8, the decoder and joiner width 8; every search, confidence measure and word builder runs on it as on
+    a trained model, so the step time is nearly all host overhead."""
+    import torch
+
+    from .config import DecoderConfig, EncoderConfig, ModelConfig
+    from .model.checkpoint import LoadedModel, load_checkpoint
+    from .model.transducer import Transducer
+    from .paths import default_model_path
+
+    if tokens is None:
+        tokens = load_checkpoint(default_model_path()).tokens
+    cfg = ModelConfig(vocab_size=len(tokens), blank_id=tokens.blank_id, joiner_dim=8, ctc_head=True,
+                      encoder=EncoderConfig(d_model=8, num_layers=1, num_heads=2, ff_dim=8, conv_kernel=3,
+                                            subsampling_channels=4, dropout=0.0),
+                      decoder=DecoderConfig(dim=8))
+    torch.manual_seed(seed)
+    model = Transducer(cfg)
+    with torch.no_grad():  # blank's logit follows one joiner unit: frames and contexts emit or not, as speech does
+        j = model.joiner
+        for lin in (j.enc_proj, j.dec_proj, j.out):
+            lin.weight.normal_(0.0, 1.0)
+            lin.bias.zero_()
+        j.out.weight[cfg.blank_id].zero_()
+        j.out.weight[cfg.blank_id, 0] = 4.0
+        j.out.bias[cfg.blank_id] = TINY_BLANK_BIAS
+    return LoadedModel(model=model.eval(), tokens=tokens, meta={"tiny": True}, path="<tiny random model>")
+
+
+@dataclass
+class HostOverheadResult:
+    method: str
+    streams: int
+    partials: bool
+    us_per_stream_step: float
+    steps: int
+    stream_steps: int
+    tokens_per_frame: float
+
+    def to_json(self) -> dict:
+        return {k: (round(v, 3) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
+
+
+def bench_host_overhead(streams: Sequence[int], methods: Sequence[str] = ("greedy", "modified_beam"),
+                        seconds: float = 2.0, beam: int | None = None, partials: Sequence[bool] = (True, False),
+                        seed: int = 0, on_result: Callable[[HostOverheadResult], None] | None = None
+                        ) -> list[HostOverheadResult]:
+    """Time ``Recognizer.step()`` on :func:`tiny_model` (CPU, one thread); one result per method, N, partials.
+
+    Every stream gets ``seconds`` of low-level noise (different per stream) up front; the steps run until no
+    stream has a whole chunk left (no finish: finals and their words are not part of the figure)."""
+    from .config import EndpointConfig, EngineConfig
+    from .engine import Recognizer
+
+    loaded = tiny_model(seed)
+    rng = np.random.default_rng(seed)
+    results = []
+    for method in methods:
+        b = default_beam(method, beam)
+        for n in streams:
+            audio = (rng.standard_normal((n, int(seconds * 16000))) * 0.05).astype(np.float32)
+            for part in partials:
+                rec = Recognizer(loaded, EngineConfig(device="cpu", max_batch=max(1, n), trace_encoder=False,
+                                                      endpoint=EndpointConfig(enabled=False)))
+                rec.warm_up()
+                sids = [rec.create_stream(method=method, beam=b, partials=part) for _ in range(n)]
+                for sid, x in zip(sids, audio):
+                    rec.accept_audio(sid, x)
+                steps = stream_steps = 0
+                spent = 0.0
+                while True:
+                    ready = len(rec.ready_streams())
+                    if not ready:
+                        break
+                    t = time.perf_counter()
+                    rec.step()
+                    spent += time.perf_counter() - t
+                    steps += 1
+                    stream_steps += min(ready, rec.config.max_batch)
+                frames = sum(rec._get(sid).frames_done for sid in sids)  # noqa: SLF001 - bench reads the count
+                for sid in sids:
+                    rec.finish(sid)
+                emitted = sum(len(ev.text.replace(" ", "")) for ev in rec.drain() if type(ev).__name__ == "Final")
+                results.append(HostOverheadResult(method, n, part, spent / max(1, stream_steps) * 1e6, steps,
+                                                  stream_steps, emitted / max(1, frames)))
+                if on_result is not None:
+                    on_result(results[-1])
+    return results
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="streamd bench", description="streamd benchmarks")
     sub = ap.add_subparsers(dest="what", required=True)
     e = sub.add_parser("engine", help="Recognizer throughput and chunk latency at N real-time streams")
     e.add_argument("--model", help="checkpoint (default: the shipped model)")
-    e.add_argument("--streams", default="1,8,32,128", help="comma-separated stream counts")
-    e.add_argument("--method", default="greedy", choices=SEARCH_METHODS)
+    e.add_argument("--streams", default=None,
+                   help="comma-separated stream counts (default 1,8,32,128; with --host-overhead 256,1024,4096)")
+    e.add_argument("--method", default=None, choices=SEARCH_METHODS,
+                   help="search (default greedy; with --host-overhead greedy and modified_beam)")
     e.add_argument("--beam", type=int, help="beam of the beam searches (default: the method's own, as the engine's)")
     e.add_argument("--device", default="cpu")
     e.add_argument("--seconds", type=float, default=10.0, help="audio seconds per stream")
@@ -230,6 +344,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="comma-separated runtime wake words of every stream (default none)")
     e.add_argument("--eager-encoder", action="store_true",
                    help="run the encoder eager (engine.trace_encoder false), to compare with the traced default")
+    e.add_argument("--host-overhead", action="store_true",
+                   help="microseconds of step time per stream-step on a tiny random model (host overhead: the "
+                        "engine's Python per stream), for --method (default: greedy and modified_beam), "
+                        "partials on and off; --seconds default 2")
     e.add_argument("--json", action="store_true")
     from .bench_server import add_arguments as _server_arguments
 
@@ -240,13 +358,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .bench_server import run_from_args
 
         return run_from_args(args)
-
-
+    if args.host_overhead:
+        return _host_overhead_main(args)
     audio = args.audio or default_bench_audio()
     if not audio:
         print("streamd bench: no audio files: pass --audio FILE...", file=sys.stderr)
         return 2
-    streams = [int(s) for s in args.streams.split(",") if s.strip()]
+    streams = [int(s) for s in (args.streams or "1,8,32,128").split(",") if s.strip()]
     from .config import parse_phrases
 
     wake_words = [s.phrase for s in parse_phrases(args.wake_words, "--wake-words")]
@@ -254,6 +372,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("streamd bench: --single-seconds must be in (0, --seconds]", file=sys.stderr)
         return 2
     row = (lambda r: print(json.dumps(r.to_json()), flush=True)) if args.json else None
+    args.method = args.method or "greedy"
     results, summary = bench_engine(model_arg(args.model), streams, args.method, args.device, args.seconds, audio,
                                     beam=args.beam, single_seconds=args.single_seconds, wake_words=wake_words,
                                     trace_encoder=not args.eager_encoder, on_result=row)
@@ -267,4 +386,19 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{r.streams:>7} {r.rtf:>7.4f} {r.p50_ms:>8.1f} {r.p95_ms:>8.1f} {r.p99_ms:>8.1f} "
                   f"{r.mean_batch:>6.1f} {str(r.realtime):>8} {r.batched_speedup:>9.2f}")
         print(f"max real-time streams: {summary['max_realtime_streams']}")
+    return 0
+
+
+def _host_overhead_main(args) -> int:
+    streams = [int(s) for s in (args.streams or "256,1024,4096").split(",") if s.strip()]
+    methods = (args.method,) if args.method else ("greedy", "modified_beam")
+    seconds = 2.0 if args.seconds == 10.0 else args.seconds
+    if args.json:
+        row = lambda r: print(json.dumps(r.to_json()), flush=True)  # noqa: E731
+    else:
+        print(f"{'method':>14} {'streams':>7} {'partials':>8} {'us/stream-step':>14} {'steps':>6} {'tok/frame':>9}"
+              f"   (tiny random model, cpu, 1 thread, {seconds:g} s per stream)")
+        row = lambda r: print(f"{r.method:>14} {r.streams:>7} {str(r.partials):>8} {r.us_per_stream_step:>14.1f} "  # noqa: E731
+                              f"{r.steps:>6} {r.tokens_per_frame:>9.3f}", flush=True)
+    bench_host_overhead(streams, methods, seconds, beam=args.beam, on_result=row)
     return 0

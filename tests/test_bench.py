@@ -61,3 +61,28 @@ def test_bench_default_audio_is_the_shipped_samples_only():
     assert files == sorted(str(p) for p in default_samples().parent.glob("*.wav")) and len(files) == 6
     root = Path(paths.__file__).resolve().parent
     assert all(Path(f).resolve().is_relative_to(root) for f in files)
+
+
+def test_bench_host_overhead_json(capsys):
+    """--host-overhead: one row per method, stream count and partials setting, each with its per-stream-step
+    figure and the tiny model's emission rate (it runs the real searches: tokens come out)."""
+    assert main(["engine", "--host-overhead", "--streams", "2,3", "--seconds", "0.7", "--json"]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(r["method"], r["streams"], r["partials"]) for r in rows] == [
+        (m, n, p) for m in ("greedy", "modified_beam") for n in (2, 3) for p in (True, False)]
+    for r in rows:
+        assert r["us_per_stream_step"] > 0 and r["steps"] >= 1 and r["stream_steps"] >= r["streams"]
+        assert r["tokens_per_frame"] >= 0
+    assert any(r["tokens_per_frame"] > 0 for r in rows)
+
+
+def test_tiny_model_has_the_shipped_interfaces():
+    from streamd.bench import tiny_model
+    from streamd.model.checkpoint import load_checkpoint
+    from streamd.paths import default_model_path
+
+    tiny, shipped = tiny_model(), load_checkpoint(default_model_path())
+    assert tiny.tokens.tokens == shipped.tokens.tokens
+    assert tiny.model.cfg.fbank == shipped.model.cfg.fbank
+    assert tiny.model.cfg.encoder.chunk_size == shipped.model.cfg.encoder.chunk_size
+    assert sum(p.numel() for p in tiny.model.parameters()) < sum(p.numel() for p in shipped.model.parameters()) / 100
