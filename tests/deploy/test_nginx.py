@@ -278,11 +278,13 @@ def test_two_daemons_behind_nginx_drain_and_rolling_restart(ckpt, tmp_path):
     from streamd.engine import Recognizer
 
     config = tmp_path / "streamd.yaml"
-    # engine_nice 0: the engines at the test's own nice value (under `nice -n 10 pytest` beside busy processes, 10
-    # more steps would starve them); no idle_timeout / min_audio_rate: the streams wait at their gates as long as
-    # a loaded machine takes to set up the rest (30 s would end them). The recipe is tested here, not those.
+    # The recipe is tested here, not the daemon's priorities, timers or admission, which a loaded machine brings
+    # into play: engine_nice 0 (the engines at the test's own nice value: under `nice -n 10 pytest` beside busy
+    # processes, 10 more steps would starve them); no idle_timeout / min_audio_rate (the streams wait at their
+    # gates as long as a loaded machine takes to set up the rest: 30 s would end them); no capacity rule
+    # (max_load 0: a starved daemon measures room for no stream and would refuse most of the 16)
     config.write_text("server:\n  grace_seconds: 10\n  warmup_seconds: 0\n  engine_nice: 0\n"
-                      "limits:\n  idle_timeout: 0\n  min_audio_rate: 0\n")
+                      "limits:\n  idle_timeout: 0\n  min_audio_rate: 0\n  max_load: 0\n")
     rates = (16000, 8000, 22050, 44100)
     files = {}
     for i, rate in enumerate(rates):
@@ -387,7 +389,10 @@ def test_two_daemons_behind_nginx_drain_and_rolling_restart(ckpt, tmp_path):
             assert finals(r.events) == finals(ref[paths[r.audio.rate]]), r.name
         assert b.stop() == 0  # no stream left on b: it exits at once
     finally:
+        for name, d in daemons.items():  # shown by pytest when the test fails
+            print(f"---- daemon {name}'s log (last 60 lines)\n" + "\n".join(d.log[-60:]))
         if nginx is not None:
+            print("---- nginx's error log\n" + nginx.errors()[-4000:])
             nginx.stop()
         for d in daemons.values():
             d.stop()
