@@ -95,6 +95,8 @@ def run(args: argparse.Namespace) -> int:
     progress = (Progress(sys.stderr, len(files), sum(x.size / rate for x, rate in audio.values()))
                 if sys.stderr.isatty() and not args.no_progress else None)
 
+    same_screen = progress is not None and sys.stdout.isatty()  # lines printed over the progress line
+
     def on_event(i: int, ev) -> None:
         nonlocal status
         path, kind = files[i], type(ev).__name__
@@ -111,13 +113,13 @@ def run(args: argparse.Namespace) -> int:
                 progress.clear()
             print(f"streamd transcribe: {path}: {ev.code}: {ev.message}", file=sys.stderr)
         if line is not None:
-            if progress is not None:
+            if same_screen:
                 progress.clear()
             print(line, flush=True)
         if progress is not None:
             if kind == "Done":
                 progress.file_done()
-            elif line is not None:
+            elif line is not None and same_screen:
                 progress.update(force=True)
 
     try:
