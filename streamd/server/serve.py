@@ -14,7 +14,7 @@ from .app import App
 from .auth import load_tokens
 from .lane import raise_priority
 from .notify import Notifier
-from .settings import check_app_config, mic_factory, resolve_config
+from .settings import check_app_config, check_ports_free, mic_factory, resolve_config
 
 __all__ = ["cmd_serve", "cmd_check_config"]
 
@@ -42,6 +42,7 @@ def cmd_serve(args: Any) -> int:
         print(f"streamd serve: {what}; pass --model PATH or set STREAMD_MODEL (or engine.model)", file=sys.stderr)
         return 2  # as every config error
     check_app_config(cfg)  # what check-config checks, before anything loads (exit 2, the key named)
+    check_ports_free(cfg.server)  # and a port another process holds
     tokens = load_tokens(cfg.auth)
     capture = mic_factory() if cfg.mic.enabled else None
 

@@ -22,7 +22,7 @@ from ..config import AppConfig, ConfigError, TlsConfig, load_yaml
 from .auth import check_wyoming_auth, load_tokens
 
 __all__ = ["resolve_config", "make_ssl_context", "check_app_config", "check_device_available", "check_phrases",
-           "mic_factory"]
+           "check_ports_free", "mic_factory"]
 
 
 def resolve_config(path: str | None, flags: Mapping[str, Any] | None = None,
@@ -114,6 +114,33 @@ def check_app_config(cfg: AppConfig) -> None:
         check_wyoming_auth(cfg.server, tokens)
     check_device_available(cfg.engine.device, "engine.device")
     check_phrases(cfg)
+
+
+def check_ports_free(server: Any) -> None:
+    """ConfigError naming the key (``server.port``, ``vosk_port``, ``wyoming_port``) whose port another process
+    already listens on at ``server.host``: ``serve`` checks before its model loads rather than failing with
+    ``[Errno 98]`` once it binds (the Wyoming port only after loading).  A test bind with ``SO_REUSEADDR``, as
+    the listeners use, closed at once; 0 (any free port) and None (off) are skipped."""
+    import socket
+
+    for key, port in (("server.port", server.port), ("server.vosk_port", server.vosk_port),
+                      ("server.wyoming_port", server.wyoming_port)):
+        if not port:
+            continue
+        try:
+            infos = socket.getaddrinfo(server.host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        except socket.gaierror as e:
+            raise ConfigError(f"server.host: cannot resolve {server.host!r}: {e}") from None
+        for family, kind, proto, _, addr in infos:
+            with socket.socket(family, kind, proto) as sock:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if family == socket.AF_INET6:
+                    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                try:
+                    sock.bind(addr)
+                except OSError as e:
+                    raise ConfigError(f"{key}: cannot listen on {server.host}:{port}: {e.strerror or e} (another "
+                                      "process listens there?)") from None
 
 
 def check_device_available(device: str, key: str) -> None:

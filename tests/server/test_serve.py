@@ -149,3 +149,19 @@ def test_serve_refuses_what_check_config_refuses_before_loading(flags, needle, c
     assert main(["serve", *flags]) == 2
     err = capsys.readouterr().err
     assert needle in err and "light lane" not in err and "could not start" not in err, err
+
+
+def test_serve_names_the_key_of_a_port_another_process_holds(capsys, monkeypatch):
+    """A port already listened on is refused before the model loads, by key (not [Errno 98] once bound)."""
+    import streamd.server.serve as serve
+
+    monkeypatch.delenv("STREAMD_CONFIG", raising=False)
+    monkeypatch.setattr(serve, "App", None)  # nothing may start
+    with socket.socket() as held:
+        held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        assert main(["serve", "--host", "127.0.0.1", "--port", "0", "--wyoming-port", str(port)]) == 2
+    err = capsys.readouterr().err
+    assert f"server.wyoming_port: cannot listen on 127.0.0.1:{port}" in err, err
