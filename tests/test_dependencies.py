@@ -111,4 +111,5 @@ def test_every_imported_module_imports_where_its_package_is_installed():
     failed = json.loads(r.stdout.strip().splitlines()[-1])
     # sounddevice raises OSError without the PortAudio library (a system package: tests that need it skip)
     failed = {k: v for k, v in failed.items() if not (k == "sounddevice" and v.startswith("OSError"))}
-    assert not failed, f"installed but not importable: {failed}"
+    assert not failed, (f"installed but not importable: {failed} (an environment installed before pyproject.toml "
+                        "last changed: pip install -e \".[all,test]\" again)")
