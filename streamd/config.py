@@ -764,6 +764,16 @@ class AppConfig:
     tls: TlsConfig = field(default_factory=TlsConfig)
     mic: MicConfig = field(default_factory=MicConfig)
 
+    def __post_init__(self) -> None:
+        # every listener binds server.host: two on one port would fail at start ([Errno 98]) after the model loads
+        s = self.server
+        seen = {"server.port": s.port}
+        for key, port in (("server.vosk_port", s.vosk_port), ("server.wyoming_port", s.wyoming_port)):
+            if port:  # None: off; 0: any free port
+                other = next((k for k, p in seen.items() if p == port), None)
+                _check(other is None, key, f"{port} is {other} too; each listener needs a port of its own")
+                seen[key] = port
+
 
 # --------------------------------------------------------------------------- dict / YAML I/O
 

@@ -53,7 +53,8 @@ from .decode.hyps import HypOut
 from .decode.context_graph import ContextGraph, phrase_graph, shared_boost
 from .decode.endpoint import seconds_to_frames
 from .decode.ctc_keyword_search import CtcKeywordSearch
-from .decode.keyword_search import KeywordHit, KeywordSearch, KeywordSet, KeywordState, keyword_set
+from .decode.keyword_search import (KeywordHit, KeywordSearch, KeywordSet, KeywordState, check_runtime_wake_words,
+                                    keyword_set)
 from .decode.kws import Detection, KwsDetector, aligned_span
 from .decode.lm import NgramLM, load_lm
 from .decode.modified_beam import ModifiedBeamSearch
@@ -301,11 +302,7 @@ class Recognizer:
         ValueError names an entry the token table cannot spell or that repeats the model's own wake word."""
         if not specs:
             return None
-        head = {w.casefold() for w in self.keywords}
-        for i, spec in enumerate(specs):
-            if spec.phrase.casefold() in head:
-                raise ValueError(f"{path}[{i}] {spec.phrase!r}: the model's own wake word (its KWS head spots it "
-                                 "already; listed again its events would come twice)")
+        check_runtime_wake_words(self.keywords, specs, path)
         k = self.config.kws
         return self._cached(("wake", specs), lambda: self.keyword_search.prepare(
             keyword_set(self.tokens, specs, k.wake_threshold, path)))

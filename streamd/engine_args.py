@@ -12,7 +12,8 @@ import dataclasses
 import sys
 from typing import Callable
 
-from .config import HOTWORDS_HELP, SEARCH_METHODS, WAKE_WORDS_HELP, ConfigError, EngineConfig, load_yaml, parse_phrases
+from .config import (HOTWORD_METHODS, HOTWORDS_HELP, SEARCH_METHODS, WAKE_WORDS_HELP, ConfigError, EngineConfig,
+                     load_yaml, parse_phrases)
 
 __all__ = ["add_engine_args", "engine_config_from_args", "run_guarded"]
 
@@ -20,8 +21,10 @@ __all__ = ["add_engine_args", "engine_config_from_args", "run_guarded"]
 def add_engine_args(p: argparse.ArgumentParser) -> None:
     """The engine options every decoding command shares (the YAML file, then flags over it)."""
     p.add_argument("--config", help="YAML config; its 'engine' section is used")
-    p.add_argument("--method", choices=SEARCH_METHODS)
-    p.add_argument("--beam", type=int)
+    p.add_argument("--method", choices=SEARCH_METHODS,
+                   help="search: greedy (default, fastest), modified_beam (n-gram fusion, hotwords), beam, "
+                        "ctc_greedy, ctc_prefix_beam (the CTC head)")
+    p.add_argument("--beam", type=int, help="hypotheses the beam searches keep (default: modified_beam 8, else 4)")
     p.add_argument("--lm", help="n-gram for modified_beam shallow fusion: auto (the model's own, default), none "
                                 "or a path (streamd lm)")
     p.add_argument("--lm-weight", type=float, help="LM weight lambda (default 0.2; 0 disables fusion)")
@@ -33,7 +36,9 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
 
 
 def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
-    """EngineConfig from ``--config`` with the given flags replacing its values (validated again)."""
+    """EngineConfig from ``--config`` with the given flags replacing its values (validated again).  Hotwords
+    given with no ``--method``, where the configured search does not take them: ``modified_beam``, said on
+    stderr."""
     cfg = EngineConfig()
     if getattr(args, "config", None):
         cfg = load_yaml(args.config, EngineConfig, section="engine")
@@ -41,11 +46,20 @@ def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
     over = {k: getattr(args, k) for k in flags if getattr(args, k) is not None}
     if getattr(args, "hotwords", None) is not None:
         over["hotwords"] = parse_phrases(args.hotwords, "--hotwords")
+        if over["hotwords"] and "method" not in over and cfg.decoding.method not in HOTWORD_METHODS:
+            over["method"] = HOTWORD_METHODS[0]  # the search that takes them, rather than an error
+            print(f"{_prog(args)}: --hotwords: decoding with --method {over['method']} (the search that boosts "
+                  f"hotwords; the configured method is {cfg.decoding.method})", file=sys.stderr)
     dec = dataclasses.replace(cfg.decoding, **over)
     kws = cfg.kws
     if getattr(args, "wake_words", None) is not None:
         kws = dataclasses.replace(kws, wake_words=parse_phrases(args.wake_words, "--wake-words"))
     return dataclasses.replace(cfg, device=args.device or cfg.device, decoding=dec, kws=kws)
+
+
+def _prog(args: argparse.Namespace) -> str:
+    command = getattr(args, "command", None)
+    return f"streamd {command}" if command else "streamd"
 
 
 def run_guarded(prog: str, fn: Callable[[], int | None]) -> int:

@@ -25,15 +25,17 @@ __all__ = ["ConsoleRenderer", "run_console"]
 class ConsoleRenderer:
     """Prints wire-schema events (``Event.to_wire()`` dicts) for a terminal or a pipe.
 
-    The partial is one line rewritten in place (``\\r`` + clear line).  Finals
+    The partial is one line rewritten in place (``\\r`` + clear line); with ``partials`` False no partial is
+    written (a pipe: only finals and wake words, one line each).  Finals
     show per-word confidence: colored words on a TTY (green >= 0.8, yellow >=
     0.5, red below), ``word[0.93]`` otherwise.  Wake words are highlighted.
     """
 
-    def __init__(self, out: TextIO, color: bool | None = None, err: TextIO | None = None):
+    def __init__(self, out: TextIO, color: bool | None = None, err: TextIO | None = None, partials: bool = True):
         self.out = out
         self.err = err or sys.stderr
         self.color = out.isatty() if color is None else color
+        self.partials = partials
         self._partial_len = 0
         self._partial = ""
 
@@ -54,6 +56,8 @@ class ConsoleRenderer:
     def event(self, ev: dict) -> None:
         kind = ev.get("type")
         if kind == "partial":
+            if not self.partials:
+                return
             text = ev.get("text", "")
             if text == self._partial:
                 return
@@ -89,13 +93,14 @@ class ConsoleRenderer:
 
 
 def run_console(rec: Any, capture: MicCapture, out: TextIO | None = None, color: bool | None = None,
-                **stream_options: Any) -> int:
-    """``streamd mic``: live results on ``out`` until the source ends or Ctrl-C.
+                partials: bool | None = None, **stream_options: Any) -> int:
+    """``streamd mic``: live results on ``out`` until the source ends or Ctrl-C.  ``partials`` (None: when
+    ``out`` is a terminal): the live partial line, rewritten in place; a pipe gets finals and wake words only.
 
     Returns 0, 1 if the engine reported an error, 2 on MicError.
     """
     out = out or sys.stdout
-    render = ConsoleRenderer(out, color)
+    render = ConsoleRenderer(out, color, partials=out.isatty() if partials is None else partials)
     status = 0
 
     def on_event(ev) -> None:

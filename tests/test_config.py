@@ -121,3 +121,17 @@ def test_default_yaml_documents_every_option():
         line = next(i for i, ln in enumerate(text.splitlines()) if re.match(rf"\s*{leaf}:", ln))
         above = text.splitlines()[line - 1].strip()
         assert "#" in text.splitlines()[line] or above.startswith("#"), f"{key} is not commented"
+
+
+def test_each_listener_needs_a_port_of_its_own():
+    """server.port, vosk_port and wyoming_port all bind server.host: two equal ports would fail at start
+    ([Errno 98]) after the model loads; 0 (any free port) and null (off) never clash."""
+    from streamd.config import AppConfig, ConfigError, from_dict
+
+    for server, msg in (({"port": 2700, "vosk_port": 2700}, "server.vosk_port: 2700 is server.port too"),
+                        ({"vosk_port": 10300, "wyoming_port": 10300}, "server.wyoming_port: 10300 is server.vosk_port"),
+                        ({"port": 9000, "wyoming_port": 9000}, "server.wyoming_port: 9000 is server.port too")):
+        with pytest.raises(ConfigError, match=re.escape(msg)):
+            from_dict(AppConfig, {"server": server})
+    from_dict(AppConfig, {"server": {"port": 0, "vosk_port": 0, "wyoming_port": 0}})
+    from_dict(AppConfig, {"server": {"port": 8765, "vosk_port": 2700, "wyoming_port": 10300}})

@@ -61,3 +61,13 @@ def test_console_app_does_not_reexport_capture():
     assert mic.__all__ == ["ConsoleRenderer", "run_console"]
     for name in ("ReplaySource", "WavSource", "DeviceSource", "list_devices", "format_devices", "NO_INPUT_DEVICE"):
         assert not hasattr(mic, name), name
+
+
+def test_console_without_partials_writes_whole_lines_only():
+    """partials=False (streamd mic into a pipe): no partial, no carriage return, one line per final."""
+    out, err = io.StringIO(), io.StringIO()
+    r = ConsoleRenderer(out, color=False, err=err, partials=False)
+    r.event({"type": "partial", "text": "turn"})
+    r.event(FINAL)
+    r.close()
+    assert out.getvalue() == "[   0.00-   1.50] turn[0.93] on[0.60] it[0.20]\n"

@@ -17,6 +17,7 @@ from .pcm import (
     check_sample_rate,
     decode_pcm,
     load_audio,
+    wav_truncation,
 )
 from .pcm import __all__ as _PCM_NAMES
 from .resample import StreamingResampler, resample

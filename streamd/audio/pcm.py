@@ -25,6 +25,7 @@ __all__ = [
     "decode_pcm",
     "load_audio",
     "check_sample_rate",
+    "wav_truncation",
 ]
 
 SUPPORTED_FORMATS = ("s16le", "f32le")
@@ -148,11 +149,15 @@ def load_audio(path: str | os.PathLike) -> tuple[np.ndarray, int]:
         sample_rate in Hz.
 
     Raises:
-        AudioError: ``bad_audio`` if the file is missing or cannot be decoded.
+        AudioError: ``bad_audio`` if the file is missing, cannot be decoded or is a truncated WAV
+        (:func:`wav_truncation`; both readers would decode what is there without a word).
     """
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise AudioError(f"cannot read audio file {path!r}: no such file")
+    short = wav_truncation(path)
+    if short:
+        raise AudioError(f"cannot read audio file {path!r}: {short}")
     sf = _soundfile()
     try:
         if sf is not None:
@@ -166,6 +171,35 @@ def load_audio(path: str | os.PathLike) -> tuple[np.ndarray, int]:
     except Exception as e:  # soundfile/wave raise many types (RuntimeError, wave.Error, EOFError...)
         raise AudioError(f"cannot read audio file {path!r}: {e}") from e
     return x, int(rate)
+
+
+# a data chunk size at least this large is a streaming writer's "length unknown" (0xFFFFFFFF, sox's 0x7FFFF000...)
+_WAV_UNKNOWN_LENGTH = 0x7FFFF000
+
+
+def wav_truncation(path: str | os.PathLike) -> str | None:
+    """Why the RIFF/WAVE file at ``path`` is truncated (its ``data`` chunk announces more bytes than the file
+    holds), or None: not a WAV, complete, or written with an unknown length (a stream's header)."""
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        head = f.read(12)
+        if len(head) < 12 or head[:4] != b"RIFF" or head[8:12] != b"WAVE":
+            return None
+        offset = 12
+        while True:
+            chunk = f.read(8)
+            if len(chunk) < 8:
+                return None  # no data chunk: the reader says what is wrong
+            cid, n = chunk[:4], int.from_bytes(chunk[4:], "little")
+            offset += 8
+            if cid == b"data":
+                have = size - offset
+                if n < _WAV_UNKNOWN_LENGTH and n > have:
+                    return (f"truncated WAV: its header announces {n} bytes of audio, the file holds {max(0, have)} "
+                            f"({100 * max(0, have) / n:.0f} %)")
+                return None
+            offset += n + (n & 1)  # chunks are padded to an even size
+            f.seek(offset)
 
 
 def check_sample_rate(rate: Any) -> int:

@@ -94,16 +94,18 @@ class StreamingResampler:
     how the input was split.
 
     Attributes:
-        in_rate, out_rate: rates in Hz (validated, 8000..48000).
+        in_rate, out_rate: rates in Hz (validated, 8000..48000; ``any_rate``: any positive rate, for one-shot
+            use on files, :func:`resample`).
         up, down: the gcd-reduced ratio ``L / M = out_rate / in_rate``.
         lookahead: input samples needed past an output's time before it can
             be produced (0 when the rates are equal).
         samples_in, samples_out: totals so far.
     """
 
-    def __init__(self, in_rate: int, out_rate: int = 16000) -> None:
-        self.in_rate = check_sample_rate(in_rate)
-        self.out_rate = check_sample_rate(out_rate)
+    def __init__(self, in_rate: int, out_rate: int = 16000, *, any_rate: bool = False) -> None:
+        check = _check_any_rate if any_rate else check_sample_rate
+        self.in_rate = check(in_rate)
+        self.out_rate = check(out_rate)
         self.up, self.down, k, self._nu, self._half_width = _design(self.in_rate, self.out_rate)
         self.passthrough = self.in_rate == self.out_rate
         self._k = k  # taps j = -K .. K + 1 around q = floor(n M / L)
@@ -186,6 +188,13 @@ class StreamingResampler:
 
 
 def resample(x: np.ndarray, in_rate: int, out_rate: int) -> np.ndarray:
-    """One-shot resampling: ``(N,)`` float -> ``(ceil(N * out_rate / in_rate),)`` float32."""
-    r = StreamingResampler(in_rate, out_rate)
+    """One-shot resampling: ``(N,)`` float -> ``(ceil(N * out_rate / in_rate),)`` float32.  Any positive rates
+    (a file's: 96 kHz, 4 kHz); the streaming class keeps to the live rates, 8..48 kHz."""
+    r = StreamingResampler(in_rate, out_rate, any_rate=True)
     return np.concatenate([r.process(x), r.flush()])
+
+
+def _check_any_rate(rate) -> int:
+    if isinstance(rate, bool) or not isinstance(rate, (int, np.integer)) or rate < 1:
+        raise AudioError(f"sample rate must be a positive integer, got {rate!r}", code="bad_sample_rate")
+    return int(rate)

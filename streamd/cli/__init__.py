@@ -37,7 +37,8 @@ DELEGATED = {
     "calibrate": ("streamd.train.calibrate", "fit the word-confidence calibration (P(word correct)) on validation "
                                              "sets and store it in a copy of the model"),
     "lm": ("streamd.train.lm", "train the token n-gram for modified_beam shallow fusion"),
-    "bench": ("streamd.bench", "benchmarks: bench engine (streams in real time, latency, batching gain)"),
+    "bench": ("streamd.bench", "benchmarks: bench engine (streams in real time, latency, batching gain), bench server "
+                               "(a daemon under websocket clients)"),
     "label": ("streamd.train.label", "label untranscribed audio with real-speech teacher models"),
     "data": ("streamd.train.data_cli", "import real corpora into training manifests (Speech Commands, LibriSpeech, Common Voice, Kaldi, Asterisk, JSON lines)"),
 }

@@ -74,7 +74,7 @@ from ..model.decoder import DecoderState
 from ..model.transducer import Transducer
 
 __all__ = ["KeywordSet", "KeywordTables", "KeywordState", "KeywordHit", "KeywordSearch", "keyword_set",
-           "SCORES"]
+           "check_runtime_wake_words", "SCORES"]
 
 SCORES = TRANSDUCER_SCORES  # this search's; "ctc" is :class:`~streamd.decode.ctc_keyword_search.CtcKeywordSearch`
 _NEVER = -(2 ** 40)
@@ -509,6 +509,16 @@ def _fresh(n: int, device) -> Tensor:
     x = torch.zeros(n, 4, dtype=torch.float64, device=device)
     x[1:, 0] = _NEG
     return x
+
+
+def check_runtime_wake_words(model_keywords: Sequence[str], specs: Sequence, path: str) -> None:
+    """ValueError naming the entry of ``specs`` that repeats one of the model's own wake words (its KWS head,
+    ``model_keywords``, spots it already; listed again its events would come twice)."""
+    head = {w.casefold() for w in model_keywords}
+    for i, spec in enumerate(specs):
+        if spec.phrase.casefold() in head:
+            raise ValueError(f"{path}[{i}] {spec.phrase!r}: the model's own wake word (its KWS head spots it "
+                             "already; listed again its events would come twice)")
 
 
 def keyword_set(table, specs: Sequence, default_threshold: float, path: str) -> KeywordSet:

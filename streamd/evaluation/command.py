@@ -36,6 +36,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--rtf-single", action="store_true", help="also time the files one at a time (one stream)")
     ap.add_argument("--limit", type=int, metavar="N", help="only the first N entries of each set")
     ap.add_argument("--json", action="store_true", help="one JSON object with every figure")
+    ap.add_argument("--confidence-table", action="store_true",
+                    help="AUC and NCE of every word-confidence measure of the bank (measure, alpha, aggregation; "
+                         "default: only the engine's setting)")
     ap.add_argument("--reliability-plot", metavar="PNG", help="write a reliability diagram of word confidence "
                     "(raw and calibrated, every set) to PNG (needs matplotlib)")
     ap.add_argument("--keywords", nargs="?", const="", metavar="LIST",
@@ -126,7 +129,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report))
     else:
-        print(format_report(report))
+        print(format_report(report, measures=args.confidence_table))
     errors = [e for r in report["sets"] for e in r["errors"]]
     for e in errors:
         print(f"streamd eval: {e}", file=sys.stderr)

@@ -44,9 +44,10 @@ def reliability_curves(report: dict) -> list[tuple[str, ReliabilityBins]]:
     return curves
 
 
-def format_report(report: dict) -> str:
+def format_report(report: dict, measures: bool = False) -> str:
     """Readable text of :meth:`~.recognition.Evaluator.evaluate` results (the ``report`` of
-    :func:`~.recognition.run`)."""
+    :func:`~.recognition.run`).  ``measures``: the AUC / NCE of every confidence measure of the bank
+    (``streamd eval --confidence-table``); else only the engine setting's."""
     beam = f" (beam {report['beam']})" if report["method"] in BEAM_METHODS else ""  # greedy searches have none
     lines = [f"model {report['model']}  method {report['method']}{beam}  device {report['device']}"]
     for r in report["sets"]:
@@ -69,8 +70,9 @@ def format_report(report: dict) -> str:
         c = r["confidence"]
         lines.append(f"Confidence: {c['words']} hypothesis words, {c['correct']} correct "
                      f"(* = engine setting; engine check max |diff| {_num(c['engine_conf_max_abs_diff'], '.2g')})")
-        lines.append(f"  {'measure':22s} {'alpha':>5s} {'agg':>5s} {'AUC':>7s} {'NCE':>8s}")
-        for t in c["table"]:
+        lines.append(f"  {'measure':22s} {'alpha':>5s} {'agg':>5s} {'AUC':>7s} {'NCE':>8s}"
+                     + ("" if measures else "   (every measure of the bank: --confidence-table)"))
+        for t in c["table"] if measures else [t for t in c["table"] if t["default"]]:
             lines.append(f"{'*' if t['default'] else ' '} {t['measure']:22s} {t['alpha']:5.2f} {t['aggregation']:>5s} "
                          f"{_num(t['auc']):>7s} {_num(t['nce']):>8s}")
         lines.append(_calibration_line(c))

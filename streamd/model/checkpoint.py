@@ -28,8 +28,8 @@ from ..config import ConfigError, ModelConfig, from_dict, to_dict
 from ..tokens import TokenTable
 from .transducer import Transducer
 
-__all__ = ["CheckpointError", "LoadedModel", "save_checkpoint", "load_checkpoint", "copy_with_meta", "FORMAT",
-           "VERSION"]
+__all__ = ["CheckpointError", "LoadedModel", "save_checkpoint", "load_checkpoint", "read_header", "copy_with_meta",
+           "FORMAT", "VERSION"]
 
 FORMAT = "streamd-checkpoint"
 VERSION = 1
@@ -101,10 +101,7 @@ def read_versioned(path: str | Path, fmt: str, version: int, what: str,
     return obj
 
 
-def load_checkpoint(path: str | Path, device: torch.device | str = "cpu") -> LoadedModel:
-    """Load a checkpoint with ``weights_only=True`` and rebuild the model in eval mode."""
-    path = Path(path)
-    obj = read_versioned(path, FORMAT, VERSION, "checkpoint", CheckpointError)
+def _header(path: Path, obj: dict) -> tuple[ModelConfig, TokenTable]:
     missing = [k for k in ("model_config", "tokens", "state_dict") if k not in obj]
     if missing:
         raise CheckpointError(f"{path}: checkpoint lacks {', '.join(missing)}")
@@ -115,6 +112,21 @@ def load_checkpoint(path: str | Path, device: torch.device | str = "cpu") -> Loa
     tokens = TokenTable(tuple(obj["tokens"]), blank_id=cfg.blank_id)
     if len(tokens) != cfg.vocab_size:
         raise CheckpointError(f"{path}: {len(tokens)} tokens but model_config.vocab_size = {cfg.vocab_size}")
+    return cfg, tokens
+
+
+def read_header(path: str | Path) -> tuple[ModelConfig, TokenTable]:
+    """A checkpoint's model config and token table, checked as :func:`load_checkpoint` checks them, without
+    building the model (what a config check needs: the model's own keywords, what its tokens can spell)."""
+    path = Path(path)
+    return _header(path, read_versioned(path, FORMAT, VERSION, "checkpoint", CheckpointError))
+
+
+def load_checkpoint(path: str | Path, device: torch.device | str = "cpu") -> LoadedModel:
+    """Load a checkpoint with ``weights_only=True`` and rebuild the model in eval mode."""
+    path = Path(path)
+    obj = read_versioned(path, FORMAT, VERSION, "checkpoint", CheckpointError)
+    cfg, tokens = _header(path, obj)
     model = Transducer(cfg)
     sd = {k: v.float() if v.is_floating_point() else v for k, v in obj["state_dict"].items()}
     own = model.state_dict()

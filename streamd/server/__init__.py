@@ -54,7 +54,8 @@ def _check_config(args: Any) -> int:
 
 def add_subcommands(sub: Any) -> None:
     """Add ``serve`` and ``check-config`` to an argparse subparsers object."""
-    s = sub.add_parser("serve", help="run the websocket daemon (v1 + Vosk protocols, HTTP probes, metrics)",
+    s = sub.add_parser("serve", help="run the daemon (websocket v1 and Vosk, Wyoming, the browser page, HTTP probes, "
+                                      "metrics)",
                        description="Run the streamd daemon. Precedence: flags > environment "
                                    "(STREAMD_CONFIG, STREAMD_HOST, STREAMD_PORT, STREAMD_MODEL, STREAMD_DEVICE) "
                                    "> config file > defaults.")
@@ -62,7 +63,7 @@ def add_subcommands(sub: Any) -> None:
     s.add_argument("--host", help="listen address (server.host); env STREAMD_HOST")
     s.add_argument("--port", type=int, help="listen port, 0 = any free port (server.port); env STREAMD_PORT")
     s.add_argument("--model", help="checkpoint (engine.model; default: the shipped model); env STREAMD_MODEL")
-    s.add_argument("--device", help="auto, cpu, cuda or cuda:N (engine.device); env STREAMD_DEVICE")
+    s.add_argument("--device", help="compute device: auto, cpu, cuda or cuda:N (engine.device); env STREAMD_DEVICE")
     s.add_argument("--vosk-port", type=int, help="also serve the Vosk protocol on this port, every path "
                                                  "(server.vosk_port; Vosk's default is 2700)")
     s.add_argument("--wyoming-port", type=int, help="also serve the Wyoming protocol (Home Assistant: "
@@ -74,6 +75,8 @@ def add_subcommands(sub: Any) -> None:
     s.add_argument("--mic-device", help="input device index or name (mic.device)")
     s.set_defaults(func=_serve)
 
-    c = sub.add_parser("check-config", help="validate a serve config file: prints OK or the error (exit 2)")
-    c.add_argument("file", metavar="FILE")
+    c = sub.add_parser("check-config", help="validate a serve config file as serve would, before anything loads "
+                                            "(keys, files, ports, device, wake words and hotwords against the "
+                                            "model): prints OK or the error with its key (exit 2)")
+    c.add_argument("file", metavar="FILE", help="YAML config (see configs/default.yaml)")
     c.set_defaults(func=_check_config)

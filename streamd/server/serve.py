@@ -14,7 +14,7 @@ from .app import App
 from .auth import load_tokens
 from .lane import raise_priority
 from .notify import Notifier
-from .settings import check_app_config, make_ssl_context, mic_factory, resolve_config
+from .settings import check_app_config, check_ports_free, mic_factory, resolve_config
 
 __all__ = ["cmd_serve", "cmd_check_config"]
 
@@ -22,6 +22,7 @@ __all__ = ["cmd_serve", "cmd_check_config"]
 def cmd_serve(args: Any) -> int:
     """``streamd serve``: run the daemon until SIGTERM/SIGINT, then drain; 0 on a clean stop."""
     import signal
+    import sys
 
     from ..paths import default_model_path
 
@@ -38,9 +39,11 @@ def cmd_serve(args: Any) -> int:
     model = cfg.engine.model or str(default_model_path())
     if not Path(model).is_file():
         what = f"model {model!r} not found" if cfg.engine.model else f"no default model at {model}"
-        raise SystemExit(f"streamd serve: {what}; pass --model PATH or set STREAMD_MODEL (or engine.model)")
+        print(f"streamd serve: {what}; pass --model PATH or set STREAMD_MODEL (or engine.model)", file=sys.stderr)
+        return 2  # as every config error
+    check_app_config(cfg)  # what check-config checks, before anything loads (exit 2, the key named)
+    check_ports_free(cfg.server)  # and a port another process holds
     tokens = load_tokens(cfg.auth)
-    make_ssl_context(cfg.tls)  # fail before listening
     capture = mic_factory() if cfg.mic.enabled else None
 
     async def main() -> None:

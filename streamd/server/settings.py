@@ -3,7 +3,8 @@ checks of ``streamd check-config`` that need the file system.
 
 * :func:`resolve_config`: YAML file (or defaults) < environment (``STREAMD_*``) < command-line flags;
 * :func:`make_ssl_context`: ``tls.cert`` / ``tls.key`` -> the server's TLS context;
-* :func:`check_app_config`: model and LM files, token file, TLS files, the Wyoming port's auth rule;
+* :func:`check_app_config`: model and LM files, token file, TLS files, the Wyoming port's auth rule, the
+  compute device, wake words and hotwords against the model's tokens (what serve would refuse once loaded);
 * :func:`mic_factory`: the microphone capture ``--mic`` asks for (ConfigError without the ``mic`` extra).
 
 Errors are :class:`~streamd.config.ConfigError` naming the key path, variable or flag.
@@ -20,7 +21,8 @@ from typing import Any, Callable, Mapping
 from ..config import AppConfig, ConfigError, TlsConfig, load_yaml
 from .auth import check_wyoming_auth, load_tokens
 
-__all__ = ["resolve_config", "make_ssl_context", "check_app_config", "mic_factory"]
+__all__ = ["resolve_config", "make_ssl_context", "check_app_config", "check_device_available", "check_phrases",
+           "check_ports_free", "mic_factory"]
 
 
 def resolve_config(path: str | None, flags: Mapping[str, Any] | None = None,
@@ -97,8 +99,10 @@ def make_ssl_context(tls: TlsConfig) -> ssl.SSLContext | None:
 
 
 def check_app_config(cfg: AppConfig) -> None:
-    """Checks that need the file system (model and LM files, token file, TLS files), and the Wyoming
-    port's auth rule (:func:`.auth.check_wyoming_auth`)."""
+    """What ``streamd serve`` would refuse once it loads, checked before anything loads (``check-config``
+    and ``serve`` both call it): model and LM files, token file, TLS files, the Wyoming port's auth rule
+    (:func:`.auth.check_wyoming_auth`), the compute device (:func:`check_device_available`) and the wake words
+    and hotwords against the model's token table (:func:`check_phrases`)."""
     if cfg.engine.model and not Path(cfg.engine.model).is_file():
         raise ConfigError(f"engine.model: no such file {cfg.engine.model!r}")
     lm = cfg.engine.decoding.lm
@@ -108,6 +112,73 @@ def check_app_config(cfg: AppConfig) -> None:
     make_ssl_context(cfg.tls)
     if cfg.server.wyoming_port is not None:
         check_wyoming_auth(cfg.server, tokens)
+    check_device_available(cfg.engine.device, "engine.device")
+    check_phrases(cfg)
+
+
+def check_ports_free(server: Any) -> None:
+    """ConfigError naming the key (``server.port``, ``vosk_port``, ``wyoming_port``) whose port another process
+    already listens on at ``server.host``: ``serve`` checks before its model loads rather than failing with
+    ``[Errno 98]`` once it binds (the Wyoming port only after loading).  A test bind with ``SO_REUSEADDR``, as
+    the listeners use, closed at once; 0 (any free port) and None (off) are skipped."""
+    import socket
+
+    for key, port in (("server.port", server.port), ("server.vosk_port", server.vosk_port),
+                      ("server.wyoming_port", server.wyoming_port)):
+        if not port:
+            continue
+        try:
+            infos = socket.getaddrinfo(server.host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        except socket.gaierror as e:
+            raise ConfigError(f"server.host: cannot resolve {server.host!r}: {e}") from None
+        for family, kind, proto, _, addr in infos:
+            with socket.socket(family, kind, proto) as sock:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                if family == socket.AF_INET6:
+                    sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                try:
+                    sock.bind(addr)
+                except OSError as e:
+                    raise ConfigError(f"{key}: cannot listen on {server.host}:{port}: {e.strerror or e} (another "
+                                      "process listens there?)") from None
+
+
+def check_device_available(device: str, key: str) -> None:
+    """ConfigError naming ``key`` when ``device`` (cuda, cuda:N) names a GPU this machine does not have."""
+    if not device.startswith("cuda"):
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        raise ConfigError(f"{key}: {device!r} but CUDA is not available on this machine (use auto or cpu)")
+    index = device.partition(":")[2]
+    if index and (not index.isdigit() or int(index) >= torch.cuda.device_count()):
+        raise ConfigError(f"{key}: {device!r} but this machine has {torch.cuda.device_count()} CUDA device(s)")
+
+
+def check_phrases(cfg: AppConfig) -> None:
+    """The configured wake words (``engine.kws.wake_words``) and hotwords (``engine.decoding.hotwords``) are
+    spelled by the model's token table, and no wake word repeats the model's own: ConfigError naming the entry.
+    Reads the checkpoint's header only (:func:`streamd.model.checkpoint.read_header`), not the model."""
+    wake, hot = cfg.engine.kws.wake_words, cfg.engine.decoding.hotwords
+    if not wake and not hot:
+        return
+    from ..decode.context_graph import phrase_graph
+    from ..decode.keyword_search import check_runtime_wake_words, keyword_set
+    from ..model.checkpoint import CheckpointError, read_header
+    from ..paths import default_model_path
+
+    model = cfg.engine.model or str(default_model_path())
+    try:
+        mcfg, table = read_header(model)
+    except CheckpointError as e:
+        raise ConfigError(f"engine.model: {e}") from None
+    try:
+        check_runtime_wake_words(mcfg.keywords, wake, "engine.kws.wake_words")
+        keyword_set(table, wake, cfg.engine.kws.wake_threshold, "engine.kws.wake_words")  # as the engine builds them
+        phrase_graph(table, hot, 0.0, "engine.decoding.hotwords", whole_words=True)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
 
 
 def mic_factory() -> Callable[[Any], Any]:

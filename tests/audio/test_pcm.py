@@ -183,3 +183,29 @@ def test_wave_fallback_unsupported_width(tmp_path, monkeypatch):
     _write_wav(tmp_path / "w24.wav", np.zeros((10, 1), dtype=np.int64), 16000, width=3)
     with pytest.raises(AudioError, match="24-bit WAV is not supported without the soundfile package"):
         load_audio(tmp_path / "w24.wav")
+
+
+def test_a_truncated_wav_is_an_error_naming_the_file(tmp_path):
+    """A WAV whose data chunk announces more bytes than the file holds is refused (both readers would decode
+    what is there without a word); a streaming writer's "length unknown" header is read as it is."""
+    from streamd.audio.pcm import wav_truncation
+
+    path = tmp_path / "full.wav"
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(16000)
+        w.writeframes(np.arange(1600, dtype="<i2").tobytes())
+    full = path.read_bytes()
+    assert wav_truncation(path) is None and load_audio(path)[0].size == 1600
+    cut = tmp_path / "cut.wav"
+    cut.write_bytes(full[:-1000])
+    with pytest.raises(AudioError, match=r"cut\.wav.*truncated WAV: its header announces 3200 bytes of audio, "
+                                         r"the file holds 2200"):
+        load_audio(cut)
+    stream = tmp_path / "stream.wav"
+    i = full.index(b"data")
+    stream.write_bytes(full[:i + 4] + struct.pack("<I", 0xFFFFFFFF) + full[i + 8:-1000])
+    assert wav_truncation(stream) is None
+    (tmp_path / "text.txt").write_bytes(b"not audio")
+    assert wav_truncation(tmp_path / "text.txt") is None

@@ -159,3 +159,16 @@ def test_errors():
         r.process(np.zeros(3))
     with pytest.raises(RuntimeError, match="flush called twice"):
         r.flush()
+
+
+def test_one_shot_resampling_takes_any_rate():
+    """``resample`` (files, not live streams) takes rates outside 8..48 kHz: a 96 kHz tone comes out at 16 kHz
+    with its frequency and level, the length ceil(N * out / in); the streaming class keeps to the live rates."""
+    t = np.arange(96000) / 96000
+    y = resample(np.sin(2 * np.pi * 440 * t).astype(np.float32), 96000, 16000)
+    assert y.shape == (16000,)
+    ref = np.sin(2 * np.pi * 440 * np.arange(16000) / 16000)
+    np.testing.assert_allclose(y[1000:-1000], ref[1000:-1000], atol=1e-3)
+    assert resample(np.zeros(10, np.float32), 4000, 16000).shape == (40,)
+    with pytest.raises(AudioError, match="positive integer"):
+        resample(np.zeros(10, np.float32), 0, 16000)

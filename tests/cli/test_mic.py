@@ -45,6 +45,28 @@ def test_cli_mic_wav_prints_what_the_engine_decodes(tmp_path, capsys, ckpt, rate
     assert any(line.startswith("[") for line in want), "the test model should decode something"
     assert main(["mic", "--model", ckpt, "--wav", wav, "--speed", "0", "--color", "never"]) == 0
     out = capsys.readouterr().out
+    assert out.splitlines() == want and "\r" not in out  # not a terminal: no partial lines rewritten in place
+    assert main(["mic", "--model", ckpt, "--wav", wav, "--speed", "0", "--color", "never", "--partials",
+                 "always"]) == 0
+    out = capsys.readouterr().out
     assert _strip_partials(out) == want
     partials = [e.text for e in expected if type(e).__name__ == "Partial" and e.text]
     assert f"... {partials[0]}" in out  # live partials were shown
+
+
+def test_mic_device_names(capsys):
+    """--mic-device is the input device and --device the compute device, as in serve; the old spellings
+    (--device N|NAME for the input, --compute-device) still work, with a warning."""
+    from streamd.cli import build_parser
+    from streamd.cli.mic import _devices
+
+    def devices(*argv):
+        return _devices(build_parser().parse_args(["mic", *argv]))
+
+    assert devices("--mic-device", "3", "--device", "cpu") == (3, "cpu")
+    assert devices("--mic-device", "USB Audio") == ("USB Audio", None)
+    assert capsys.readouterr().err == ""
+    assert devices("--device", "2") == (2, None)
+    assert devices("--device", "USB", "--compute-device", "cuda:1") == ("USB", "cuda:1")
+    err = capsys.readouterr().err
+    assert "use --mic-device 2" in err and "--compute-device is deprecated; use --device" in err

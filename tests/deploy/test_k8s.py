@@ -73,3 +73,18 @@ def test_manifests_fit_the_daemon():
     assert re.search(rf"^USER {pod['spec']['securityContext']['runAsUser']}$", dockerfile, re.M)
     assert '"--config", "/etc/streamd/streamd.yaml"' in dockerfile
     assert cfg.server.web_root == "" and "web_root" not in dockerfile and "COPY streamd ./streamd" in dockerfile
+
+
+def test_the_image_drains_within_dockers_stop_timeout_and_builds_from_a_wheel_folder():
+    """``docker stop`` kills after 10 s: the image's config bounds its drain (grace_seconds + close_timeout)
+    below that; ``--build-arg WHEELS=DIR`` installs from a folder of the build context, no index."""
+    import yaml
+
+    from streamd.config import AppConfig, from_dict
+
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    (printed,) = re.findall(r"printf '([^']*)' > /etc/streamd/streamd\.yaml", dockerfile)
+    cfg = from_dict(AppConfig, yaml.safe_load(printed.replace("\\n", "\n")))
+    assert cfg.server.grace_seconds + cfg.server.close_timeout < 10
+    assert re.search(r"^ARG WHEELS=", dockerfile, re.M)
+    assert dockerfile.count('--no-index --find-links "/context/$WHEELS"') == 2  # torch, then the package

@@ -5,8 +5,10 @@ temporary files in a tmp dir and free loopback ports; the site file is the shipp
 test's ports put in.  Two ``streamd serve`` processes (a tiny model) sit behind it.
 
 1. 16 streams through nginx spread over both daemons (least_conn).  SIGTERM to one while every
-   stream is mid-audio: each of its streams still gets the finals of all the audio it received
-   (what the engine decodes from that prefix) and ``done``, then close 1001; the other daemon's
+   stream is mid-audio (the rest of the audio waits until that daemon's log says it is draining, so
+   a signal handled late on a loaded machine changes nothing): each of its streams still gets the
+   finals of all the audio it received (what the engine decodes from that prefix) and ``done``, then
+   close 1001; the other daemon's
    streams finish whole.  Streams started right after the SIGTERM are all served by the other
    daemon (one that reaches the draining daemon is refused with ``shutting_down`` after the
    handshake, which nginx cannot see; the client library retries it, and once the daemon has
@@ -276,7 +278,13 @@ def test_two_daemons_behind_nginx_drain_and_rolling_restart(ckpt, tmp_path):
     from streamd.engine import Recognizer
 
     config = tmp_path / "streamd.yaml"
-    config.write_text("server:\n  grace_seconds: 10\n  warmup_seconds: 0\n")
+    # The recipe is tested here, not the daemon's priorities, timers or admission, which a loaded machine brings
+    # into play: engine_nice 0 (the engines at the test's own nice value: under `nice -n 10 pytest` beside busy
+    # processes, 10 more steps would starve them); no idle_timeout / min_audio_rate (the streams wait at their
+    # gates as long as a loaded machine takes to set up the rest: 30 s would end them); no capacity rule
+    # (max_load 0: a starved daemon measures room for no stream and would refuse most of the 16)
+    config.write_text("server:\n  grace_seconds: 10\n  warmup_seconds: 0\n  engine_nice: 0\n"
+                      "limits:\n  idle_timeout: 0\n  min_audio_rate: 0\n  max_load: 0\n")
     rates = (16000, 8000, 22050, 44100)
     files = {}
     for i, rate in enumerate(rates):
@@ -295,13 +303,19 @@ def test_two_daemons_behind_nginx_drain_and_rolling_restart(ckpt, tmp_path):
         # ---- 1: 16 streams over both; SIGTERM to a mid-stream; new streams go to b
         async def phase1():
             gate = asyncio.Event()
-            async with Client(url) as c, Client(url, retries=40, retry_delay=0.1, retry_max_delay=0.5) as again:
+            # retries: on a loaded machine a daemon's admission control may refuse a stream with `overloaded`
+            async with Client(url, retries=40, retry_delay=0.1, retry_max_delay=0.5) as c, \
+                    Client(url, retries=40, retry_delay=0.1, retry_max_delay=0.5) as again:
                 runs = [Run(c, Gated(files[rates[i % 4]], rates[i % 4], gate), f"s{i}") for i in range(16)]
                 for r in runs:
                     await asyncio.wait_for(r.live.wait(), TIMEOUT)
-                spread = (a.v1_connections(), b.v1_connections())
+                spread = (a.v1_accepted()[0], b.v1_accepted()[0], a.refusals() + b.refusals())
                 b_before = b.v1_accepted()[0]
                 a.proc.send_signal(signal.SIGTERM)
+                # the rest of the audio only once a has begun its drain: on a loaded machine the signal may be
+                # handled late, and streams that had sent all their audio by then would simply end whole
+                await asyncio.to_thread(wait_for, lambda: any("draining" in line for line in a.log),
+                                        "daemon a to begin its drain", TIMEOUT)
                 late = [Run(again, Gated(files[rates[i % 4]], rates[i % 4], gate), f"n{i}") for i in range(4)]
                 gate.set()
                 await asyncio.wait_for(asyncio.gather(*(r.task for r in runs + late)), TIMEOUT)
@@ -321,8 +335,9 @@ def test_two_daemons_behind_nginx_drain_and_rolling_restart(ckpt, tmp_path):
                 prefixes[r.name] = write_wav(tmp_path / f"{r.name}.wav", r.audio.pcm[:n], r.audio.rate)
         ref = transcribe_files(rec, list(paths.values()) + list(prefixes.values()))
 
-        # least_conn with every stream still open: each new one went to the daemon with fewer, so 8 and 8
-        assert spread == (8, 8), spread
+        # least_conn with every stream still open: each new one went to the daemon with fewer, so 8 and 8 (a
+        # stream refused by admission control on a loaded machine closes and is retried: then at most 9 and 7)
+        assert spread[0] + spread[1] == 16 and abs(spread[0] - spread[1]) <= (2 if spread[2] else 0), spread
         drained = [r for r in runs if r.stream.close_code == 1001]
         assert len(drained) == spread[0]  # every stream of a was ended by its drain, none of b's
         for r in runs + late:
@@ -374,7 +389,10 @@ def test_two_daemons_behind_nginx_drain_and_rolling_restart(ckpt, tmp_path):
             assert finals(r.events) == finals(ref[paths[r.audio.rate]]), r.name
         assert b.stop() == 0  # no stream left on b: it exits at once
     finally:
+        for name, d in daemons.items():  # shown by pytest when the test fails
+            print(f"---- daemon {name}'s log (last 60 lines)\n" + "\n".join(d.log[-60:]))
         if nginx is not None:
+            print("---- nginx's error log\n" + nginx.errors()[-4000:])
             nginx.stop()
         for d in daemons.values():
             d.stop()

@@ -46,8 +46,11 @@ def test_recognition_report_lines():
     assert "per source:" not in text  # one source repeats the set line
     assert "RTF 0.0123 (16 concurrent streams), single stream n/a" in lines
     assert "Confidence: 8 hypothesis words, 7 correct (* = engine setting; engine check max |diff| 0)" in lines
-    assert f"  {'max_prob':22s}  1.00   min   0.750   -0.123" in lines
     assert f"* {'entropy_tsallis_exp':22s}  0.33   min     n/a    0.500" in lines
+    assert "max_prob" not in text  # the bank's other measures: --confidence-table
+    table = format_report(report(set_report()), measures=True).splitlines()
+    assert f"  {'max_prob':22s}  1.00   min   0.750   -0.123" in table
+    assert f"* {'entropy_tsallis_exp':22s}  0.33   min     n/a    0.500" in table
     assert "  ECE (3 bins) of * (raw): 0.046; the model has no calibration (streamd calibrate)" in lines
     assert "KWS" not in text and "== summary" not in text
 

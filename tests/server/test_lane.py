@@ -150,16 +150,23 @@ done.set()
 
 
 def _probe(want: str, prefix=(), start_nice: int = 0, rlimit_nice: int | None = None) -> dict:
-    """:func:`raise_priority` in a process of its own (never this one's priority), started at ``start_nice``."""
+    """:func:`raise_priority` in a process of its own (never this one's priority), started at nice value
+    ``start_nice`` whatever this process's own is (``nice -n 10 pytest``); skipped where going below this
+    process's value is not allowed (no CAP_SYS_NICE and too low an RLIMIT_NICE)."""
     import json
     import os
     import resource
     import subprocess
     import sys
 
+    own = os.getpriority(os.PRIO_PROCESS, 0)
+    if start_nice < own and os.geteuid() != 0 and resource.getrlimit(resource.RLIMIT_NICE)[0] < 20 - start_nice:
+        pytest.skip(f"this process runs at nice {own}; a probe at nice {start_nice} needs CAP_SYS_NICE or "
+                    f"RLIMIT_NICE >= {20 - start_nice}")
+
     def pre():
-        if start_nice:
-            os.nice(start_nice)
+        if start_nice != own:
+            os.setpriority(os.PRIO_PROCESS, 0, start_nice)  # absolute: the behaviour depends on the start value
         if rlimit_nice is not None:
             resource.setrlimit(resource.RLIMIT_NICE, (rlimit_nice, rlimit_nice))
 

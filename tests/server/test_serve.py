@@ -98,7 +98,19 @@ def test_check_config(tmp_path, capsys):
              "engine:\n  model: /nope/model.pt\n": "engine.model: no such file",
              "engine:\n  decoding:\n    lm: /nope/x.lm.pt\n": "engine.decoding.lm: no such file",
              "server: [1, 2\n": "",  # broken YAML
+             # what serve would refuse only once it loads: checked against the model's header, the machine
+             "engine:\n  kws:\n    wake_words: ['hey 7']\n": "engine.kws.wake_words[0] 'hey 7': characters not in",
+             "engine:\n  kws:\n    wake_words: ['Hey Stream']\n": "engine.kws.wake_words[0] 'Hey Stream': the model's own",
+             "engine:\n  decoding:\n    method: modified_beam\n    hotwords: [anna, 'r2d2']\n":
+                 "engine.decoding.hotwords[1] 'r2d2': characters not in",
+             "server:\n  port: 2700\n  vosk_port: 2700\n": "server.vosk_port: 2700 is server.port too",
+             "server:\n  vosk_port: 2700\n  wyoming_port: 2700\n": "server.wyoming_port: 2700 is server.vosk_port too",
+             "server:\n  port: 8765\n  wyoming_port: 8765\n": "server.wyoming_port: 8765 is server.port too",
              }
+    import torch
+
+    if not torch.cuda.is_available():
+        cases["engine:\n  device: cuda\n"] = "engine.device: 'cuda' but CUDA is not available"
     for text, needle in cases.items():
         f = tmp_path / "bad.yaml"
         f.write_text(text)
@@ -113,12 +125,43 @@ def test_serve_without_model_names_the_options(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(streamd.paths, "default_model_path", lambda: tmp_path / "default.pt")
     monkeypatch.delenv("STREAMD_MODEL", raising=False)
     monkeypatch.delenv("STREAMD_CONFIG", raising=False)
-    with pytest.raises(SystemExit) as e:
-        main(["serve", "--port", "0"])
-    msg = str(e.value.code)
+    assert main(["serve", "--port", "0"]) == 2  # as every config error
+    msg = capsys.readouterr().err
     assert "--model" in msg and "STREAMD_MODEL" in msg and "default.pt" in msg
-    with pytest.raises(SystemExit) as e:
-        main(["serve", "--port", "0", "--model", str(tmp_path / "missing.pt")])
-    assert "missing.pt" in str(e.value.code) and "not found" in str(e.value.code)
+    assert main(["serve", "--port", "0", "--model", str(tmp_path / "missing.pt")]) == 2
+    msg = capsys.readouterr().err
+    assert "missing.pt" in msg and "not found" in msg
     assert main(["serve", "--port", "99999", "--model", str(tmp_path / "x.pt")]) == 2
     assert "--port: port: must be 0..65535" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flags, needle", [
+    (["--wake-words", "hey 7"], "engine.kws.wake_words[0] 'hey 7': characters not in the token table"),
+    (["--port", "2700", "--vosk-port", "2700"], "server.vosk_port: 2700 is server.port too"),
+    (["--vosk-port", "2701", "--wyoming-port", "2701"], "server.wyoming_port: 2701 is server.vosk_port too"),
+])
+def test_serve_refuses_what_check_config_refuses_before_loading(flags, needle, capsys, monkeypatch):
+    """serve runs check-config's checks before any engine starts: exit 2, the key named, no engine's error."""
+    import streamd.server.serve as serve
+
+    monkeypatch.delenv("STREAMD_CONFIG", raising=False)
+    monkeypatch.setattr(serve, "App", None)  # nothing may start
+    assert main(["serve", *flags]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and "light lane" not in err and "could not start" not in err, err
+
+
+def test_serve_names_the_key_of_a_port_another_process_holds(capsys, monkeypatch):
+    """A port already listened on is refused before the model loads, by key (not [Errno 98] once bound)."""
+    import streamd.server.serve as serve
+
+    monkeypatch.delenv("STREAMD_CONFIG", raising=False)
+    monkeypatch.setattr(serve, "App", None)  # nothing may start
+    with socket.socket() as held:
+        held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        assert main(["serve", "--host", "127.0.0.1", "--port", "0", "--wyoming-port", str(port)]) == 2
+    err = capsys.readouterr().err
+    assert f"server.wyoming_port: cannot listen on 127.0.0.1:{port}" in err, err
