@@ -274,6 +274,9 @@ class App:
         for key, n in res.acks.items():
             if key in targets:
                 targets[key].on_applied(n)
+        for key, decoded in res.decoded.items():  # after the events: their results are queued first (flow)
+            if key in targets:
+                targets[key].on_progress(decoded)
         model = self.admission.model
         for batch, seconds, audio in res.steps:
             self.metrics.record_step(batch, seconds, audio)

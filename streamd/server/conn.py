@@ -27,6 +27,7 @@ from websockets.exceptions import ConnectionClosed
 
 from ..events import Done, Error, Event, Partial
 from .commands import CloseStream, Command, FeedPcm, FeedSamples, FinishStream, OpenStream, ResetStream
+from .flow import FlowControl
 from .outbox import Outbox
 from .protocol import CLOSE_CODES, Action, Audio, Close, Finish, Open, Reset, Send, V1Session
 from .vosk import VoskSession
@@ -41,6 +42,7 @@ __all__ = ["ConnHost", "Conn", "MicStream", "run_mic", "discard", "FBANK_LOOKAHE
 log = logging.getLogger("streamd.server")
 
 FBANK_LOOKAHEAD_S = 0.015  # a partial ending at t needed the audio up to t + 15 ms (25 ms window, 10 ms hop)
+FLOW_POLL = 1.0  # seconds between looks at a held connection's backlog when no engine progress wakes it
 
 
 class ConnHost(Protocol):
@@ -82,6 +84,10 @@ class Conn:
         self.client: str = info.client if info is not None else ""  # admission: quotas, fair share
         self.token: str | None = info.token if info is not None else None
         self.arrivals: deque[tuple[float, float]] = deque()  # (audio seconds so far, arrival): partial lag
+        self.flow = FlowControl.from_limits(app.config.limits)  # when its input is not read (.flow)
+        self.flow_changed = asyncio.Event()  # engine progress, or the connection aborted: look at the hold again
+        self.writing = False  # the sender is handing a message to the socket
+        self.held_seconds = 0.0  # time its input was not read by flow control
 
     @property
     def stream_class(self) -> str:
@@ -93,22 +99,47 @@ class Conn:
 
     async def _send_loop(self) -> None:
         try:
-            close = await self.outbox.pump(self.ws.send)
+            close = await self.outbox.pump(self._write)
             await self.ws.close(close.code, close.reason)
         except ConnectionClosed:
             return
+
+    async def _write(self, text: str) -> None:
+        """Hand one message to the socket (waits while the client's TCP window and the write buffer are full:
+        a client that does not read)."""
+        self.writing = True
+        try:
+            await self.ws.send(text)
+        finally:
+            self.writing = False
+        self._delivered()
+
+    def _delivered(self) -> None:
+        """Every result queued so far is in the socket: the session's token bucket gets the decoded audio's
+        seconds back (:meth:`.protocol.SessionBase.delivered`)."""
+        if self.proto is not None and not self.writing and not len(self.outbox):
+            self.proto.delivered()
 
     async def read_loop(self) -> bool:
         """Feed client messages to the session until its input closes; False if the client went away.
 
         Two timers, both decided by the session: ``idle_timeout`` after the last message
         (``proto.timeout()``) and the session's own ``proto.deadline()`` (``proto.tick(now)``: the
-        minimum audio rate), whichever comes first."""
+        minimum audio rate), whichever comes first.
+
+        Flow control (:mod:`.flow`): while more of the stream's audio waits to be decoded than the bound, the
+        next message is not read (TCP makes the client wait); that time counts neither as the client's
+        silence nor against its minimum audio rate."""
         ws, proto = self.ws, self.proto
         idle = self.app.config.limits.idle_timeout
         last = time.monotonic()
         self.perform(proto.tick(last))  # starts the session's clock
         while not proto.input_closed and not self.aborted:
+            if self.flow.hold(proto.backlog):
+                paused = await self._held()
+                last += paused
+                proto.pause(paused)
+                continue
             ends = [t for t in (last + idle if idle else None, proto.deadline()) if t is not None]
             wait = max(0.0, min(ends) - time.monotonic()) if ends else None
             try:
@@ -136,6 +167,7 @@ class Conn:
         if self.aborted:
             return
         self.aborted = True
+        self.flow_changed.set()
         log.warning("closing connection %s: %s", self.key, message)
         self.app.metrics.errors.labels(code).inc()
         if self.proto is not None:
@@ -194,6 +226,29 @@ class Conn:
         if isinstance(self.proto, VoskSession):
             self.perform(self.proto.applied(n))
 
+    def on_progress(self, decoded: float) -> None:
+        if decoded > self.decoded:
+            self.decoded = decoded
+        if self.proto is not None:
+            self.proto.progress(decoded)
+            self._delivered()
+        self.flow_changed.set()
+
+    async def _held(self) -> float:
+        """Wait while flow control holds this connection's input (until the engine has decoded enough of its
+        audio, it is aborted or its input closes); the seconds waited."""
+        t0 = time.monotonic()
+        proto = self.proto
+        while self.flow.hold(proto.backlog) and not self.aborted and not proto.input_closed:
+            self.flow_changed.clear()
+            try:
+                await asyncio.wait_for(self.flow_changed.wait(), FLOW_POLL)
+            except asyncio.TimeoutError:
+                pass
+        waited = time.monotonic() - t0
+        self.held_seconds += waited
+        return waited
+
 
 async def discard(ws: ServerConnection) -> None:
     """Read and drop messages until the connection is closed."""
@@ -231,6 +286,9 @@ class MicStream:
         self.app.streams_changed()
 
     def on_applied(self, n: int) -> None:
+        pass
+
+    def on_progress(self, decoded: float) -> None:
         pass
 
 

@@ -41,7 +41,7 @@ __all__ = [
     "parse_json_object",
     "check_sample_rate_field",
     "bearer_token", "token_ok", "origin_ok",
-    "MinAudioRate", "public_model_info",
+    "MinAudioRate", "public_model_info", "rate_limited_message",
 ]
 
 SAMPLE_WIDTH = {"s16le": 2, "f32le": 4}
@@ -199,6 +199,12 @@ class TokenBucket:
         self.tokens -= amount
         return True
 
+    def credit(self, amount: float) -> None:
+        """Give back ``amount`` seconds (audio the client's results have covered: :mod:`.flow`), up to the
+        burst."""
+        if self.rate > 0 and amount > 0:
+            self.tokens = min(self.capacity, self.tokens + amount)
+
 
 @dataclass
 class MinAudioRate:
@@ -214,6 +220,12 @@ class MinAudioRate:
     window: float
     start: float | None = None
     audio_at_start: float = 0.0
+
+    def pause(self, seconds: float) -> None:
+        """The transport did not read the client for ``seconds`` (flow control: the server's wait, not the
+        client's): the current window is extended by as much."""
+        if self.start is not None and seconds > 0:
+            self.start += seconds
 
     def due(self) -> float | None:
         """When the current window ends (None: not started or no minimum)."""
@@ -238,6 +250,13 @@ class MinAudioRate:
                     f"or end with eof")
         self.start, self.audio_at_start = now, audio_seconds
         return None
+
+
+def rate_limited_message(limits: LimitsConfig) -> str:
+    """The ``rate_limited`` error's message (every protocol's)."""
+    return (f"audio arrives faster than {limits.max_realtime:g}x real time and its results are not being read "
+            f"(burst of {limits.burst_seconds:g} s used up): read the server's messages as they come, or send "
+            f"at real time")
 
 
 def public_model_info(info: Mapping[str, Any], show_paths: bool = False) -> dict:
@@ -277,6 +296,32 @@ class SessionBase:
     limits: LimitsConfig
     _shutdown: bool
     audio_seconds: float = 0.0  # audio accepted so far (subclasses add to it)
+    decoded_seconds: float = 0.0  # of which the engine has decoded (:meth:`progress`)
+    credited_seconds: float = 0.0  # of which the results have been handed to the client (:meth:`delivered`)
+    bucket: TokenBucket | None = None  # the audio-rate limit (subclasses set it)
+
+    @property
+    def backlog(self) -> float:
+        """Seconds of accepted audio the engine has not decoded yet (flow control, :mod:`.flow`)."""
+        return max(0.0, self.audio_seconds - self.decoded_seconds)
+
+    def progress(self, decoded: float) -> None:
+        """The engine has decoded this stream up to ``decoded`` seconds of its audio."""
+        self.decoded_seconds = max(self.decoded_seconds, min(decoded, self.audio_seconds))
+
+    def delivered(self) -> None:
+        """Every result up to :attr:`decoded_seconds` has been handed to the client's socket: the token bucket
+        gets those seconds back, so a client that reads its results is paced by flow control (:mod:`.flow`),
+        never cut off by the rate limit, while one that never reads them runs out of its burst."""
+        if self.decoded_seconds > self.credited_seconds:
+            if self.bucket is not None:
+                self.bucket.credit(self.decoded_seconds - self.credited_seconds)
+            self.credited_seconds = self.decoded_seconds
+
+    def pause(self, seconds: float) -> None:
+        """The transport did not read this client for ``seconds`` while its audio was being decoded (flow
+        control): the minimum audio rate does not count that time against it."""
+        self._min_rate().pause(seconds)
 
     @property
     def input_closed(self) -> bool:
@@ -492,9 +537,7 @@ class V1Session(SessionBase):
             return []
         seconds = n / width / self.sample_rate
         if not self.bucket.take(seconds, now, oversize=True):
-            raise ProtocolError("rate_limited",
-                                f"audio arrives faster than {self.limits.max_realtime:g}x real time "
-                                f"(burst of {self.limits.burst_seconds:g} s used up)")
+            raise ProtocolError("rate_limited", rate_limited_message(self.limits))
         self.audio_seconds += seconds
         return [Audio(bytes(data), self.format)]
 

@@ -51,7 +51,7 @@ from ..audio.pcm import AudioError, decode_pcm
 from ..config import LimitsConfig
 from ..events import Done, Error, Event, Final, Partial, WakeWord
 from .protocol import (Action, Audio, Close, Finish, MinAudioRate, Open, ProtocolError, Send, TokenBucket,
-                       check_sample_rate_field)
+                       check_sample_rate_field, rate_limited_message)
 from .states import SessionState, Transitions
 
 __all__ = ["WyomingSession", "WyomingState", "WYOMING_TRANSITIONS", "Discard", "PROGRAM", "LANGUAGES",
@@ -374,8 +374,7 @@ class WyomingSession:
             return out + self._fail(e.code, f"audio-chunk: {e}")
         seconds = samples.size / self.rate
         if not self.bucket.take(seconds, now, oversize=True):
-            return out + self._fail("rate_limited", f"audio arrives faster than {self.limits.max_realtime:g}x real "
-                                                    f"time (burst of {self.limits.burst_seconds:g} s used up)")
+            return out + self._fail("rate_limited", rate_limited_message(self.limits))
         self.audio_seconds += seconds
         if self.channels == 1:
             return out + [Audio(bytes(data), "s16le")]

@@ -228,6 +228,9 @@ class WyomingConn:
     def on_applied(self, n: int) -> None:
         pass
 
+    def on_progress(self, decoded: float) -> None:
+        pass
+
 
 class WyomingServer:
     """The Wyoming listener of an :class:`~streamd.server.app.App`; ``streams`` maps the engine key of every
