@@ -28,7 +28,7 @@ from websockets.exceptions import ConnectionClosed
 from ..events import Done, Error, Event, Partial
 from .commands import CloseStream, Command, FeedPcm, FeedSamples, FinishStream, OpenStream, ResetStream
 from .flow import FlowControl
-from .outbox import Outbox
+from .outbox import Outbox, wait_while
 from .protocol import CLOSE_CODES, Action, Audio, Close, Finish, Open, Reset, Send, V1Session
 from .vosk import VoskSession
 
@@ -237,15 +237,9 @@ class Conn:
     async def _held(self) -> float:
         """Wait while flow control holds this connection's input (until the engine has decoded enough of its
         audio, it is aborted or its input closes); the seconds waited."""
-        t0 = time.monotonic()
         proto = self.proto
-        while self.flow.hold(proto.backlog) and not self.aborted and not proto.input_closed:
-            self.flow_changed.clear()
-            try:
-                await asyncio.wait_for(self.flow_changed.wait(), FLOW_POLL)
-            except asyncio.TimeoutError:
-                pass
-        waited = time.monotonic() - t0
+        waited = await wait_while(lambda: self.flow.hold(proto.backlog) and not self.aborted
+                                  and not proto.input_closed, self.flow_changed, FLOW_POLL)
         self.held_seconds += waited
         return waited
 

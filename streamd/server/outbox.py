@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+import time
 from typing import Any, Awaitable, Callable
 
 from .protocol import Close
 
-__all__ = ["Outbox"]
+__all__ = ["Outbox", "wait_while"]
 
 
 class Outbox:
@@ -75,3 +76,17 @@ class Outbox:
             if isinstance(item, Close):
                 return item
             await write(item)
+
+
+async def wait_while(hold: Callable[[], bool], changed: asyncio.Event, poll: float = 1.0) -> float:
+    """A transport's flow control (:mod:`.flow`): wait while ``hold()`` is true, looking again whenever
+    ``changed`` is set (engine progress, the connection aborted) and at least every ``poll`` seconds; the
+    seconds waited."""
+    t0 = time.monotonic()
+    while hold():
+        changed.clear()
+        try:
+            await asyncio.wait_for(changed.wait(), poll)
+        except asyncio.TimeoutError:
+            pass
+    return time.monotonic() - t0

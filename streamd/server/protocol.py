@@ -37,7 +37,8 @@ from .states import SessionState, Transitions
 
 __all__ = [
     "CLOSE_CODES", "SAMPLE_WIDTH", "Send", "Open", "Audio", "Reset", "Finish", "Close", "Action",
-    "ProtocolError", "SessionBase", "TokenBucket", "V1Session", "V1State", "V1_TRANSITIONS", "error_actions",
+    "ProtocolError", "FlowFigures", "SessionBase", "TokenBucket", "V1Session", "V1State", "V1_TRANSITIONS",
+    "error_actions",
     "parse_json_object",
     "check_sample_rate_field",
     "bearer_token", "token_ok", "origin_ok",
@@ -275,30 +276,15 @@ def public_model_info(info: Mapping[str, Any], show_paths: bool = False) -> dict
 
 # --------------------------------------------------------------------------- sessions
 
-class SessionBase:
-    """What every websocket protocol's session shares: the end of its state machine and the
-    decisions the I/O layer asks of it (a failure, an idle timeout, a server drain).
+class FlowFigures:
+    """What flow control (:mod:`.flow`) needs of a session: its audio accepted, decoded and delivered, and its
+    token bucket.  The session adds to ``audio_seconds``; the transport reports the engine's progress
+    (:meth:`progress`) and when the results up to it are in the client's socket (:meth:`delivered`)."""
 
-    States (each subclass's enum and its :class:`~.states.Transitions` table, ``state``):
-    ``INITIAL_STATE`` (before the stream is configured) -> ``streaming`` -> ``ending`` (input closed:
-    eof received or server draining) -> ``closed`` (Close emitted); any state but ``closed`` may go to
-    ``closed`` (a failure).  Subclasses set ``self.limits`` and ``self._shutdown`` in ``__init__``, and
-    add the seconds of audio they accept to ``self.audio_seconds``.
-
-    Timers: the I/O layer calls :meth:`tick` once when the connection opens (it starts the clock of
-    the minimum audio rate, ``limits.min_audio_rate``) and again at :meth:`deadline`; :meth:`receive`
-    checks the same rule first.  A stream that falls short fails with ``audio_too_slow``.
-    """
-
-    State: type[SessionState]  # the protocol's enum: INITIAL_STATE, STREAMING, ENDING, CLOSED
-    INITIAL_STATE: SessionState  # each protocol's name for "connected, stream not configured yet"
-    state: Any  # a Transitions descriptor on each subclass: reads as a State member
-    limits: LimitsConfig
-    _shutdown: bool
-    audio_seconds: float = 0.0  # audio accepted so far (subclasses add to it)
+    audio_seconds: float = 0.0  # audio accepted so far (the session adds to it)
     decoded_seconds: float = 0.0  # of which the engine has decoded (:meth:`progress`)
     credited_seconds: float = 0.0  # of which the results have been handed to the client (:meth:`delivered`)
-    bucket: TokenBucket | None = None  # the audio-rate limit (subclasses set it)
+    bucket: TokenBucket | None = None  # the audio-rate limit (the session sets it)
 
     @property
     def backlog(self) -> float:
@@ -318,6 +304,31 @@ class SessionBase:
                 self.bucket.credit(self.decoded_seconds - self.credited_seconds)
             self.credited_seconds = self.decoded_seconds
 
+    def _flow_reset(self) -> None:
+        """A new stream on the same connection (Wyoming): its figures start at 0."""
+        self.audio_seconds = self.decoded_seconds = self.credited_seconds = 0.0
+
+
+class SessionBase(FlowFigures):
+    """What every websocket protocol's session shares: the end of its state machine and the
+    decisions the I/O layer asks of it (a failure, an idle timeout, a server drain).
+
+    States (each subclass's enum and its :class:`~.states.Transitions` table, ``state``):
+    ``INITIAL_STATE`` (before the stream is configured) -> ``streaming`` -> ``ending`` (input closed:
+    eof received or server draining) -> ``closed`` (Close emitted); any state but ``closed`` may go to
+    ``closed`` (a failure).  Subclasses set ``self.limits`` and ``self._shutdown`` in ``__init__``, and
+    add the seconds of audio they accept to ``self.audio_seconds``.
+
+    Timers: the I/O layer calls :meth:`tick` once when the connection opens (it starts the clock of
+    the minimum audio rate, ``limits.min_audio_rate``) and again at :meth:`deadline`; :meth:`receive`
+    checks the same rule first.  A stream that falls short fails with ``audio_too_slow``.
+    """
+
+    State: type[SessionState]  # the protocol's enum: INITIAL_STATE, STREAMING, ENDING, CLOSED
+    INITIAL_STATE: SessionState  # each protocol's name for "connected, stream not configured yet"
+    state: Any  # a Transitions descriptor on each subclass: reads as a State member
+    limits: LimitsConfig
+    _shutdown: bool
     def pause(self, seconds: float) -> None:
         """The transport did not read this client for ``seconds`` while its audio was being decoded (flow
         control): the minimum audio rate does not count that time against it."""

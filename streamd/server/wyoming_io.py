@@ -38,7 +38,8 @@ from ..events import Done, Error, Event
 from .auth import check_wyoming_auth  # noqa: F401 - its home until auth.py; still importable here
 from .commands import CloseStream, Command, FeedPcm, FinishStream, OpenStream
 from .drain import grace_over_message
-from .outbox import Outbox
+from .flow import FlowControl
+from .outbox import Outbox, wait_while
 from .protocol import Action, Audio, Close, Finish, Open, Send
 from .wyoming import Discard, WyomingSession
 
@@ -145,18 +146,39 @@ class WyomingConn:
         self.sender: asyncio.Task | None = None
         self.aborted = False
         self.done = asyncio.Event()
+        self.flow = FlowControl.from_limits(app.config.limits)  # when its input is not read (.flow)
+        self.flow_changed = asyncio.Event()  # engine progress, or the connection aborted
+        self.writing = False  # the sender is handing an event to the socket
+
+    async def held(self) -> float:
+        """Wait while flow control holds this connection's input (:mod:`.flow`); the seconds waited."""
+        proto = self.proto
+        return await wait_while(lambda: self.flow.hold(proto.backlog) and not self.aborted and not proto.closed
+                                and self.sender is not None and not self.sender.done(), self.flow_changed)
 
     def start(self) -> None:
         self.sender = asyncio.get_running_loop().create_task(self._send_loop())
 
     async def _send_loop(self) -> None:
         try:
-            await self.outbox.pump(lambda item: async_write_event(
-                WyomingEvent(type=item["type"], data=item.get("data") or {}), self.writer))
+            await self.outbox.pump(self._write)
         except (ConnectionError, OSError):
             return
         finally:
             self.writer.close()
+
+    async def _write(self, item: dict) -> None:
+        self.writing = True
+        try:
+            await async_write_event(WyomingEvent(type=item["type"], data=item.get("data") or {}), self.writer)
+        finally:
+            self.writing = False
+        self._delivered()
+
+    def _delivered(self) -> None:
+        """Every result queued so far is in the socket: the token bucket gets the decoded audio back."""
+        if not self.writing and not len(self.outbox):
+            self.proto.delivered()
 
     def send(self, message: dict) -> None:
         if message.get("type") == "error":
@@ -169,6 +191,7 @@ class WyomingConn:
         if self.aborted:
             return
         self.aborted = True
+        self.flow_changed.set()
         log.warning("closing wyoming connection: %s", message)
         self.app.metrics.errors.labels(code).inc()
         self.proto.connection_lost()
@@ -229,7 +252,9 @@ class WyomingConn:
         pass
 
     def on_progress(self, decoded: float) -> None:
-        pass
+        self.proto.progress(decoded)
+        self._delivered()
+        self.flow_changed.set()
 
 
 class WyomingServer:
@@ -324,6 +349,11 @@ class WyomingServer:
         try:
             while not proto.closed and not conn.aborted:
                 if read is None:
+                    if conn.flow.hold(proto.backlog):  # flow control: the server's wait, not the client's
+                        paused = await conn.held()
+                        last += paused
+                        proto.pause(paused)
+                        continue
                     read = asyncio.ensure_future(_read_event(guarded))
                 now = time.monotonic()
                 waits = []

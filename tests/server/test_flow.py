@@ -230,3 +230,30 @@ def test_client_library_long_file(ckpt, long_wav, offline):
 
     events = run(body())
     assert [(e.text, e.start, e.end) for e in events if isinstance(e, Final)] == offline
+
+
+def test_wyoming_long_file(ckpt, long_wav, offline):
+    """A Wyoming client that writes a long file's audio-chunk events at full speed: the transcript of every
+    segment."""
+    pytest.importorskip("wyoming", reason="the Wyoming listener needs the wyoming package (extra 'wyoming')")
+    from wyoming.asr import Transcribe, Transcript
+    from wyoming.audio import AudioChunk, AudioStart, AudioStop
+    from wyoming.client import AsyncTcpClient
+
+    pcm = pcm_of(long_wav)
+
+    async def body():
+        async with make_app(ckpt, server={"wyoming_port": 0}) as app:
+            async with AsyncTcpClient("127.0.0.1", app.wyoming_port) as c:
+                await c.write_event(Transcribe(language="en").event())
+                await c.write_event(AudioStart(rate=16000, width=2, channels=1).event())
+                for i in range(0, len(pcm), FRAME):
+                    await c.write_event(AudioChunk(rate=16000, width=2, channels=1, audio=pcm[i:i + FRAME]).event())
+                await c.write_event(AudioStop().event())
+                while True:
+                    e = await c.read_event()
+                    assert e is not None and e.type != "error", e
+                    if e.type == "transcript":
+                        return Transcript.from_event(e).text
+
+    assert run(body()) == " ".join(t for t, _, _ in offline if t)
