@@ -238,7 +238,7 @@ class App:
         is counted until it ends, or why not (the caller sends the error)."""
         refusal = self.admission.reserve(key, time.monotonic(), self._cost_of(options), client, token)
         if refusal is not None:
-            log.debug("refused a stream of %s: %s", client or "?", refusal.message)
+            log.debug("refused a stream of %s (%s): %s", client or "?", refusal.rule, refusal.message)
         return refusal
 
     def capacity_refusal(self) -> tuple[str, str] | None:
@@ -688,21 +688,24 @@ class App:
 
     async def _watch_loop_lag(self, interval: float = 0.1) -> None:
         """How late this event loop wakes up (its own saturation: reading and answering every client), for the
-        admission; and a log line when the capacity rule starts or stops refusing."""
-        refusing = False
+        admission; and a log line when the capacity rules start or stop refusing, or another rule refuses (which
+        one, in words: :data:`.admission.RULES`)."""
+        refusing: str | None = None  # the rule refusing a greedy stream now
         while True:
             t = time.monotonic()
             await asyncio.sleep(interval)
             now = time.monotonic()
             self.admission.note_loop_lag(max(0.0, now - t - interval), now)
             over = self.admission.overloaded(now)
-            if (over is not None) != refusing:
-                refusing = over is not None
+            rule = over.rule if over is not None else None
+            if rule != refusing:
+                refusing = rule
                 sig = self.admission.signals(now)
-                log.info("admission: %s (%d streams, load %.2f, scale %.2f, steps %.0f %% of the time, loop lag %s, "
-                         "partial lag %s)", "at capacity, refusing new streams" if refusing else
-                         "accepting new streams again", sig["streams"], sig.get("load", 0.0), sig.get("scale", 1.0),
-                         100 * sig.get("busy", 0.0),
+                log.info("admission: %s (%d streams, load %.2f of %.2f, scale %.2f, steps %.0f %% of the time, "
+                         "loop lag %s, partial lag %s)",
+                         f"refusing new streams, {over.rule}: {over.reason}" if over is not None
+                         else "accepting new streams again", sig["streams"], sig.get("load", 0.0),
+                         self.config.limits.max_load, sig.get("scale", 1.0), 100 * sig.get("busy", 0.0),
                          "n/a" if sig["loop_lag"] is None else f"{1000 * sig['loop_lag']:.0f} ms",
                          "n/a" if sig["late"] is None else f"{sig['late']:.2f} s")
 
