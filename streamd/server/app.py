@@ -149,6 +149,7 @@ class App:
         self.conn_done: dict[int, asyncio.Event] = {}
         self.subscribers: set[Conn] = set()
         self.mics: dict[int, MicStream] = {}  # microphone streams not yet done (a retry opens a new one)
+        self.mic_error: dict | None = None  # the microphone's last error while it fails (new subscribers get it)
         self.batcher: Batcher | None = None
         self.main_lane: LaneProcess | None = None  # the main engine's process (server.engine_process), or None
         self._main_restart: asyncio.Task | None = None  # a new main engine process after the last one died
@@ -484,6 +485,8 @@ class App:
         sub = Conn(self, ws, -1, None)
         self.subscribers.add(sub)
         sub.start()
+        if self.mic_error is not None:  # a broken microphone: every subscriber hears why, not only the first
+            sub.send(self.mic_error)
         try:
             async for _ in ws:  # server-to-client only: client messages are ignored
                 pass
@@ -582,6 +585,7 @@ class App:
         lm = runner.model_info.get("lm")
         log.info("ready: model %s on %s%s", self.model_info.get("name"), self.model_info.get("device"),
                  f" (modified_beam fuses the n-gram {lm['path']}, weight {lm['weight']})" if lm else "")
+        self._log_page(s, ssl_ctx is not None)
         self.notifier.ready(f"ready on port {self.port}")
         interval = watchdog_interval()
         if interval and self.notifier.enabled:
@@ -591,6 +595,14 @@ class App:
             if self.mic_factory is None:
                 raise ConfigError("mic.enabled: no microphone capture available")
             self._mic_task = loop.create_task(run_mic(self, self.mic_factory))
+
+    def _log_page(self, s: Any, tls: bool) -> None:
+        """Where the browser page is (``GET /`` on the main port)."""
+        host = s.host if s.host not in ("", "0.0.0.0", "::") else "localhost"
+        host = f"[{host}]" if ":" in host else host
+        local = host in ("localhost", "127.0.0.1", "[::1]")
+        log.info("page: %s://%s:%d/ (live transcription in a browser%s)", "https" if tls else "http", host,
+                 self.port, "" if tls or local else "; browsers give the microphone only to https or localhost pages")
 
     def _new_main_lane(self) -> LaneProcess:
         """The main engine's process (``server.engine_process``), loaded and warmed up (blocking: the engine

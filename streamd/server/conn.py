@@ -53,6 +53,7 @@ class ConnHost(Protocol):
     admission: Admission
     draining: bool
     mics: MutableMapping[int, MicStream]  # microphone streams not yet done
+    mic_error: dict | None  # the microphone's error while it is failing: what a new /v1/events subscriber gets first
 
     def submit(self, cmd: Command) -> None: ...
 
@@ -265,7 +266,9 @@ class MicStream:
 
     def on_opened(self, error: str | None) -> None:
         if error is not None:
-            self.app.broadcast({"type": "error", "code": "mic_error", "message": f"microphone stream: {error}"})
+            msg = {"type": "error", "code": "mic_error", "message": f"microphone stream: {error}"}
+            self.app.mic_error = msg
+            self.app.broadcast(msg)
             self._end()
 
     def on_event(self, ev: Event) -> None:
@@ -307,6 +310,8 @@ async def run_mic(app: ConnHost, factory: Callable[[Any], Any]) -> None:
             app.submit(OpenStream(key, {"sample_rate": int(capture.sample_rate),
                                         "partials": mcfg.partials, "keywords": mcfg.keywords}))
             async for block in capture.blocks():
+                if not delivered:
+                    app.mic_error = None  # it works (again): nothing to tell new subscribers
                 delivered = True
                 app.submit(FeedSamples(key, np.asarray(block, dtype=np.float32).reshape(-1)))
             ended = True
@@ -318,9 +323,10 @@ async def run_mic(app: ConnHost, factory: Callable[[Any], Any]) -> None:
                 wait, last_error, tries = mcfg.retry_seconds, None, 0
             tries += 1
             retry = f"; trying again in {wait:g} s" if mcfg.retry_seconds and not app.draining else ""
+            app.mic_error = {"type": "error", "code": "mic_error", "message": message}  # for later subscribers too
             if message != last_error:
                 log.error("%s%s", message, retry)
-                app.broadcast({"type": "error", "code": "mic_error", "message": message})
+                app.broadcast(app.mic_error)
             else:
                 log.debug("%s (%d tries)%s", message, tries, retry)
             last_error = message
