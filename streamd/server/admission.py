@@ -245,9 +245,8 @@ RULES = {
                 f"it cannot serve more clients",
     "partial_lag": f"at capacity: the live streams' partials come over {LATE_CHUNKS:g} chunk after their audio "
                    f"(90th percentile)",
-    "slow_start": f"not at capacity, taking on streams gradually: more cost units were admitted in the last second "
-                  f"than the slow start allows (max({GROWTH_MIN:g}, {GROWTH:g} x the demand a second before), "
-                  f"unless a higher demand was on time in the last {HELD_WINDOW:g} s); refused clients retry in 1 s",
+    "slow_start": f"not at capacity, taking on streams gradually (slow start: at most max({GROWTH_MIN:g}, "
+                  f"{GROWTH:g} x the demand) cost units a second above the load held lately); clients retry in 1 s",
     "client_limit": "a client address holds its limits.max_cost_per_client",
     "token_limit": "a bearer token holds its limits.max_cost_per_token",
 }
