@@ -329,9 +329,14 @@ class Admission:
 
     def rate(self, key: int, now: float) -> float:
         """Seconds of audio per second of wall time stream ``key`` sent over about the last window, at least 1
-        (1 until a second of its history is known, and after a pause longer than the window)."""
+        (1 until a second of its history is known, and after a pause longer than the window) and at most
+        ``limits.max_realtime`` (when set): a stream sent faster than that is paced by flow control
+        (:mod:`.flow`) and decoded with what the live streams leave (:func:`fair_pick`), so it does not hold
+        more of the capacity than a stream at that rate."""
         r = self._measured_rate(key, now)
-        return 1.0 if r is None else max(1.0, r)
+        r = 1.0 if r is None else max(1.0, r)
+        cap = self.limits.max_realtime
+        return min(r, max(1.0, cap)) if cap > 0 else r
 
     # ----------------------------------------------------------------- observed overload
 

@@ -318,6 +318,11 @@ def test_demand_counts_streams_that_send_faster_than_real_time():
     a.note_audio(2, 0.5, 1.5)
     assert a.rate(1, 10.0) == pytest.approx(4.0) and a.rate(2, 10.0) == 1.0  # never below real time
     assert a.demand(10.0) == pytest.approx(5.0)
+    fast = Admission(limits(max_load=0.8, max_realtime=4.0), m, window=5.0)  # a file at 12x (flow control)
+    fast.reserve(1, 0.0, 1.0, "files")
+    for i in range(21):
+        fast.note_audio(1, 12.0 * 0.5 * i, 0.5 * i)
+    assert fast.rate(1, 10.0) == 4.0  # counted at max_realtime: beyond it, it takes what live streams leave
     a.reserve(30, 10.0, 1.0, "burst")
     a.note_audio(30, 30.0, 10.0)
     a.note_audio(30, 31.0, 10.5)
