@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import LocalWsServer, random_audio, real_portaudio_without_inputs
+from helpers import LocalWsServer, random_audio, real_portaudio_without_inputs, self_signed_cert
 from helpers import write_wav as _write_wav
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -369,10 +369,7 @@ def test_float_wav_needs_soundfile_and_says_so(short_wav, tmp_path):
 def test_cafile_and_insecure_for_a_self_signed_server(short_wav, tmp_path):
     import ssl
 
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out",
-                    str(cert), "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1"],
-                   check=True, capture_output=True)
+    cert, key = self_signed_cert(tmp_path)
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.load_cert_chain(str(cert), str(key))
 
