@@ -71,7 +71,7 @@ from .conn import Conn, MicStream, discard, run_mic
 from .drain import ThroughputWindow, cannot_finish_message, drain_plan, grace_over_message
 from .exhaustion import ACCEPT_ERROR_LOG_SECONDS, RESOURCE_ERRNOS, ResourceErrors
 from .guard import BadRequest, HostRule, RateLimitedLog, check_request
-from .lane import LaneProcess
+from .lane import LaneProcess, drop_shared_folder, shared_folder
 from .metrics import CONTENT_TYPE, Metrics
 from .notify import Notifier, watchdog_interval
 from .protocol import CLOSE_CODES, V1Session, public_model_info
@@ -163,6 +163,7 @@ class App:
         self._lane_restart: asyncio.Task | None = None  # a new lane process after the last one died
         self._lane_started = 0.0  # monotonic start of the current lane process
         self._lane_quick_deaths = 0  # lanes in a row that died within LANE_STABLE of their start
+        self._share_dir: str | None = None  # while the engine processes load: where they share their tables
         self._keys = itertools.count(1)
         self._tasks: list[asyncio.Task] = []
         self._mic_task: asyncio.Task | None = None
@@ -526,6 +527,8 @@ class App:
         loop = asyncio.get_running_loop()
         lane = None  # the light lane's process loads beside the main engine (the daemon is ready with both)
         path = self.model_path or getattr(getattr(self.rec, "loaded", None), "path", "")
+        if lim.light_lane and path and self.rec is None and self.loader is None and s.engine_process:
+            self._share_dir = shared_folder()  # two engine processes: one copy of their n-gram tables (.lane)
         if lim.light_lane and path:
             lane = loop.create_task(self._start_light_lane(str(path)))
         runner: EngineRunner | LaneProcess
@@ -563,6 +566,8 @@ class App:
                                                 lim.max_backlog_seconds)
         if lane is not None:  # loaded before the calibration below, which it would slow down
             await lane
+        drop_shared_folder(self._share_dir)  # both have mapped what they share (restarted lanes load their own)
+        self._share_dir = None
         if lim.max_load:  # admission by capacity: the step-time model, calibrated on this machine now
             model = await loop.run_in_executor(self.executor, runner.calibrate)
             self.admission.model = model
@@ -610,7 +615,7 @@ class App:
         s, lim = self.config.server, self.config.limits
         return LaneProcess(str(self.model_path), self.config.engine, s.max_steps_per_cycle, lim.max_backlog_seconds,
                            s.warmup_seconds, name="main engine", nice=s.engine_nice,
-                           policy=s.engine_policy)
+                           policy=s.engine_policy, share_dir=self._share_dir)
 
     async def _restart_main_lane(self) -> None:
         """The main engine's process died (its streams have their errors): new streams get ``loading`` and
@@ -667,7 +672,8 @@ class App:
         try:
             return await asyncio.get_running_loop().run_in_executor(
                 self.light_executor, functools.partial(LaneProcess, model_path, config, s.max_steps_per_cycle,
-                                                       lim.max_backlog_seconds, min(s.warmup_seconds, 1.0)))
+                                                       lim.max_backlog_seconds, min(s.warmup_seconds, 1.0),
+                                                       share_dir=self._share_dir))
         except RuntimeError as e:
             log.error("%s; every stream goes to the main engine", e)
             return None
@@ -793,6 +799,7 @@ class App:
             await self._close_lane(self.light_lane, self.light_executor)
         if self.light_executor is not None:
             await asyncio.get_running_loop().run_in_executor(None, self.light_executor.shutdown)
+        drop_shared_folder(self._share_dir)  # a start that failed while the engines loaded
         self.notifier.close()
         self.resource_errors.restore()
         log.info("stopped")
