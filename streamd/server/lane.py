@@ -144,13 +144,14 @@ def share_tensor(t: Any, folder: str) -> bool:
     try:
         if not os.path.exists(path):
             tmp = f"{path}.{os.getpid()}.tmp"
-            data.tofile(tmp)
             try:
+                data.tofile(tmp)  # ENOSPC on a small tmpfs (a container's 64 MB /dev/shm): this one stays private
                 os.link(tmp, path)  # the first writer's file stays; another process's equal one is dropped
             except FileExistsError:
                 pass
             finally:
-                os.unlink(tmp)
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
         mapped = torch.from_file(path, shared=False, size=t.numel(), dtype=t.dtype).view(t.shape)
     except (OSError, RuntimeError):
         return False
