@@ -87,7 +87,6 @@ class Conn:
         self.arrivals: deque[tuple[float, float]] = deque()  # (audio seconds so far, arrival): partial lag
         self.flow = FlowControl.from_limits(app.config.limits)  # when its input is not read (.flow)
         self.flow_changed = asyncio.Event()  # engine progress, or the connection aborted: look at the hold again
-        self.writing = False  # the sender is handing a message to the socket
         self.held_seconds = 0.0  # time its input was not read by flow control
 
     @property
@@ -100,25 +99,16 @@ class Conn:
 
     async def _send_loop(self) -> None:
         try:
-            close = await self.outbox.pump(self._write)
+            close = await self.outbox.pump(self.ws.send, self._delivered)
             await self.ws.close(close.code, close.reason)
         except ConnectionClosed:
             return
 
-    async def _write(self, text: str) -> None:
-        """Hand one message to the socket (waits while the client's TCP window and the write buffer are full:
-        a client that does not read)."""
-        self.writing = True
-        try:
-            await self.ws.send(text)
-        finally:
-            self.writing = False
-        self._delivered()
-
     def _delivered(self) -> None:
-        """Every result queued so far is in the socket: the session's token bucket gets the decoded audio's
-        seconds back (:meth:`.protocol.SessionBase.delivered`)."""
-        if self.proto is not None and not self.writing and not len(self.outbox):
+        """Once every message queued so far is in the socket, the session's token bucket gets the decoded
+        audio's seconds back (:meth:`.protocol.FlowFigures.delivered`; a client that does not read leaves its
+        sender waiting in a write)."""
+        if self.proto is not None and self.outbox.drained:
             self.proto.delivered()
 
     async def read_loop(self) -> bool:

@@ -32,6 +32,12 @@ class Outbox:
         self._close: Close | None = None
         self._event = asyncio.Event()
         self.dropped = 0
+        self.writing = False  # the pump is handing a message to the transport
+
+    @property
+    def drained(self) -> bool:
+        """Nothing waits and no message is being written: everything queued so far is in the socket."""
+        return not self._items and not self.writing
 
     def __len__(self) -> int:
         return len(self._items)
@@ -68,14 +74,21 @@ class Outbox:
             self._event.clear()
             await self._event.wait()
 
-    async def pump(self, write: Callable[[Any], Awaitable[Any]]) -> Close:
+    async def pump(self, write: Callable[[Any], Awaitable[Any]], written: Callable[[], Any] | None = None) -> Close:
         """A connection's sender: ``write`` each message as it is queued, in order, until the close, which it
-        returns (the caller closes its transport).  What ``write`` raises ends the pump."""
+        returns (the caller closes its transport); ``written()`` after each (flow control's delivery).  What
+        ``write`` raises ends the pump."""
         while True:
             item = await self.get()
             if isinstance(item, Close):
                 return item
-            await write(item)
+            self.writing = True
+            try:
+                await write(item)
+            finally:
+                self.writing = False
+            if written is not None:
+                written()
 
 
 async def wait_while(hold: Callable[[], bool], changed: asyncio.Event, poll: float = 1.0) -> float:

@@ -148,7 +148,6 @@ class WyomingConn:
         self.done = asyncio.Event()
         self.flow = FlowControl.from_limits(app.config.limits)  # when its input is not read (.flow)
         self.flow_changed = asyncio.Event()  # engine progress, or the connection aborted
-        self.writing = False  # the sender is handing an event to the socket
 
     async def held(self) -> float:
         """Wait while flow control holds this connection's input (:mod:`.flow`); the seconds waited."""
@@ -161,23 +160,16 @@ class WyomingConn:
 
     async def _send_loop(self) -> None:
         try:
-            await self.outbox.pump(self._write)
+            await self.outbox.pump(lambda item: async_write_event(
+                WyomingEvent(type=item["type"], data=item.get("data") or {}), self.writer), self._delivered)
         except (ConnectionError, OSError):
             return
         finally:
             self.writer.close()
 
-    async def _write(self, item: dict) -> None:
-        self.writing = True
-        try:
-            await async_write_event(WyomingEvent(type=item["type"], data=item.get("data") or {}), self.writer)
-        finally:
-            self.writing = False
-        self._delivered()
-
     def _delivered(self) -> None:
-        """Every result queued so far is in the socket: the token bucket gets the decoded audio back."""
-        if not self.writing and not len(self.outbox):
+        """Once every event queued so far is in the socket, the token bucket gets the decoded audio back."""
+        if self.outbox.drained:
             self.proto.delivered()
 
     def send(self, message: dict) -> None:
