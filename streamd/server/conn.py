@@ -232,6 +232,7 @@ class Conn:
         waited = await wait_while(lambda: self.flow.hold(proto.backlog) and not self.aborted
                                   and not proto.input_closed, self.flow_changed, FLOW_POLL)
         self.held_seconds += waited
+        self.app.metrics.flow_held.labels(self.stream_class).inc(waited)
         return waited
 
 

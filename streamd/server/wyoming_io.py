@@ -152,8 +152,10 @@ class WyomingConn:
     async def held(self) -> float:
         """Wait while flow control holds this connection's input (:mod:`.flow`); the seconds waited."""
         proto = self.proto
-        return await wait_while(lambda: self.flow.hold(proto.backlog) and not self.aborted and not proto.closed
-                                and self.sender is not None and not self.sender.done(), self.flow_changed)
+        waited = await wait_while(lambda: self.flow.hold(proto.backlog) and not self.aborted and not proto.closed
+                                  and self.sender is not None and not self.sender.done(), self.flow_changed)
+        self.app.metrics.flow_held.labels(self.stream_class).inc(waited)
+        return waited
 
     def start(self) -> None:
         self.sender = asyncio.get_running_loop().create_task(self._send_loop())

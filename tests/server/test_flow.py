@@ -137,6 +137,9 @@ def test_input_is_not_read_while_the_backlog_is_over_the_bound(ckpt):
             await asyncio.sleep(0.3)
             assert ws.frames > read and bound < proto.backlog <= bound + 0.1 + 1e-9
             assert conn.held_seconds > 1.0 and not proto.closed
+            held = [line for line in app.metrics.render().decode().splitlines()
+                    if line.startswith('streamd_flow_held_seconds_total{stream_class="v1"}')]
+            assert held and float(held[0].split()[-1]) > 1.0
             conn.abort("shutting_down", "test over")
             await loop
 
