@@ -7,8 +7,14 @@
 Per connection: ``{"type": "start", "sample_rate": <the file's rate>, "format":
 "s16le", ...}``, wait for ``ready``, send the samples in ``--chunk-ms`` binary
 frames (at real-time pace with ``--realtime``, ``--speed X`` times real time,
-or as fast as possible), then ``{"type": "eof"}``, and read events until
-``done`` and the close.  ``--concurrency N`` runs N connections at once over
+or as fast as the server decodes them: it stops reading a connection whose
+audio is more than 5 s ahead of its decoding, docs/protocol.md "Flow
+control"), then ``{"type": "eof"}``, and read events until ``done`` and the
+close.  A stream the server refuses for now (``overloaded``, ``loading``,
+...) is retried after its ``retry_after``, up to ``--retries`` times (10)
+before any audio is sent.  ``--hotwords`` / ``--wake-words`` (comma-separated
+phrases) go into the start message; ``--cafile`` / ``--insecure`` for a
+``wss://`` server with a certificate of its own.  ``--concurrency N`` runs N connections at once over
 the jobs (the files, ``--repeat`` times; at least N jobs, cycling over the
 files).
 
@@ -38,8 +44,11 @@ reading and pacing the files, events); what is its own is the output and the
 latency measurement.  Runs from a checkout without installing streamd (it
 finds the package next to this folder) or with streamd installed; needs
 ``websockets`` (>= 13) and numpy, not torch.  Files are read as
-``streamd.client.FileSource`` reads them (WAV; any format soundfile reads when
-it is installed).
+``streamd.client.FileSource`` reads them: integer PCM WAV with the standard
+library; FLAC, OGG, float or 24-bit WAV with soundfile (``pip install
+soundfile``; without it such a file is refused with that advice).  The
+summary's "x real time" is the audio of the streams that succeeded over the
+wall time.
 """
 
 from __future__ import annotations
@@ -81,6 +90,7 @@ class JobResult:
     error: str | None = None
     partials: int = 0
     latency_note: str | None = None  # why partial latency was not measured
+    retried: int = 0  # refusals (overloaded, ...) and connection failures retried before ready
 
     def stats(self) -> dict:
         lat = sorted(self.partial_latencies)
@@ -91,7 +101,7 @@ class JobResult:
              "partial_latency_p95": _r(_pct(lat, 95)) if lat else None,
              "partial_latency_max": _r(lat[-1]) if lat else None,
              "finalize_latency": _r(self.finalize_latency), "done_latency": _r(self.done_latency),
-             "text": " ".join(t for t in self.finals if t)}
+             "text": " ".join(t for t in self.finals if t), "retried": self.retried}
         if self.latency_note:
             d["latency_note"] = self.latency_note
         if self.error:
@@ -154,7 +164,12 @@ async def stream_job(args: argparse.Namespace, client: Client, source: FileSourc
     paced = args.realtime or 0 < args.speed <= 1
     chunk_s = None
     t0 = time.perf_counter()
-    stream = client.stream(source, partials=not args.no_partials, method=args.method, beam=args.beam)
+    options = {"partials": not args.no_partials, "method": args.method, "beam": args.beam}
+    for name in ("hotwords", "wake_words"):
+        phrases = getattr(args, name)
+        if phrases is not None:
+            options[name] = [p.strip() for p in phrases.split(",") if p.strip()]
+    stream = client.stream(source, **options)
     try:
         async for msg in stream.messages():
             now = time.perf_counter()
@@ -194,6 +209,7 @@ async def stream_job(args: argparse.Namespace, client: Client, source: FileSourc
         if stream.close_code != 1000 and res.error is None:
             res.error = f"connection closed with code {stream.close_code} {stream.close_reason}".strip()
     res.wall_seconds = time.perf_counter() - t0
+    res.retried = max(0, stream.attempts - 1)
     return res
 
 
@@ -219,9 +235,23 @@ async def run(args: argparse.Namespace) -> list[JobResult]:
                 printer.out.write(json.dumps(r.stats()) + "\n")
                 printer.out.flush()
 
-    async with Client(args.url, args.token, open_timeout=args.timeout, ready_timeout=args.timeout) as client:
+    async with Client(args.url, args.token, retries=args.retries, open_timeout=args.timeout,
+                      ready_timeout=args.timeout, connect_options=tls_options(args)) as client:
         await asyncio.gather(*(worker(client) for _ in range(min(args.concurrency, n_jobs))))
     return sorted(results, key=lambda r: r.job)
+
+
+def tls_options(args: argparse.Namespace) -> dict:
+    """``ssl=`` for a ``wss://`` URL: the system's CAs, ``--cafile``'s, or no verification (``--insecure``)."""
+    if not args.url.startswith("wss://") or not (args.cafile or args.insecure):
+        return {}
+    import ssl
+
+    ctx = ssl.create_default_context(cafile=args.cafile)
+    if args.insecure:
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    return {"ssl": ctx}
 
 
 def summary(results: list[JobResult], wall: float) -> str:
@@ -233,14 +263,18 @@ def summary(results: list[JobResult], wall: float) -> str:
                if s["partials_measured"] else "no partial latency")
         fin = f"finalize {r.finalize_latency * 1000:.0f} ms" if r.finalize_latency is not None else "no final"
         status = f"ERROR {r.error}" if r.error else "ok"
+        if r.retried:
+            status += f" after {r.retried} retries"
         lines.append(f"{r.file}[{r.job}]: {status}; audio {r.audio_seconds:.2f} s in {r.wall_seconds:.2f} s; "
                      f"{lat}; {fin}")
     if len(results) > 1:
         lat = sorted(x for r in results for x in r.partial_latencies)
         fin = sorted(r.finalize_latency for r in results if r.finalize_latency is not None)
-        audio = sum(r.audio_seconds for r in results)
-        line = (f"total: {len(results)} streams, {sum(r.error is not None for r in results)} failed, "
-                f"{audio:.1f} s of audio in {wall:.2f} s ({audio / max(wall, 1e-9):.1f}x real time)")
+        audio = sum(r.audio_seconds for r in results if r.error is None)  # what was transcribed
+        retried = sum(r.retried for r in results)
+        line = (f"total: {len(results)} streams, {sum(r.error is not None for r in results)} failed"
+                f"{f', {retried} retries' if retried else ''}, {audio:.1f} s of audio transcribed in {wall:.2f} s "
+                f"({audio / max(wall, 1e-9):.1f}x real time)")
         if lat:
             line += (f"; partial latency median {statistics.median(lat) * 1000:.0f} ms, "
                      f"p95 {_pct(lat, 95) * 1000:.0f} ms")
@@ -266,6 +300,15 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--no-partials", action="store_true", help="ask the server for finals only")
     ap.add_argument("--token", help="bearer token (Authorization header)")
     ap.add_argument("--timeout", type=float, default=10.0, help="connect / ready timeout in seconds")
+    ap.add_argument("--retries", type=int, default=10,
+                    help="retry a stream the server refuses for now (overloaded, too_many_streams, loading, "
+                         "shutting_down: after its retry_after) or cannot be reached, up to N times before any "
+                         "audio is sent (default %(default)s; 0: report refusals as failures)")
+    ap.add_argument("--hotwords", metavar="LIST", help="phrases to favour, comma-separated (needs modified_beam)")
+    ap.add_argument("--wake-words", dest="wake_words", metavar="LIST",
+                    help="runtime wake words, comma-separated (e.g. \"computer,hey jarvis\")")
+    ap.add_argument("--cafile", help="wss://: trust the CA certificates in this PEM file (e.g. a self-signed one)")
+    ap.add_argument("--insecure", action="store_true", help="wss://: do not verify the server's certificate")
     return ap
 
 
@@ -274,6 +317,10 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.concurrency < 1 or args.repeat < 1:
         ap.error("--concurrency and --repeat must be >= 1")
+    if args.retries < 0:
+        ap.error("--retries must be >= 0")
+    if args.cafile and not os.path.isfile(args.cafile):
+        ap.error(f"--cafile {args.cafile}: no such file")
     if not args.chunk_ms > 0 or args.speed < 0:
         ap.error("--chunk-ms must be > 0 and --speed >= 0")
     if not args.url.startswith(("ws://", "wss://")):

@@ -697,3 +697,14 @@ class LocalWsServer:
     async def __aexit__(self, *exc):
         self.server.close()
         await self.server.wait_closed()
+
+
+def self_signed_cert(folder) -> tuple[str, str]:
+    """A self-signed certificate for ``localhost`` / 127.0.0.1 (the ``openssl`` command): (cert.pem, key.pem)."""
+    import subprocess
+
+    cert, key = Path(folder) / "cert.pem", Path(folder) / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out",
+                    str(cert), "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1"],
+                   check=True, capture_output=True)
+    return str(cert), str(key)

@@ -120,9 +120,14 @@ def _soundfile() -> Any:
 
 def _load_wave(path: str) -> tuple[np.ndarray, int]:
     """stdlib fallback: integer PCM WAV (8-, 16- or 32-bit), any channel count."""
-    with wave.open(path, "rb") as w:
-        channels, width, rate, n = w.getnchannels(), w.getsampwidth(), w.getframerate(), w.getnframes()
-        raw = w.readframes(n)
+    try:
+        with wave.open(path, "rb") as w:
+            channels, width, rate, n = w.getnchannels(), w.getsampwidth(), w.getframerate(), w.getnframes()
+            raw = w.readframes(n)
+    except (wave.Error, EOFError) as e:  # e.g. "unknown format: 3" (float WAV), "file does not start with RIFF id"
+        raise AudioError(f"cannot read audio file {path!r} ({e}): without the soundfile package only 8/16/32-bit "
+                         "integer PCM WAV files can be read; pip install soundfile (FLAC, OGG, float and 24-bit "
+                         "WAV, ...)") from None
     if width == 1:
         x = (np.frombuffer(raw, dtype=np.uint8).astype(np.float32) - 128.0) / 128.0
     elif width == 2:
@@ -131,7 +136,7 @@ def _load_wave(path: str) -> tuple[np.ndarray, int]:
         x = (np.frombuffer(raw, dtype="<i4").astype(np.float64) / 2147483648.0).astype(np.float32)
     else:
         raise AudioError(f"{path}: {8 * width}-bit WAV is not supported without the soundfile package "
-                         "(only 8/16/32-bit integer PCM)")
+                         "(only 8/16/32-bit integer PCM): pip install soundfile")
     usable = len(x) - len(x) % channels
     return x[:usable].reshape(-1, channels).mean(axis=1, dtype=np.float32), rate
 

@@ -96,7 +96,7 @@ from typing import Iterable, Sequence
 
 from ..config import LimitsConfig, default_beam
 
-__all__ = ["stream_cost", "CapacityModel", "Refusal", "StreamLoad", "Admission", "Candidate", "fair_pick",
+__all__ = ["stream_cost", "CapacityModel", "Refusal", "RULES", "StreamLoad", "Admission", "Candidate", "fair_pick",
            "BURST_STEP", "MIN_BATCH_UNITS", "RETRY_AFTER", "NEAR_LIMIT", "NEAR_WAITING", "NEAR_RETRY_AFTER",
            "REFILL_RETRY_AFTER", "REFILL_RETRIES", "WINDOW",
            "LAG_WINDOW", "LOOP_LAG_LIMIT", "LATE_CHUNKS",
@@ -238,14 +238,34 @@ class CapacityModel:
         return min(1.0, sum(s for _, _, s in self._steps) / self.window)
 
 
+# the rule behind a refusal (Refusal.rule) -> what it means, for the operator's log
+RULES = {
+    "load": "at capacity: with one more stream the live streams' predicted decoding time would exceed limits.max_load",
+    "loop_lag": f"at capacity: the event loop wakes up over {1000 * LOOP_LAG_LIMIT:.0f} ms late (90th percentile), "
+                f"it cannot serve more clients",
+    "partial_lag": f"at capacity: the live streams' partials come over {LATE_CHUNKS:g} chunk after their audio "
+                   f"(90th percentile)",
+    "slow_start": f"not at capacity, taking on streams gradually (slow start: at most max({GROWTH_MIN:g}, "
+                  f"{GROWTH:g} x the demand) cost units a second above the load held lately); clients retry in 1 s",
+    "client_limit": "a client address holds its limits.max_cost_per_client",
+    "token_limit": "a bearer token holds its limits.max_cost_per_token",
+}
+
+
 @dataclass(frozen=True)
 class Refusal:
     """Why a stream is not admitted: ``code`` (``overloaded`` or ``client_limit``, close 1013), a message
-    saying what to do, and ``retry_after`` seconds."""
+    saying what to do, ``retry_after`` seconds, and the ``rule`` that refused it (a key of :data:`RULES`)."""
 
     code: str
     message: str
     retry_after: float = RETRY_AFTER
+    rule: str = "load"
+
+    @property
+    def reason(self) -> str:
+        """The rule in words (for the operator's log)."""
+        return RULES.get(self.rule, self.rule)
 
     def wire(self) -> dict:
         """The v1 ``error`` message."""
@@ -309,9 +329,14 @@ class Admission:
 
     def rate(self, key: int, now: float) -> float:
         """Seconds of audio per second of wall time stream ``key`` sent over about the last window, at least 1
-        (1 until a second of its history is known, and after a pause longer than the window)."""
+        (1 until a second of its history is known, and after a pause longer than the window) and at most
+        ``limits.max_realtime`` (when set): a stream sent faster than that is paced by flow control
+        (:mod:`.flow`) and decoded with what the live streams leave (:func:`fair_pick`), so it does not hold
+        more of the capacity than a stream at that rate."""
         r = self._measured_rate(key, now)
-        return 1.0 if r is None else max(1.0, r)
+        r = 1.0 if r is None else max(1.0, r)
+        cap = self.limits.max_realtime
+        return min(r, max(1.0, cap)) if cap > 0 else r
 
     # ----------------------------------------------------------------- observed overload
 
@@ -373,13 +398,15 @@ class Admission:
                 return Refusal("client_limit", f"client {client} already uses {used:g} of its "
                                                f"{lim.max_cost_per_client:g} stream units (limits.max_cost_per_client; "
                                                f"this stream costs {cost:g}: "
-                                               f"a greedy stream is 1); close a stream or try again later")
+                                               f"a greedy stream is 1); close a stream or try again later",
+                               rule="client_limit")
         if token is not None and lim.max_cost_per_token:
             used = self.token_cost(token)
             if used + cost > lim.max_cost_per_token + 1e-9:
                 return Refusal("client_limit", f"this token already uses {used:g} of its {lim.max_cost_per_token:g} "
                                                f"stream units (limits.max_cost_per_token; this stream costs {cost:g}: "
-                                               f"a greedy stream is 1); close a stream or try again later")
+                                               f"a greedy stream is 1); close a stream or try again later",
+                               rule="token_limit")
         return self._capacity(now, cost, count=True)
 
     def _capacity(self, now: float, cost: float, count: bool = False) -> Refusal | None:
@@ -418,19 +445,22 @@ class Admission:
             return Refusal("overloaded", f"server is at capacity: with this stream (cost {cost:g}; a greedy stream "
                                          f"is 1) the {len(self.streams)} live streams would need {100 * load:.0f} % "
                                          f"of real time to decode (limit {100 * max_load:.0f} %, limits.max_load); "
-                                         f"try again in {wait:g} s or use another server", retry_after=wait)
+                                         f"try again in {wait:g} s or use another server", retry_after=wait,
+                           rule="load")
         if lag_bad:
             return Refusal("overloaded", f"server is at capacity: its event loop runs {1000 * lag:.0f} ms late; "
-                                         f"try again in {LAG_WINDOW:g} s or use another server", retry_after=LAG_WINDOW)
+                                         f"try again in {LAG_WINDOW:g} s or use another server", retry_after=LAG_WINDOW,
+                           rule="loop_lag")
         if late_bad:
             return Refusal("overloaded", f"server is at capacity: live streams' partials come {late:.2f} s after "
                                          f"their audio; try again in {LAG_WINDOW:g} s or use another server",
-                           retry_after=LAG_WINDOW)
+                           retry_after=LAG_WINDOW, rule="partial_lag")
         base = demand - recent  # what was there a second ago
         held = self.held(now)
         if recent + cost > max(GROWTH_MIN, GROWTH * base, min(held - base, HELD_RATE * held)):
             return Refusal("overloaded", f"server is taking on streams gradually ({recent:g} cost units in the last "
-                                         f"second; a greedy stream is 1): try again in 1 s", retry_after=1.0)
+                                         f"second; a greedy stream is 1): try again in 1 s", retry_after=1.0,
+                           rule="slow_start")
         return None
 
     def _note_held(self, now: float, demand: float, scale: float) -> None:

@@ -71,7 +71,7 @@ from .conn import Conn, MicStream, discard, run_mic
 from .drain import ThroughputWindow, cannot_finish_message, drain_plan, grace_over_message
 from .exhaustion import ACCEPT_ERROR_LOG_SECONDS, RESOURCE_ERRNOS, ResourceErrors
 from .guard import BadRequest, HostRule, RateLimitedLog, check_request
-from .lane import LaneProcess
+from .lane import LaneProcess, drop_shared_folder, shared_folder
 from .metrics import CONTENT_TYPE, Metrics
 from .notify import Notifier, watchdog_interval
 from .protocol import CLOSE_CODES, V1Session, public_model_info
@@ -149,6 +149,7 @@ class App:
         self.conn_done: dict[int, asyncio.Event] = {}
         self.subscribers: set[Conn] = set()
         self.mics: dict[int, MicStream] = {}  # microphone streams not yet done (a retry opens a new one)
+        self.mic_error: dict | None = None  # the microphone's last error while it fails (new subscribers get it)
         self.batcher: Batcher | None = None
         self.main_lane: LaneProcess | None = None  # the main engine's process (server.engine_process), or None
         self._main_restart: asyncio.Task | None = None  # a new main engine process after the last one died
@@ -162,6 +163,7 @@ class App:
         self._lane_restart: asyncio.Task | None = None  # a new lane process after the last one died
         self._lane_started = 0.0  # monotonic start of the current lane process
         self._lane_quick_deaths = 0  # lanes in a row that died within LANE_STABLE of their start
+        self._share_dir: str | None = None  # while the engine processes load: where they share their tables
         self._keys = itertools.count(1)
         self._tasks: list[asyncio.Task] = []
         self._mic_task: asyncio.Task | None = None
@@ -238,7 +240,7 @@ class App:
         is counted until it ends, or why not (the caller sends the error)."""
         refusal = self.admission.reserve(key, time.monotonic(), self._cost_of(options), client, token)
         if refusal is not None:
-            log.debug("refused a stream of %s: %s", client or "?", refusal.message)
+            log.debug("refused a stream of %s (%s): %s", client or "?", refusal.rule, refusal.message)
         return refusal
 
     def capacity_refusal(self) -> tuple[str, str] | None:
@@ -274,6 +276,9 @@ class App:
         for key, n in res.acks.items():
             if key in targets:
                 targets[key].on_applied(n)
+        for key, decoded in res.decoded.items():  # after the events: their results are queued first (flow)
+            if key in targets:
+                targets[key].on_progress(decoded)
         model = self.admission.model
         for batch, seconds, audio in res.steps:
             self.metrics.record_step(batch, seconds, audio)
@@ -481,6 +486,8 @@ class App:
         sub = Conn(self, ws, -1, None)
         self.subscribers.add(sub)
         sub.start()
+        if self.mic_error is not None:  # a broken microphone: every subscriber hears why, not only the first
+            sub.send(self.mic_error)
         try:
             async for _ in ws:  # server-to-client only: client messages are ignored
                 pass
@@ -520,6 +527,8 @@ class App:
         loop = asyncio.get_running_loop()
         lane = None  # the light lane's process loads beside the main engine (the daemon is ready with both)
         path = self.model_path or getattr(getattr(self.rec, "loaded", None), "path", "")
+        if lim.light_lane and path and self.rec is None and self.loader is None and s.engine_process:
+            self._share_dir = shared_folder()  # two engine processes: one copy of their n-gram tables (.lane)
         if lim.light_lane and path:
             lane = loop.create_task(self._start_light_lane(str(path)))
         runner: EngineRunner | LaneProcess
@@ -557,6 +566,8 @@ class App:
                                                 lim.max_backlog_seconds)
         if lane is not None:  # loaded before the calibration below, which it would slow down
             await lane
+        drop_shared_folder(self._share_dir)  # both have mapped what they share (restarted lanes load their own)
+        self._share_dir = None
         if lim.max_load:  # admission by capacity: the step-time model, calibrated on this machine now
             model = await loop.run_in_executor(self.executor, runner.calibrate)
             self.admission.model = model
@@ -579,6 +590,7 @@ class App:
         lm = runner.model_info.get("lm")
         log.info("ready: model %s on %s%s", self.model_info.get("name"), self.model_info.get("device"),
                  f" (modified_beam fuses the n-gram {lm['path']}, weight {lm['weight']})" if lm else "")
+        self._log_page(s, ssl_ctx is not None)
         self.notifier.ready(f"ready on port {self.port}")
         interval = watchdog_interval()
         if interval and self.notifier.enabled:
@@ -589,13 +601,21 @@ class App:
                 raise ConfigError("mic.enabled: no microphone capture available")
             self._mic_task = loop.create_task(run_mic(self, self.mic_factory))
 
+    def _log_page(self, s: Any, tls: bool) -> None:
+        """Where the browser page is (``GET /`` on the main port)."""
+        host = s.host if s.host not in ("", "0.0.0.0", "::") else "localhost"
+        host = f"[{host}]" if ":" in host else host
+        local = host in ("localhost", "127.0.0.1", "[::1]")
+        log.info("page: %s://%s:%d/ (live transcription in a browser%s)", "https" if tls else "http", host,
+                 self.port, "" if tls or local else "; browsers give the microphone only to https or localhost pages")
+
     def _new_main_lane(self) -> LaneProcess:
         """The main engine's process (``server.engine_process``), loaded and warmed up (blocking: the engine
         thread)."""
         s, lim = self.config.server, self.config.limits
         return LaneProcess(str(self.model_path), self.config.engine, s.max_steps_per_cycle, lim.max_backlog_seconds,
                            s.warmup_seconds, name="main engine", nice=s.engine_nice,
-                           policy=s.engine_policy)
+                           policy=s.engine_policy, share_dir=self._share_dir)
 
     async def _restart_main_lane(self) -> None:
         """The main engine's process died (its streams have their errors): new streams get ``loading`` and
@@ -652,7 +672,8 @@ class App:
         try:
             return await asyncio.get_running_loop().run_in_executor(
                 self.light_executor, functools.partial(LaneProcess, model_path, config, s.max_steps_per_cycle,
-                                                       lim.max_backlog_seconds, min(s.warmup_seconds, 1.0)))
+                                                       lim.max_backlog_seconds, min(s.warmup_seconds, 1.0),
+                                                       share_dir=self._share_dir))
         except RuntimeError as e:
             log.error("%s; every stream goes to the main engine", e)
             return None
@@ -685,21 +706,24 @@ class App:
 
     async def _watch_loop_lag(self, interval: float = 0.1) -> None:
         """How late this event loop wakes up (its own saturation: reading and answering every client), for the
-        admission; and a log line when the capacity rule starts or stops refusing."""
-        refusing = False
+        admission; and a log line when the capacity rules start or stop refusing, or another rule refuses (which
+        one, in words: :data:`.admission.RULES`)."""
+        refusing: str | None = None  # the rule refusing a greedy stream now
         while True:
             t = time.monotonic()
             await asyncio.sleep(interval)
             now = time.monotonic()
             self.admission.note_loop_lag(max(0.0, now - t - interval), now)
             over = self.admission.overloaded(now)
-            if (over is not None) != refusing:
-                refusing = over is not None
+            rule = over.rule if over is not None else None
+            if rule != refusing:
+                refusing = rule
                 sig = self.admission.signals(now)
-                log.info("admission: %s (%d streams, load %.2f, scale %.2f, steps %.0f %% of the time, loop lag %s, "
-                         "partial lag %s)", "at capacity, refusing new streams" if refusing else
-                         "accepting new streams again", sig["streams"], sig.get("load", 0.0), sig.get("scale", 1.0),
-                         100 * sig.get("busy", 0.0),
+                log.info("admission: %s (%d streams, load %.2f of %.2f, scale %.2f, steps %.0f %% of the time, "
+                         "loop lag %s, partial lag %s)",
+                         f"refusing new streams, {over.rule}: {over.reason}" if over is not None
+                         else "accepting new streams again", sig["streams"], sig.get("load", 0.0),
+                         self.config.limits.max_load, sig.get("scale", 1.0), 100 * sig.get("busy", 0.0),
                          "n/a" if sig["loop_lag"] is None else f"{1000 * sig['loop_lag']:.0f} ms",
                          "n/a" if sig["late"] is None else f"{sig['late']:.2f} s")
 
@@ -775,6 +799,7 @@ class App:
             await self._close_lane(self.light_lane, self.light_executor)
         if self.light_executor is not None:
             await asyncio.get_running_loop().run_in_executor(None, self.light_executor.shutdown)
+        drop_shared_folder(self._share_dir)  # a start that failed while the engines loaded
         self.notifier.close()
         self.resource_errors.restore()
         log.info("stopped")

@@ -27,7 +27,8 @@ from websockets.exceptions import ConnectionClosed
 
 from ..events import Done, Error, Event, Partial
 from .commands import CloseStream, Command, FeedPcm, FeedSamples, FinishStream, OpenStream, ResetStream
-from .outbox import Outbox
+from .flow import FlowControl
+from .outbox import Outbox, wait_while
 from .protocol import CLOSE_CODES, Action, Audio, Close, Finish, Open, Reset, Send, V1Session
 from .vosk import VoskSession
 
@@ -41,6 +42,7 @@ __all__ = ["ConnHost", "Conn", "MicStream", "run_mic", "discard", "FBANK_LOOKAHE
 log = logging.getLogger("streamd.server")
 
 FBANK_LOOKAHEAD_S = 0.015  # a partial ending at t needed the audio up to t + 15 ms (25 ms window, 10 ms hop)
+FLOW_POLL = 1.0  # seconds between looks at a held connection's backlog when no engine progress wakes it
 
 
 class ConnHost(Protocol):
@@ -51,6 +53,7 @@ class ConnHost(Protocol):
     admission: Admission
     draining: bool
     mics: MutableMapping[int, MicStream]  # microphone streams not yet done
+    mic_error: dict | None  # the microphone's error while it is failing: what a new /v1/events subscriber gets first
 
     def submit(self, cmd: Command) -> None: ...
 
@@ -82,6 +85,9 @@ class Conn:
         self.client: str = info.client if info is not None else ""  # admission: quotas, fair share
         self.token: str | None = info.token if info is not None else None
         self.arrivals: deque[tuple[float, float]] = deque()  # (audio seconds so far, arrival): partial lag
+        self.flow = FlowControl.from_limits(app.config.limits)  # when its input is not read (.flow)
+        self.flow_changed = asyncio.Event()  # engine progress, or the connection aborted: look at the hold again
+        self.held_seconds = 0.0  # time its input was not read by flow control
 
     @property
     def stream_class(self) -> str:
@@ -93,22 +99,38 @@ class Conn:
 
     async def _send_loop(self) -> None:
         try:
-            close = await self.outbox.pump(self.ws.send)
+            close = await self.outbox.pump(self.ws.send, self._delivered)
             await self.ws.close(close.code, close.reason)
         except ConnectionClosed:
             return
+
+    def _delivered(self) -> None:
+        """Once every message queued so far is in the socket, the session's token bucket gets the decoded
+        audio's seconds back (:meth:`.protocol.FlowFigures.delivered`; a client that does not read leaves its
+        sender waiting in a write)."""
+        if self.proto is not None and self.outbox.drained:
+            self.proto.delivered()
 
     async def read_loop(self) -> bool:
         """Feed client messages to the session until its input closes; False if the client went away.
 
         Two timers, both decided by the session: ``idle_timeout`` after the last message
         (``proto.timeout()``) and the session's own ``proto.deadline()`` (``proto.tick(now)``: the
-        minimum audio rate), whichever comes first."""
+        minimum audio rate), whichever comes first.
+
+        Flow control (:mod:`.flow`): while more of the stream's audio waits to be decoded than the bound, the
+        next message is not read (TCP makes the client wait); that time counts neither as the client's
+        silence nor against its minimum audio rate."""
         ws, proto = self.ws, self.proto
         idle = self.app.config.limits.idle_timeout
         last = time.monotonic()
         self.perform(proto.tick(last))  # starts the session's clock
         while not proto.input_closed and not self.aborted:
+            if self.flow.hold(proto.backlog):
+                paused = await self._held()
+                last += paused
+                proto.pause(paused)
+                continue
             ends = [t for t in (last + idle if idle else None, proto.deadline()) if t is not None]
             wait = max(0.0, min(ends) - time.monotonic()) if ends else None
             try:
@@ -136,6 +158,7 @@ class Conn:
         if self.aborted:
             return
         self.aborted = True
+        self.flow_changed.set()
         log.warning("closing connection %s: %s", self.key, message)
         self.app.metrics.errors.labels(code).inc()
         if self.proto is not None:
@@ -194,6 +217,24 @@ class Conn:
         if isinstance(self.proto, VoskSession):
             self.perform(self.proto.applied(n))
 
+    def on_progress(self, decoded: float) -> None:
+        if decoded > self.decoded:
+            self.decoded = decoded
+        if self.proto is not None:
+            self.proto.progress(decoded)
+            self._delivered()
+        self.flow_changed.set()
+
+    async def _held(self) -> float:
+        """Wait while flow control holds this connection's input (until the engine has decoded enough of its
+        audio, it is aborted or its input closes); the seconds waited."""
+        proto = self.proto
+        waited = await wait_while(lambda: self.flow.hold(proto.backlog) and not self.aborted
+                                  and not proto.input_closed, self.flow_changed, FLOW_POLL)
+        self.held_seconds += waited
+        self.app.metrics.flow_held.labels(self.stream_class).inc(waited)
+        return waited
+
 
 async def discard(ws: ServerConnection) -> None:
     """Read and drop messages until the connection is closed."""
@@ -216,7 +257,9 @@ class MicStream:
 
     def on_opened(self, error: str | None) -> None:
         if error is not None:
-            self.app.broadcast({"type": "error", "code": "mic_error", "message": f"microphone stream: {error}"})
+            msg = {"type": "error", "code": "mic_error", "message": f"microphone stream: {error}"}
+            self.app.mic_error = msg
+            self.app.broadcast(msg)
             self._end()
 
     def on_event(self, ev: Event) -> None:
@@ -231,6 +274,9 @@ class MicStream:
         self.app.streams_changed()
 
     def on_applied(self, n: int) -> None:
+        pass
+
+    def on_progress(self, decoded: float) -> None:
         pass
 
 
@@ -255,6 +301,8 @@ async def run_mic(app: ConnHost, factory: Callable[[Any], Any]) -> None:
             app.submit(OpenStream(key, {"sample_rate": int(capture.sample_rate),
                                         "partials": mcfg.partials, "keywords": mcfg.keywords}))
             async for block in capture.blocks():
+                if not delivered:
+                    app.mic_error = None  # it works (again): nothing to tell new subscribers
                 delivered = True
                 app.submit(FeedSamples(key, np.asarray(block, dtype=np.float32).reshape(-1)))
             ended = True
@@ -266,9 +314,10 @@ async def run_mic(app: ConnHost, factory: Callable[[Any], Any]) -> None:
                 wait, last_error, tries = mcfg.retry_seconds, None, 0
             tries += 1
             retry = f"; trying again in {wait:g} s" if mcfg.retry_seconds and not app.draining else ""
+            app.mic_error = {"type": "error", "code": "mic_error", "message": message}  # for later subscribers too
             if message != last_error:
                 log.error("%s%s", message, retry)
-                app.broadcast({"type": "error", "code": "mic_error", "message": message})
+                app.broadcast(app.mic_error)
             else:
                 log.debug("%s (%d tries)%s", message, tries, retry)
             last_error = message

@@ -41,7 +41,8 @@ from .admission import CapacityModel
 from .commands import CloseStream, Command, OpenStream
 from .runner import CycleResult
 
-__all__ = ["LaneProcess", "lower_priority", "raise_priority"]
+__all__ = ["LaneProcess", "lower_priority", "raise_priority", "share_tensor", "share_tables", "shared_folder",
+           "drop_shared_folder"]
 
 log = logging.getLogger("streamd.server")
 
@@ -104,8 +105,77 @@ def lower_priority(nice: int, policy: str) -> str | None:
     return None
 
 
+def shared_folder() -> str | None:
+    """A new folder on /dev/shm (a tmpfs) for :func:`share_tables`, or None where there is none to use."""
+    import tempfile
+
+    try:
+        return tempfile.mkdtemp(prefix="streamd-tables-", dir="/dev/shm") if os.path.isdir("/dev/shm") else None
+    except OSError:
+        return None
+
+
+def drop_shared_folder(folder: str | None) -> None:
+    """Remove a :func:`shared_folder` (the processes that mapped its files keep them: memory is freed with the
+    last mapping)."""
+    if folder:
+        import shutil
+
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def share_tensor(t: Any, folder: str) -> bool:
+    """Back CPU tensor ``t`` by a file in ``folder`` (a tmpfs: /dev/shm), mapped copy-on-write: processes that
+    build a table with the same contents and share the folder hold one copy of it.  The file is named by the
+    table's dtype, shape and SHA-1 of its bytes; the first process writes it (created under a temporary name and
+    linked into place, so a file under that name is always complete), the others map what is there.  ``t``
+    keeps its identity (``set_``: every holder of it sees the mapped storage).  False (nothing changed) where
+    the folder or the mapping cannot be used."""
+    import hashlib
+
+    import torch
+
+    if t.device.type != "cpu" or not t.is_contiguous() or t.numel() == 0:
+        return False
+    data = t.numpy()
+    name = f"{str(t.dtype).removeprefix('torch.')}-{'x'.join(map(str, t.shape))}-" \
+           f"{hashlib.sha1(data.tobytes()).hexdigest()}"
+    path = os.path.join(folder, name)
+    try:
+        if not os.path.exists(path):
+            tmp = f"{path}.{os.getpid()}.tmp"
+            try:
+                data.tofile(tmp)  # ENOSPC on a small tmpfs (a container's 64 MB /dev/shm): this one stays private
+                os.link(tmp, path)  # the first writer's file stays; another process's equal one is dropped
+            except FileExistsError:
+                pass
+            finally:
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
+        mapped = torch.from_file(path, shared=False, size=t.numel(), dtype=t.dtype).view(t.shape)
+    except (OSError, RuntimeError):
+        return False
+    with torch.no_grad():
+        t.set_(mapped)
+    return True
+
+
+def share_tables(rec: Any, folder: str) -> int:
+    """The read-only tables of Recognizer ``rec`` that no stream writes to, backed by files in ``folder``
+    (:func:`share_tensor`): the fusion n-gram's (log-probabilities, successor states, end scores) and modified
+    beam search's fused score table, 77 MB with the shipped n-gram.  Returns the bytes now mapped."""
+    tables = []
+    lm = getattr(rec, "lm", None)
+    if lm is not None:
+        tables += [lm.logp, lm.next, lm.eos]
+    search = getattr(rec, "searches", {}).get("modified_beam")
+    if getattr(search, "_lm_table", None) is not None:
+        tables.append(search._lm_table)
+    return sum(t.numel() * t.element_size() for t in tables if share_tensor(t, folder))
+
+
 def _child(conn: Any, model_path: str, config: dict, max_steps: int, max_backlog: float, warmup: float,
-           nice: int, policy: str) -> None:
+           nice: int, policy: str, share_dir: str | None = None) -> None:
     """The lane process: load the Recognizer, then answer each message: a ``(commands, budget)`` pair with the
     cycle's result, ``"calibrate"`` with the runner's :class:`~.admission.CapacityModel`."""
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -117,6 +187,8 @@ def _child(conn: Any, model_path: str, config: dict, max_steps: int, max_backlog
 
     try:
         rec = Recognizer.from_checkpoint(model_path, from_dict(EngineConfig, config))
+        if share_dir:  # one copy of the n-gram's tables for every engine process of the daemon
+            share_tables(rec, share_dir)
         if warmup > 0:
             rec.warm_up(warmup)
         runner = EngineRunner(rec, max_steps, max_backlog)
@@ -157,11 +229,12 @@ class LaneProcess:
     ``timeout`` seconds (the child's exception, when it raised one, is its ``__cause__``).  ``name``: the lane
     in messages ("light lane", "main engine"); ``nice``: added to the child's nice value (0..19, lower CPU
     priority); ``policy``: the child's CPU scheduling policy (:func:`lower_priority`; where it cannot be set, the
-    child runs on under its own and :attr:`policy_error` says why)."""
+    child runs on under its own and :attr:`policy_error` says why); ``share_dir``: a folder on a tmpfs where engine
+    processes started with the same one keep a single copy of their read-only tables (:func:`share_tables`)."""
 
     def __init__(self, model_path: str, config: Any, max_steps: int = 4, max_backlog: float = 0.0,
                  warmup: float = 0.0, timeout: float = 120.0, name: str = "light lane", nice: int = 0,
-                 policy: str = "normal"):
+                 policy: str = "normal", share_dir: str | None = None):
         self.model_path, self.config = model_path, config  # what a replacement lane is started with
         self.name = name
         self.budget: float | None = None  # the runner's step budget, sent with every cycle (EngineRunner.budget)
@@ -171,7 +244,7 @@ class LaneProcess:
         self._conn, child = ctx.Pipe()
         self._proc = ctx.Process(target=_child, name="streamd-" + name.replace(" ", "-"), daemon=True,
                                  args=(child, model_path, to_dict(config), max_steps, max_backlog, warmup, nice,
-                                       policy))
+                                       policy, share_dir))
         self._proc.start()
         child.close()
         self.alive = False

@@ -51,6 +51,10 @@ class Metrics:
                           registry=r)
         self.light_lane = Gauge("streamd_light_lane_streams", "Streams decoding in the light lane's engine process "
                                 "(limits.light_lane); -1 while the lane is down", registry=r)
+        self.flow_held = Counter("streamd_flow_held_seconds",
+                                 "Seconds connections were not read because their audio waited to be decoded "
+                                 "(flow control: clients sending faster than the engine decodes), by stream class",
+                                 ["stream_class"], registry=r)
         self.dropped_partials = Counter("streamd_dropped_partials",
                                         "Partials replaced by a newer one before a slow client read them",
                                         registry=r)

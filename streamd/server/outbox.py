@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+import time
 from typing import Any, Awaitable, Callable
 
 from .protocol import Close
 
-__all__ = ["Outbox"]
+__all__ = ["Outbox", "wait_while"]
 
 
 class Outbox:
@@ -31,6 +32,12 @@ class Outbox:
         self._close: Close | None = None
         self._event = asyncio.Event()
         self.dropped = 0
+        self.writing = False  # the pump is handing a message to the transport
+
+    @property
+    def drained(self) -> bool:
+        """Nothing waits and no message is being written: everything queued so far is in the socket."""
+        return not self._items and not self.writing
 
     def __len__(self) -> int:
         return len(self._items)
@@ -67,11 +74,32 @@ class Outbox:
             self._event.clear()
             await self._event.wait()
 
-    async def pump(self, write: Callable[[Any], Awaitable[Any]]) -> Close:
+    async def pump(self, write: Callable[[Any], Awaitable[Any]], written: Callable[[], Any] | None = None) -> Close:
         """A connection's sender: ``write`` each message as it is queued, in order, until the close, which it
-        returns (the caller closes its transport).  What ``write`` raises ends the pump."""
+        returns (the caller closes its transport); ``written()`` after each (flow control's delivery).  What
+        ``write`` raises ends the pump."""
         while True:
             item = await self.get()
             if isinstance(item, Close):
                 return item
-            await write(item)
+            self.writing = True
+            try:
+                await write(item)
+            finally:
+                self.writing = False
+            if written is not None:
+                written()
+
+
+async def wait_while(hold: Callable[[], bool], changed: asyncio.Event, poll: float = 1.0) -> float:
+    """A transport's flow control (:mod:`.flow`): wait while ``hold()`` is true, looking again whenever
+    ``changed`` is set (engine progress, the connection aborted) and at least every ``poll`` seconds; the
+    seconds waited."""
+    t0 = time.monotonic()
+    while hold():
+        changed.clear()
+        try:
+            await asyncio.wait_for(changed.wait(), poll)
+        except asyncio.TimeoutError:
+            pass
+    return time.monotonic() - t0

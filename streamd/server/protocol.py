@@ -37,11 +37,12 @@ from .states import SessionState, Transitions
 
 __all__ = [
     "CLOSE_CODES", "SAMPLE_WIDTH", "Send", "Open", "Audio", "Reset", "Finish", "Close", "Action",
-    "ProtocolError", "SessionBase", "TokenBucket", "V1Session", "V1State", "V1_TRANSITIONS", "error_actions",
+    "ProtocolError", "FlowFigures", "SessionBase", "TokenBucket", "V1Session", "V1State", "V1_TRANSITIONS",
+    "error_actions",
     "parse_json_object",
     "check_sample_rate_field",
     "bearer_token", "token_ok", "origin_ok",
-    "MinAudioRate", "public_model_info",
+    "MinAudioRate", "public_model_info", "rate_limited_message",
 ]
 
 SAMPLE_WIDTH = {"s16le": 2, "f32le": 4}
@@ -199,6 +200,12 @@ class TokenBucket:
         self.tokens -= amount
         return True
 
+    def credit(self, amount: float) -> None:
+        """Give back ``amount`` seconds (audio the client's results have covered: :mod:`.flow`), up to the
+        burst."""
+        if self.rate > 0 and amount > 0:
+            self.tokens = min(self.capacity, self.tokens + amount)
+
 
 @dataclass
 class MinAudioRate:
@@ -214,6 +221,12 @@ class MinAudioRate:
     window: float
     start: float | None = None
     audio_at_start: float = 0.0
+
+    def pause(self, seconds: float) -> None:
+        """The transport did not read the client for ``seconds`` (flow control: the server's wait, not the
+        client's): the current window is extended by as much."""
+        if self.start is not None and seconds > 0:
+            self.start += seconds
 
     def due(self) -> float | None:
         """When the current window ends (None: not started or no minimum)."""
@@ -240,6 +253,13 @@ class MinAudioRate:
         return None
 
 
+def rate_limited_message(limits: LimitsConfig) -> str:
+    """The ``rate_limited`` error's message (every protocol's)."""
+    return (f"audio arrives faster than {limits.max_realtime:g}x real time and its results are not being read "
+            f"(burst of {limits.burst_seconds:g} s used up): read the server's messages as they come, or send "
+            f"at real time")
+
+
 def public_model_info(info: Mapping[str, Any], show_paths: bool = False) -> dict:
     """``ready.model`` as sent to clients: ``path`` and ``lm.path`` reduced to file names unless
     ``server.show_model_paths`` (the fields stay: the v1 protocol only adds fields)."""
@@ -256,7 +276,40 @@ def public_model_info(info: Mapping[str, Any], show_paths: bool = False) -> dict
 
 # --------------------------------------------------------------------------- sessions
 
-class SessionBase:
+class FlowFigures:
+    """What flow control (:mod:`.flow`) needs of a session: its audio accepted, decoded and delivered, and its
+    token bucket.  The session adds to ``audio_seconds``; the transport reports the engine's progress
+    (:meth:`progress`) and when the results up to it are in the client's socket (:meth:`delivered`)."""
+
+    audio_seconds: float = 0.0  # audio accepted so far (the session adds to it)
+    decoded_seconds: float = 0.0  # of which the engine has decoded (:meth:`progress`)
+    credited_seconds: float = 0.0  # of which the results have been handed to the client (:meth:`delivered`)
+    bucket: TokenBucket | None = None  # the audio-rate limit (the session sets it)
+
+    @property
+    def backlog(self) -> float:
+        """Seconds of accepted audio the engine has not decoded yet (flow control, :mod:`.flow`)."""
+        return max(0.0, self.audio_seconds - self.decoded_seconds)
+
+    def progress(self, decoded: float) -> None:
+        """The engine has decoded this stream up to ``decoded`` seconds of its audio."""
+        self.decoded_seconds = max(self.decoded_seconds, min(decoded, self.audio_seconds))
+
+    def delivered(self) -> None:
+        """Every result up to :attr:`decoded_seconds` has been handed to the client's socket: the token bucket
+        gets those seconds back, so a client that reads its results is paced by flow control (:mod:`.flow`),
+        never cut off by the rate limit, while one that never reads them runs out of its burst."""
+        if self.decoded_seconds > self.credited_seconds:
+            if self.bucket is not None:
+                self.bucket.credit(self.decoded_seconds - self.credited_seconds)
+            self.credited_seconds = self.decoded_seconds
+
+    def _flow_reset(self) -> None:
+        """A new stream on the same connection (Wyoming): its figures start at 0."""
+        self.audio_seconds = self.decoded_seconds = self.credited_seconds = 0.0
+
+
+class SessionBase(FlowFigures):
     """What every websocket protocol's session shares: the end of its state machine and the
     decisions the I/O layer asks of it (a failure, an idle timeout, a server drain).
 
@@ -276,7 +329,10 @@ class SessionBase:
     state: Any  # a Transitions descriptor on each subclass: reads as a State member
     limits: LimitsConfig
     _shutdown: bool
-    audio_seconds: float = 0.0  # audio accepted so far (subclasses add to it)
+    def pause(self, seconds: float) -> None:
+        """The transport did not read this client for ``seconds`` while its audio was being decoded (flow
+        control): the minimum audio rate does not count that time against it."""
+        self._min_rate().pause(seconds)
 
     @property
     def input_closed(self) -> bool:
@@ -492,9 +548,7 @@ class V1Session(SessionBase):
             return []
         seconds = n / width / self.sample_rate
         if not self.bucket.take(seconds, now, oversize=True):
-            raise ProtocolError("rate_limited",
-                                f"audio arrives faster than {self.limits.max_realtime:g}x real time "
-                                f"(burst of {self.limits.burst_seconds:g} s used up)")
+            raise ProtocolError("rate_limited", rate_limited_message(self.limits))
         self.audio_seconds += seconds
         return [Audio(bytes(data), self.format)]
 

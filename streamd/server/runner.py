@@ -67,6 +67,7 @@ class CycleResult:
     step_costs: list[float] = field(default_factory=list)  # cost units of each step's batch (admission)
     audio_seconds: float = 0.0  # accepted this cycle
     pending: bool = False  # the engine still has ready chunks
+    decoded: dict[int, float] = field(default_factory=dict)  # key -> seconds of its audio decoded so far (flow)
 
 
 class RouteTarget(Protocol):
@@ -80,6 +81,8 @@ class RouteTarget(Protocol):
     def on_event(self, ev: Event) -> None: ...  # an engine event of the stream
 
     def on_applied(self, n: int) -> None: ...  # n acknowledged commands were applied (Vosk lock-step)
+
+    def on_progress(self, decoded: float) -> None: ...  # the stream's audio is decoded up to here (seconds)
 
 
 class EngineRunner:
@@ -204,7 +207,17 @@ class EngineRunner:
             if only is not None:  # behind: let the queued commands (a real-time stream's audio) in before more
                 break
         res.pending = rec.pending()
+        self._progress(res)
         return res
+
+    def _progress(self, res: CycleResult) -> None:
+        """How far each stream with audio is decoded (seconds of its audio: what it was fed less its backlog),
+        for the transports' flow control (:mod:`.flow`)."""
+        rec = self.rec
+        for sid, (_, fed) in self._fed.items():
+            key = self._key.get(sid)
+            if key is not None and rec.has_stream(sid):
+                res.decoded[key] = max(0.0, fed - rec.backlog(sid))
 
     def _apply(self, c: Command, res: CycleResult) -> None:
         if isinstance(c, OpenStream):

@@ -43,7 +43,7 @@ from typing import Sequence
 from ..config import LimitsConfig, default_beam
 from ..events import Done, Error, Event, Final, Partial, Word
 from .protocol import (Action, Audio, Close, Finish, Open, ProtocolError, Send, SessionBase, TokenBucket,
-                       check_sample_rate_field)
+                       check_sample_rate_field, rate_limited_message)
 from .states import SessionState, Transitions
 
 __all__ = ["VoskSession", "VoskState", "VOSK_TRANSITIONS", "Segment", "classify_text", "vosk_result"]
@@ -192,9 +192,7 @@ class VoskSession(SessionBase):
                                              "2-byte s16le samples")
         seconds = n / 2 / self.sample_rate
         if not self.bucket.take(seconds, now, oversize=True):
-            raise ProtocolError("rate_limited",
-                                f"audio arrives faster than {self.limits.max_realtime:g}x real time "
-                                f"(burst of {self.limits.burst_seconds:g} s used up)")
+            raise ProtocolError("rate_limited", rate_limited_message(self.limits))
         self.audio_seconds += seconds
         actions = self._open()
         self.owed += 1

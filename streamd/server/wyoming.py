@@ -50,8 +50,8 @@ from wyoming.wake import Detect, Detection, NotDetected
 from ..audio.pcm import AudioError, decode_pcm
 from ..config import LimitsConfig
 from ..events import Done, Error, Event, Final, Partial, WakeWord
-from .protocol import (Action, Audio, Close, Finish, MinAudioRate, Open, ProtocolError, Send, TokenBucket,
-                       check_sample_rate_field)
+from .protocol import (Action, Audio, Close, Finish, FlowFigures, MinAudioRate, Open, ProtocolError, Send,
+                       TokenBucket, check_sample_rate_field, rate_limited_message)
 from .states import SessionState, Transitions
 
 __all__ = ["WyomingSession", "WyomingState", "WYOMING_TRANSITIONS", "Discard", "PROGRAM", "LANGUAGES",
@@ -149,7 +149,7 @@ WYOMING_TRANSITIONS: Transitions[WyomingState] = Transitions("WyomingSession", _
 })
 
 
-class WyomingSession:
+class WyomingSession(FlowFigures):
     """One Wyoming TCP connection.
 
     States (:class:`WyomingState`, allowed transitions :data:`WYOMING_TRANSITIONS`): ``idle`` ->
@@ -264,6 +264,11 @@ class WyomingSession:
         """When the transport must call :meth:`tick` next (None: no timer needed)."""
         return self.min_rate.due() if self.state == WyomingState.STREAMING else None
 
+    def pause(self, seconds: float) -> None:
+        """The transport did not read this client for ``seconds`` while its audio was being decoded (flow
+        control): the minimum audio rate does not count that time against it."""
+        self.min_rate.pause(seconds)
+
     def fail(self, code: str, message: str) -> list[Action]:
         """End the connection now with an error (e.g. the server's grace period is over); a live stream is
         forgotten."""
@@ -374,8 +379,7 @@ class WyomingSession:
             return out + self._fail(e.code, f"audio-chunk: {e}")
         seconds = samples.size / self.rate
         if not self.bucket.take(seconds, now, oversize=True):
-            return out + self._fail("rate_limited", f"audio arrives faster than {self.limits.max_realtime:g}x real "
-                                                    f"time (burst of {self.limits.burst_seconds:g} s used up)")
+            return out + self._fail("rate_limited", rate_limited_message(self.limits))
         self.audio_seconds += seconds
         if self.channels == 1:
             return out + [Audio(bytes(data), "s16le")]
@@ -413,7 +417,8 @@ class WyomingSession:
         self.t0_ms = timestamp if isinstance(timestamp, int) and not isinstance(timestamp, bool) else 0
         self.bucket = TokenBucket(self.limits.max_realtime, self.limits.burst_seconds)
         self.min_rate = MinAudioRate(self.limits.min_audio_rate, self.limits.min_audio_window)
-        self.audio_seconds, self.detected = 0.0, False
+        self._flow_reset()
+        self.detected = False
         self.finals, self.sent, self.segment, self.chunked = [], [], None, False
         self.state = WyomingState.STREAMING
         self.min_rate.check(0.0, now)  # starts its first window

@@ -38,7 +38,8 @@ from ..events import Done, Error, Event
 from .auth import check_wyoming_auth  # noqa: F401 - its home until auth.py; still importable here
 from .commands import CloseStream, Command, FeedPcm, FinishStream, OpenStream
 from .drain import grace_over_message
-from .outbox import Outbox
+from .flow import FlowControl
+from .outbox import Outbox, wait_while
 from .protocol import Action, Audio, Close, Finish, Open, Send
 from .wyoming import Discard, WyomingSession
 
@@ -145,6 +146,16 @@ class WyomingConn:
         self.sender: asyncio.Task | None = None
         self.aborted = False
         self.done = asyncio.Event()
+        self.flow = FlowControl.from_limits(app.config.limits)  # when its input is not read (.flow)
+        self.flow_changed = asyncio.Event()  # engine progress, or the connection aborted
+
+    async def held(self) -> float:
+        """Wait while flow control holds this connection's input (:mod:`.flow`); the seconds waited."""
+        proto = self.proto
+        waited = await wait_while(lambda: self.flow.hold(proto.backlog) and not self.aborted and not proto.closed
+                                  and self.sender is not None and not self.sender.done(), self.flow_changed)
+        self.app.metrics.flow_held.labels(self.stream_class).inc(waited)
+        return waited
 
     def start(self) -> None:
         self.sender = asyncio.get_running_loop().create_task(self._send_loop())
@@ -152,11 +163,16 @@ class WyomingConn:
     async def _send_loop(self) -> None:
         try:
             await self.outbox.pump(lambda item: async_write_event(
-                WyomingEvent(type=item["type"], data=item.get("data") or {}), self.writer))
+                WyomingEvent(type=item["type"], data=item.get("data") or {}), self.writer), self._delivered)
         except (ConnectionError, OSError):
             return
         finally:
             self.writer.close()
+
+    def _delivered(self) -> None:
+        """Once every event queued so far is in the socket, the token bucket gets the decoded audio back."""
+        if self.outbox.drained:
+            self.proto.delivered()
 
     def send(self, message: dict) -> None:
         if message.get("type") == "error":
@@ -169,6 +185,7 @@ class WyomingConn:
         if self.aborted:
             return
         self.aborted = True
+        self.flow_changed.set()
         log.warning("closing wyoming connection: %s", message)
         self.app.metrics.errors.labels(code).inc()
         self.proto.connection_lost()
@@ -227,6 +244,11 @@ class WyomingConn:
 
     def on_applied(self, n: int) -> None:
         pass
+
+    def on_progress(self, decoded: float) -> None:
+        self.proto.progress(decoded)
+        self._delivered()
+        self.flow_changed.set()
 
 
 class WyomingServer:
@@ -321,6 +343,11 @@ class WyomingServer:
         try:
             while not proto.closed and not conn.aborted:
                 if read is None:
+                    if conn.flow.hold(proto.backlog):  # flow control: the server's wait, not the client's
+                        paused = await conn.held()
+                        last += paused
+                        proto.pause(paused)
+                        continue
                     read = asyncio.ensure_future(_read_event(guarded))
                 now = time.monotonic()
                 waits = []

@@ -13,6 +13,7 @@ import asyncio
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import threading
@@ -22,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import LocalWsServer, random_audio, real_portaudio_without_inputs
+from helpers import LocalWsServer, random_audio, real_portaudio_without_inputs, self_signed_cert
 from helpers import write_wav as _write_wav
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -254,7 +255,7 @@ def test_unreachable_server_and_usage_errors(short_wav, tmp_path):
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    r = _run(short_wav, "--url", f"ws://127.0.0.1:{port}/v1/stream", "--timeout", "5")
+    r = _run(short_wav, "--url", f"ws://127.0.0.1:{port}/v1/stream", "--timeout", "5", "--retries", "0")
     assert r.returncode == 1 and f"cannot talk to ws://127.0.0.1:{port}/v1/stream" in r.stderr
     r = _run(str(tmp_path / "missing.wav"))
     assert r.returncode == 2 and "missing.wav: no such file" in r.stderr
@@ -262,6 +263,149 @@ def test_unreachable_server_and_usage_errors(short_wav, tmp_path):
     assert r.returncode == 2 and "--url must start with ws:// or wss://" in r.stderr
     r = _run(short_wav, "--concurrency", "0")
     assert r.returncode == 2 and "--concurrency and --repeat must be >= 1" in r.stderr
+
+
+class RefusingStandIn(TimedStandIn):
+    """Refuses the first ``refuse`` connections as a daemon at capacity does (``overloaded``, ``retry_after``,
+    close 1013), then serves as :class:`TimedStandIn`; records every start message."""
+
+    def __init__(self, refuse: int = 0):
+        super().__init__()
+        self.refuse = refuse
+        self.starts: list[dict] = []
+
+    async def handler(self, ws):
+        if len(self.starts) < self.refuse:
+            self.starts.append(json.loads(await ws.recv()))
+            await ws.send(json.dumps({"type": "error", "code": "overloaded", "retry_after": 0.2,
+                                      "message": "server is taking on streams gradually: try again in 1 s"}))
+            await ws.close(1013, "overloaded")
+            return
+        first = await ws.recv()
+        self.starts.append(json.loads(first))
+
+        class Replay:  # the start message again for TimedStandIn's handler
+            def __init__(self, ws):
+                self.ws, self.first = ws, first
+
+            async def recv(self):
+                first, self.first = self.first, None
+                return first if first is not None else await self.ws.recv()
+
+            async def send(self, m):
+                await self.ws.send(m)
+
+            async def close(self, *a):
+                await self.ws.close(*a)
+
+            def __aiter__(self):
+                return self.ws.__aiter__()
+
+        await super().handler(Replay(ws))
+
+
+def test_refusals_are_retried_after_retry_after_and_failed_streams_are_not_counted(short_wav):
+    """The documented load generator on a daemon that is taking on streams gradually: each stream is retried
+    after the server's retry_after (--retries, default 10) and succeeds; with --retries 0 the refusal is a
+    failure, and the summary's audio (x real time) counts only streams that were transcribed."""
+    async def scenario():
+        async with RefusingStandIn(refuse=2) as srv:
+            t0 = time.monotonic()
+            ok = await _arun(short_wav, "--url", srv.url, "--json", "--speed", "8")
+            wall = time.monotonic() - t0
+        async with RefusingStandIn(refuse=1) as srv:
+            bad = await _arun(short_wav, short_wav, "--url", srv.url, "--retries", "0", "--speed", "8")
+        return ok, wall, bad
+
+    (rc, out, err), wall, (rc2, _, err2) = asyncio.run(scenario())
+    assert rc == 0, err
+    (stats,) = [m for m in _lines(out) if m["type"] == "stats"]
+    assert stats["ok"] and stats["retried"] == 2 and wall >= 0.4  # waited retry_after (0.2 s) twice
+    assert "ok after 2 retries" in err
+    assert rc2 == 1 and "total: 2 streams, 1 failed, 1.0 s of audio transcribed" in err2, err2
+    assert "overloaded" in err2
+
+
+def test_hotwords_and_wake_words_go_into_the_start_message(short_wav):
+    async def scenario():
+        async with RefusingStandIn() as srv:
+            r = await _arun(short_wav, "--url", srv.url, "--speed", "8", "--method", "modified_beam",
+                            "--hotwords", "streamd, kubernetes", "--wake-words", "computer,hey jarvis")
+            return r, srv.starts
+
+    (rc, _, err), starts = asyncio.run(scenario())
+    assert rc == 0, err
+    assert starts[0]["hotwords"] == ["streamd", "kubernetes"] and starts[0]["wake_words"] == ["computer", "hey jarvis"]
+    assert starts[0]["method"] == "modified_beam"
+
+
+def test_float_wav_needs_soundfile_and_says_so(short_wav, tmp_path):
+    """A float WAV (the stdlib reads integer PCM only) streams with soundfile; without it the client names the
+    package to install instead of 'unknown format: 3'."""
+    sf = pytest.importorskip("soundfile", reason="writing a float WAV needs soundfile")
+    x = random_audio(1.0, 16000, seed=8)
+    path = str(tmp_path / "float.wav")
+    sf.write(path, x, 16000, subtype="FLOAT")
+    hide = tmp_path / "no_soundfile"
+    hide.mkdir()
+    (hide / "soundfile.py").write_text("raise ImportError('soundfile hidden for this test')\n")
+
+    async def scenario():
+        async with RefusingStandIn() as srv:
+            with_sf = await _arun(path, "--url", srv.url, "--speed", "8")
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(hide), str(ROOT), os.environ.get("PYTHONPATH", "")]))
+        p = await asyncio.create_subprocess_exec(sys.executable, CLIENT, path, "--url", "ws://127.0.0.1:9/v1/stream",
+                                                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+                                                 env=env)
+        out, err = await asyncio.wait_for(p.communicate(), 120)
+        return with_sf, (p.returncode, err.decode())
+
+    (rc, _, err), (rc2, err2) = asyncio.run(scenario())
+    assert rc == 0, err
+    assert rc2 == 2 and "pip install soundfile" in err2 and "float" in err2, err2
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
+def test_cafile_and_insecure_for_a_self_signed_server(short_wav, tmp_path):
+    import ssl
+
+    cert, key = self_signed_cert(tmp_path)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(str(cert), str(key))
+
+    class TlsStandIn(RefusingStandIn):
+        async def __aenter__(self):
+            from websockets.asyncio.server import serve
+
+            self.server = await serve(self.handler, "127.0.0.1", 0, process_request=self.http, ssl=ctx)
+            self.url = f"wss://127.0.0.1:{self.server.sockets[0].getsockname()[1]}/v1/stream"
+            return self
+
+    async def scenario():
+        async with TlsStandIn() as srv:
+            plain = await _arun(short_wav, "--url", srv.url, "--retries", "0", "--timeout", "5")
+            ca = await _arun(short_wav, "--url", srv.url, "--cafile", str(cert), "--speed", "8")
+            insecure = await _arun(short_wav, "--url", srv.url, "--insecure", "--speed", "8")
+            return plain, ca, insecure
+
+    plain, ca, insecure = asyncio.run(scenario())
+    assert plain[0] == 1 and "CERTIFICATE_VERIFY_FAILED" in plain[2]
+    assert ca[0] == 0 and ca[1] == "the end\n", ca[2]
+    assert insecure[0] == 0 and insecure[1] == "the end\n", insecure[2]
+
+
+def test_a_long_file_at_full_speed_is_paced_not_cut_off(daemon, ckpt, tmp_path):
+    """100 s of audio without --realtime (beyond the 30 s burst at 4x real time): the daemon's flow control
+    slows the client down; every final is what the engine decodes from the file."""
+    import numpy as np
+
+    path = _write_wav(tmp_path / "long.wav", np.concatenate([random_audio(10.0, 16000, seed=s) for s in range(10)]),
+                      16000)
+    r = _run(path, "--url", daemon, "--json", timeout=300)
+    assert r.returncode == 0, r.stderr
+    got = [{k: v for k, v in m.items() if k != "file"} for m in _lines(r.stdout) if m["type"] in ("final", "wake")]
+    assert got == _expected(ckpt, path)
+    assert "total" not in r.stderr and ": ok; audio 100.00 s" in r.stderr
 
 
 # ---------------------------------------------------------------------------- mic_client.py

@@ -110,6 +110,7 @@ def test_idle_server_takes_one_stream_then_admits_by_predicted_load():
     r = a.reserve(99, t, 1.0, "10.0.0.2")
     assert isinstance(r, Refusal) and r.code == "overloaded" and r.retry_after > 0
     assert "limits.max_load" in r.message and "try again" in r.message
+    assert r.rule == "load" and r.reason.startswith("at capacity")
     assert r.wire() == {"type": "error", "code": "overloaded", "message": r.message, "retry_after": r.retry_after}
     assert CLOSE_CODES["overloaded"] == CLOSE_CODES["client_limit"] == CLOSE_CODES["backlog_exceeded"] == 1013
     assert a.overloaded(t) is not None  # /readyz 503
@@ -160,6 +161,7 @@ def test_slow_start_and_observed_overload():
         assert a.reserve(k, 0.5, 1.0, "c") is None
     r = a.check(0.6, 1.0)  # 16 units admitted within a second
     assert r.code == "overloaded" and r.retry_after == 1.0 and "gradually" in r.message
+    assert r.rule == "slow_start" and r.reason.startswith("not at capacity")  # the operator's log says so
     assert a.check(1.6, 1.0) is None  # a second later
     # 16 a second, then a quarter of the demand a second ago: 16 -> 32 -> 48 -> 64 -> 80 -> 100
     for t, n in ((2.0, 16), (3.1, 16), (4.2, 16), (5.3, 16), (6.4, 20)):
@@ -178,6 +180,7 @@ def test_slow_start_and_observed_overload():
         b.note_loop_lag(0.3, 10.4 + 0.1 * i)
     r = b.check(11.4, 1.0)
     assert r.code == "overloaded" and "event loop" in r.message and "300 ms" in r.message
+    assert r.rule == "loop_lag" and "event loop" in r.reason
     assert b.check(13.5, 1.0) is None  # older than the window
     # live streams' partials late: counted only for streams with a known rate of at most 1.2x real time
     c = Admission(limits(), m)
@@ -192,7 +195,7 @@ def test_slow_start_and_observed_overload():
     for i in range(10):
         c.note_lag(1, 0.6, 10.0)
     r = c.check(10.0, 1.0)
-    assert r.code == "overloaded" and "0.60 s after their audio" in r.message
+    assert r.code == "overloaded" and "0.60 s after their audio" in r.message and r.rule == "partial_lag"
     sig = c.signals(10.0)
     assert sig["streams"] == 2 and sig["late"] == pytest.approx(0.6) and sig["loop_lag"] is None
     assert sig["busy"] == 0.0 and sig["load"] == pytest.approx(m.load(5.0, 10.0))  # 1 + 4 (the 4x stream)
@@ -208,6 +211,20 @@ def held_at(a: Admission, n: int, now: float, lag: float) -> None:
     for k in range(n):
         a.note_lag(k, lag, now)
     a.overloaded(now)
+
+
+def test_nine_beam_streams_at_once_on_an_idle_server_meet_the_slow_start():
+    """Issue 47: 9 modified_beam streams (2.2 units each) at one instant on an idle, roomy server: 7 get in, the
+    last 2 are refused by the slow start (16 units a second), not by capacity, and get in a second later (the
+    refusal's retry_after) -- by design: a client that retries as told is served."""
+    m = model(fixed=0.01, per_unit=0.001)  # room for ~240 units
+    a = Admission(limits(), m)
+    cost = stream_cost("modified_beam")
+    got = [a.reserve(k, 0.0, cost, f"c{k}") for k in range(9)]
+    refused = [r for r in got if r is not None]
+    assert len(refused) == 2 and {r.rule for r in refused} == {"slow_start"} and refused[0].retry_after == 1.0
+    assert a.load(0.0) < 0.2  # far from capacity
+    assert a.reserve(7, 1.0, cost, "c7") is None and a.reserve(8, 1.0, cost, "c8") is None
 
 
 def test_slow_start_resumes_above_the_level_seen_on_time():
@@ -301,6 +318,11 @@ def test_demand_counts_streams_that_send_faster_than_real_time():
     a.note_audio(2, 0.5, 1.5)
     assert a.rate(1, 10.0) == pytest.approx(4.0) and a.rate(2, 10.0) == 1.0  # never below real time
     assert a.demand(10.0) == pytest.approx(5.0)
+    fast = Admission(limits(max_load=0.8, max_realtime=4.0), m, window=5.0)  # a file at 12x (flow control)
+    fast.reserve(1, 0.0, 1.0, "files")
+    for i in range(21):
+        fast.note_audio(1, 12.0 * 0.5 * i, 0.5 * i)
+    assert fast.rate(1, 10.0) == 4.0  # counted at max_realtime: beyond it, it takes what live streams leave
     a.reserve(30, 10.0, 1.0, "burst")
     a.note_audio(30, 30.0, 10.0)
     a.note_audio(30, 31.0, 10.5)
@@ -332,11 +354,13 @@ def test_per_client_and_per_token_quotas_are_cost_weighted():
     assert a.reserve(2, 0.0, 1.6, "10.0.0.1") is None
     r = a.reserve(3, 0.0, 1.0, "10.0.0.1")
     assert r is not None and r.code == "client_limit" and "10.0.0.1" in r.message and "max_cost_per_client" in r.message
+    assert r.rule == "client_limit"
     assert a.reserve(3, 0.0, 1.0, "10.0.0.2") is None  # another address
     assert a.reserve(4, 0.0, stream_cost("modified_beam", 64), "10.0.0.3").code == "client_limit"  # alone over it
     assert a.reserve(5, 0.0, 2.0, "10.0.0.4", token="t1") is None
     r = a.reserve(6, 0.0, 2.0, "10.0.0.5", token="t1")
     assert r.code == "client_limit" and "max_cost_per_token" in r.message and "t1" not in r.message
+    assert r.rule == "token_limit"
     assert a.reserve(6, 0.0, 2.0, "10.0.0.5", token="t2") is None
     a.release(1)
     assert a.reserve(7, 0.0, 1.0, "10.0.0.1") is None

@@ -140,10 +140,13 @@ def test_mic_retries_back_off_and_log_a_repeated_error_once(tiny_ckpt, caplog):
                         msgs.append(json.loads(await asyncio.wait_for(sub.recv(), 0.1)))
                 except asyncio.TimeoutError:
                     pass
-        return msgs
+            async with connect(f"ws://127.0.0.1:{app.port}/v1/events") as late:  # long after the error was new
+                first = json.loads(await asyncio.wait_for(late.recv(), 10))
+        return msgs, first
 
     with caplog.at_level("DEBUG", logger="streamd.server"):
-        msgs = asyncio.run(asyncio.wait_for(body(), TIMEOUT))
+        msgs, first = asyncio.run(asyncio.wait_for(body(), TIMEOUT))
+    assert first["type"] == "error" and first["code"] == "mic_error" and "microphone" in first["message"]
     gaps = np.diff(calls[:7])
     assert all(g >= 0.95 * want for g, want in zip(gaps, [0.02, 0.04, 0.08, 0.08, 0.08, 0.08])), gaps
     errors = [r for r in caplog.records if r.levelname == "ERROR" and "microphone" in r.getMessage()]

@@ -24,7 +24,7 @@ def test_every_series_is_streamd_prefixed_and_documented():
     assert names >= {"streamd_active_streams", "streamd_connections_total", "streamd_audio_seconds_total",
                      "streamd_real_time_factor", "streamd_batch_size", "streamd_step_seconds",
                      "streamd_wake_events_total", "streamd_errors_total", "streamd_backlog_seconds", "streamd_load",
-                     "streamd_dropped_partials_total"}
+                     "streamd_dropped_partials_total", "streamd_flow_held_seconds_total"}
     assert all(n.startswith("streamd_") for n in names)
     helps = {line.split()[2] for line in text.splitlines() if line.startswith("# HELP")}
     assert names <= helps

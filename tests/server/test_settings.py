@@ -6,12 +6,11 @@ from __future__ import annotations
 import json
 import shutil
 import ssl
-import subprocess
 
 import pytest
 from websockets.asyncio.client import connect
 
-from helpers import app_config, make_app, run
+from helpers import app_config, make_app, run, self_signed_cert
 from streamd.config import ConfigError
 from streamd.server.app import resolve_config
 
@@ -20,10 +19,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny models on 2 sha
 
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
 def test_tls(tiny_ckpt, tmp_path):
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out",
-                    str(cert), "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1"],
-                   check=True, capture_output=True)
+    cert, key = self_signed_cert(tmp_path)
 
     async def body():
         async with make_app(tiny_ckpt, tls={"cert": str(cert), "key": str(key)}) as app:

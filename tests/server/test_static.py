@@ -185,3 +185,18 @@ def test_a_missing_root_serves_nothing(tmp_path):
                                          ("noext", "application/octet-stream")])
 def test_content_types(name, ctype):
     assert content_type(name) == ctype
+
+
+def test_the_daemon_logs_where_its_page_is_and_the_page_says_what_to_say(tiny_ckpt, caplog):
+    caplog.set_level("INFO", logger="streamd.server")
+
+    async def body():
+        async with make_app(tiny_ckpt) as app:
+            status, _, page = await http_get(app.port, "/")
+            return app.port, status, page
+
+    port, status, page = asyncio.run(asyncio.wait_for(body(), 60))
+    assert any(r.getMessage().startswith(f"page: http://127.0.0.1:{port}/ (") for r in caplog.records)
+    assert status == 200 and b'id="hint"' in page and b"hey stream" in page  # the empty box's hint
+    js = (default_web_root() / "app.js").read_text()
+    assert 'hideHint()' in js  # the first words replace it

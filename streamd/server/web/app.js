@@ -76,9 +76,14 @@
     return `hsl(${Math.round(120 * x)}, 75%, ${Math.round(40 - 8 * x)}%)`;
   }
 
+  function hideHint() {
+    $("hint").hidden = true; // the first words replace the hint of what to say
+  }
+
   function renderFinal(msg) {
     $("partial").textContent = "";
     if (!msg.text) return;
+    hideHint();
     const div = document.createElement("div");
     div.className = "final";
     div.dataset.segment = String(msg.segment);
@@ -104,6 +109,7 @@
   }
 
   function renderWake(msg) {
+    hideHint();
     const div = document.createElement("div");
     div.className = "wake";
     div.textContent = `wake word “${msg.keyword}” · score ${fmt(msg.score)} · ${fmt(msg.start)}–${fmt(msg.end)} s`;
@@ -132,6 +138,7 @@
         break;
       case "partial":
         $("partial").textContent = msg.text || "";
+        if (msg.text) hideHint();
         break;
       case "final":
         renderFinal(msg);
