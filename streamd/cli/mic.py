@@ -35,10 +35,14 @@ def run(args: argparse.Namespace) -> int:
     from ..mic import run_console
 
     ns = argparse.Namespace(**{**vars(args), "device": args.compute_device})
-    rec = Recognizer.from_checkpoint(model_arg(args.model), engine_config_from_args(ns))
+    from ..second_pass.calibration import load_second_pass
+
+    cfg = engine_config_from_args(ns)
+    rec = Recognizer.from_checkpoint(model_arg(args.model), cfg)
     rec.warm_up()  # live audio: one-off costs (the encoder's recording) before the first word, as the daemon
+    second = load_second_pass(cfg.second_pass, [p.phrase for p in cfg.decoding.hotwords])
     color = {"auto": None, "always": True, "never": False}[args.color]
-    return run_console(rec, capture, color=color)
+    return run_console(rec, capture, color=color, second=second)
 
 
 def add_parser(sub) -> None:

@@ -18,6 +18,7 @@ __all__ = ["add_parser", "run"]
 
 def run(args: argparse.Namespace) -> int:
     from ..engine import Recognizer
+    from ..second_pass.calibration import load_second_pass
 
     cfg = engine_config_from_args(args)
     rec = Recognizer.from_checkpoint(model_arg(args.model), cfg)
@@ -26,13 +27,19 @@ def run(args: argparse.Namespace) -> int:
             print(f"streamd: {p}: no such file", file=sys.stderr)
             return 2
 
+    second = load_second_pass(cfg.second_pass, [p.phrase for p in cfg.decoding.hotwords])
+    events: dict[str, list] = {p: [] for p in args.files}
+
     def on_event(path, ev):
+        if second is not None:  # in line: a file's final waits for its second pass (docs/cli.md)
+            ev = second.apply(ev) if ev.__class__.__name__ == "Final" else ev
+        events[path].append(ev)
         if args.json:
             d = ev.to_wire()
             d["file"] = path
             print(json.dumps(d), flush=True)
 
-    events = transcribe_files(rec, args.files, on_event=on_event)
+    transcribe_files(rec, args.files, on_event=on_event)
     status = 0
     if not args.json:
         for p in args.files:

@@ -1,0 +1,118 @@
+"""The second pass over one finished segment: its audio decoded again by a real-speech model.
+
+:class:`SecondPass` turns an engine :class:`~streamd.events.Final` whose ``second_pass`` is ``pending``
+(its segment's 16 kHz samples in ``audio``) into the Final a client gets:
+
+* ``pass_no`` 2, ``second_pass`` ``done``: the text is the model's, written English turned into the
+  model's spoken form word by word (:func:`streamd.text.normalize.normalize_text`: lower case, numbers
+  spelled, punctuation gone), so that it reads like the first pass; ``first_pass_text`` keeps the
+  streaming model's text; the words are dated on the stream's time axis (:mod:`.align`) and carry
+  ``conf`` = the calibrated probability that the word is right (``conf_raw``: the model's word
+  probability, its tokens' softmax probabilities aggregated);
+* ``pass_no`` 1 with ``second_pass`` ``failed`` when the model raised (logged), so a final is never lost.
+
+A segment longer than ``window_s`` (or the model's own window) is decoded in pieces cut at pauses between
+the first pass's words (:func:`.align.cut_points`), and the pieces' words are joined.  Synchronous: the
+server runs it in :class:`streamd.second_pass.worker.SecondPassWorker`'s thread, ``transcribe`` / ``eval``
+call it in line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Sequence
+
+import numpy as np
+
+from streamd.config import SecondPassConfig
+from streamd.decode.calibration import Calibration
+from streamd.events import Event, Final, Word
+from streamd.text.normalize import normalize_text
+
+from .align import anchor_times, cut_points, offset_times
+from .models import Recognized, RecognizedWord, WordRecognizer
+
+__all__ = ["SecondPass", "fallback", "spoken_words"]
+
+log = logging.getLogger("streamd.second_pass")
+
+RATE = 16000
+
+
+def fallback(final: Final, why: str) -> Final:
+    """The engine's Final kept as the client's (pass 1), saying why the second pass did not replace it."""
+    return dataclasses.replace(final, pass_no=1, second_pass=why, audio=None,
+                               first_pass_text=final.first_pass_text if final.first_pass_text is not None
+                               else final.text)
+
+
+def spoken_words(words: Sequence[RecognizedWord]) -> list[tuple[str, int]]:
+    """The model's written words in spoken form: (spoken word, index of the written word it came from);
+    one written word may give several ("$5" -> "five dollars") or none (a lone "-")."""
+    out = []
+    for i, w in enumerate(words):
+        out += [(s, i) for s in normalize_text(w.word).split()]
+    return out
+
+
+class SecondPass:
+    """A real-speech model over finished segments; ``calibration`` maps its word probability to P(right)."""
+
+    def __init__(self, model: WordRecognizer, cfg: SecondPassConfig | None = None,
+                 calibration: Calibration | None = None, hotwords: Sequence[str] = ()):
+        self.model = model
+        self.cfg = cfg or SecondPassConfig(model=getattr(model, "name", "model"))
+        self.calibration = calibration
+        self.hotwords = tuple(hotwords)
+        self.window_s = min(self.cfg.window_s, float(getattr(model, "window_s", self.cfg.window_s)))
+
+    def apply(self, final: Final) -> Final:
+        """The client's Final for the engine's ``final`` (unchanged unless its second pass is ``pending``)."""
+        if final.second_pass != "pending":
+            return final
+        try:
+            return self._decode(final)
+        except Exception:  # noqa: BLE001 - the first pass stands; the failure is logged
+            log.exception("second pass failed for stream %d segment %d", final.stream, final.segment)
+            return fallback(final, "failed")
+
+    def apply_events(self, events: Sequence[Event]) -> list[Event]:
+        """A stream's events with every pending Final replaced by :meth:`apply`'s (``transcribe``, ``eval``)."""
+        return [self.apply(e) if isinstance(e, Final) else e for e in events]
+
+    def apply_all(self, finals: Sequence[Final]) -> list[Final]:
+        """:meth:`apply` over several segments (one worker round)."""
+        return [self.apply(f) for f in finals]
+
+    def _decode(self, final: Final) -> Final:
+        audio = np.asarray(final.audio if final.audio is not None else np.zeros(0, np.int16))
+        x = audio.astype(np.float32) / 32768.0 if audio.dtype == np.int16 else audio.astype(np.float32)
+        duration = x.size / RATE
+        first = [(w.word, w.start, w.end) for w in final.words]
+        gaps = [(a[2] + b[1]) / 2 - final.start for a, b in zip(first, first[1:]) if b[1] > a[2]]
+        bounds = [0.0] + cut_points(duration, self.window_s, gaps) + [duration]
+        spoken: list[str] = []
+        probs: list[float] = []
+        times: list[tuple[float, float]] = []
+        for lo, hi in zip(bounds, bounds[1:]):
+            piece = x[int(round(lo * RATE)):int(round(hi * RATE))]
+            if piece.size < RATE // 20:  # under 50 ms: nothing a word fits in
+                continue
+            rec: Recognized = self.model.recognize(piece, self.hotwords)
+            sw = spoken_words(rec.words)
+            start, end = final.start + lo, min(final.start + hi, final.end)
+            if rec.words and all(w.start is not None for w in rec.words):
+                span = offset_times([(w.start, w.end) for w in rec.words], start, start, end)
+                times += [span[i] for _, i in sw]
+            else:
+                inside = [f for f in first if start - 1e-6 <= (f[1] + f[2]) / 2 < end + 1e-6]
+                times += anchor_times([s for s, _ in sw], inside, start, end)
+            spoken += [s for s, _ in sw]
+            probs += [rec.words[i].prob for _, i in sw]
+        conf = (self.calibration.apply(probs).tolist() if self.calibration is not None and probs
+                else list(probs))
+        words = tuple(Word(w, a, b, c, p) for w, (a, b), c, p in zip(spoken, times, conf, probs))
+        return dataclasses.replace(final, text=" ".join(spoken), words=words, pass_no=2, second_pass="done",
+                                   first_pass_text=final.first_pass_text if final.first_pass_text is not None
+                                   else final.text, alternatives=(), scores=(), audio=None)
