@@ -64,6 +64,14 @@ def format_report(report: dict) -> str:
                              f"({pv['ref_words']} words, {pv['utterances']} utts)")
         lines.append(f"RTF {_num(r['rtf'], '.4f')} ({r['batch_streams']} concurrent streams), "
                      f"single stream {_num(r['rtf_single'], '.4f')}")
+        sp = r.get("second_pass")
+        if sp is not None:
+            fp, sc = sp["first_pass"], sp["confidence"]
+            cal = sc["calibration"]
+            lines.append(f"Second pass ({sp['model']}): the WER above is its finals'; first pass {_pct(fp['wer'])} "
+                         f"on the same files; finals {sp['finals']}; {sp['seconds']} s, RTF {_num(sp['rtf'], '.4f')}")
+            lines.append(f"  its words: {sp['words_scored']} scored, ECE raw {_num(sc['ece'])}, calibrated "
+                         f"{_num(cal['ece'] if cal else None)} (AUC {_num(cal['auc'] if cal else None)})")
         for e in r["errors"]:
             lines.append(f"  error: {e}")
         c = r["confidence"]

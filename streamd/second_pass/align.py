@@ -5,7 +5,7 @@ Two ways to date a second-pass word, both on the stream's time axis (seconds fro
 * the model's own times (Whisper's cross-attention word timestamps), offset by where its audio began
   (:func:`offset_times`);
 * for a model that gives none (Moonshine), the first pass's words as anchors (:func:`anchor_times`): a
-  Levenshtein alignment of the two word sequences (unit costs); a word matched or substituted takes the
+  minimum-cost alignment of the two word sequences (:func:`edit_pairs`); a word matched or substituted takes the
   time span of its first-pass word, and the words between two anchors share the gap between them in
   proportion to their lengths in characters.  With no anchor at all (the first pass heard nothing) the
   words share the span the first pass decoded.
@@ -23,22 +23,28 @@ WORD_S = 0.4
 """Seconds given to each second-pass word before the first anchor or after the last (about a spoken word)."""
 
 
+def _sub(x: str, y: str) -> float:
+    """Substitution cost: 0 for the same word, 0.5 for words with the same first letter (a first pass's
+    misspelling of it, "hallo" for "hello"), else 1."""
+    return 0.0 if x == y else 0.5 if x[:1] == y[:1] else 1.0
+
+
 def edit_pairs(a: Sequence[str], b: Sequence[str]) -> list[tuple[int, int]]:
-    """Index pairs (i, j) that a minimum-edit alignment of ``a`` and ``b`` puts together (matches and
-    substitutions, in order); among equal costs matches are preferred."""
+    """Index pairs (i, j) that a minimum-cost alignment of ``a`` and ``b`` puts together (matches and
+    substitutions, in order): insertions and deletions cost 1, substitutions :func:`_sub`."""
     n, m = len(a), len(b)
-    cost = [[0] * (m + 1) for _ in range(n + 1)]
+    cost = [[0.0] * (m + 1) for _ in range(n + 1)]
     for i in range(n + 1):
-        cost[i][0] = i
+        cost[i][0] = float(i)
     for j in range(m + 1):
-        cost[0][j] = j
+        cost[0][j] = float(j)
     for i in range(1, n + 1):
         for j in range(1, m + 1):
-            cost[i][j] = min(cost[i - 1][j - 1] + (a[i - 1] != b[j - 1]), cost[i - 1][j] + 1, cost[i][j - 1] + 1)
+            cost[i][j] = min(cost[i - 1][j - 1] + _sub(a[i - 1], b[j - 1]), cost[i - 1][j] + 1, cost[i][j - 1] + 1)
     pairs: list[tuple[int, int]] = []
     i, j = n, m
     while i > 0 and j > 0:
-        if cost[i][j] == cost[i - 1][j - 1] + (a[i - 1] != b[j - 1]):
+        if cost[i][j] == cost[i - 1][j - 1] + _sub(a[i - 1], b[j - 1]):
             pairs.append((i - 1, j - 1))
             i, j = i - 1, j - 1
         elif cost[i][j] == cost[i - 1][j] + 1:

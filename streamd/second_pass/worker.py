@@ -111,6 +111,7 @@ class FinalGate:
     """
 
     def __init__(self, submit: Callable[[Any, Final], bool], on_skip: Callable[[Any, Final], None] | None = None):
+        """``on_skip(key, final)``: a final of a second-pass stream delivered with the first pass's text."""
         self._submit = submit
         self._on_skip = on_skip
         self._held: dict[Any, collections.deque[Event]] = {}
@@ -131,8 +132,8 @@ class FinalGate:
                 self._held[key] = collections.deque()
                 return []
             ev = fallback(ev, OVERLOAD)
-            if self._on_skip is not None:
-                self._on_skip(key, ev)
+        if isinstance(ev, Final) and ev.second_pass is not None and self._on_skip is not None:
+            self._on_skip(key, ev)  # the first pass stands (overload, too long)
         return [(key, ev)]
 
     def resolved(self, key: Any, final: Final) -> list[tuple[Any, Event]]:
