@@ -144,7 +144,7 @@ def main() -> int:
     spc = SecondPassConfig(model=args.second_pass, cpu_threads=args.cpu_threads)
     rec = Recognizer.from_checkpoint(default_model_path(), EngineConfig(device="cpu", second_pass=spc))
     rec.warm_up()
-    second = load_second_pass(spc)
+    second = load_second_pass(spc, first_calibrated=rec.calibration is not None)
     second.apply(Final(0, 0, "", start=0.0, end=1.0, second_pass="pending", audio=np.zeros(16000, np.int16)))
     out = {"streams": args.streams, "utterances": args.streams * args.utterances, "second_pass": args.second_pass,
            "first_pass_only": run(rec, clips, None, spc), "with_second_pass": run(rec, clips, second, spc)}

@@ -483,6 +483,7 @@ class DecodingConfig:
 
 
 SECOND_PASS_OFF = "none"
+SECOND_PASS_SELECT = ("confidence", "always")
 
 
 @dataclass(frozen=True)
@@ -499,6 +500,9 @@ class SecondPassConfig:
     pauses between first-pass words (at most the model's own window); ``beam``: Whisper's beam (Moonshine is
     greedy); ``cpu_threads``: the model's intra-op threads; ``calibrated``: map the model's word
     probability to P(word right) with the calibration fitted for it (``streamd calibrate --second-pass``).
+    ``select``: ``always`` (the second pass's text whenever it ran) or ``confidence``: the first pass's
+    text stays when the mean calibrated ``conf`` of its words exceeds the second pass's by more than
+    ``select_margin`` (both passes non-empty and both calibrated; ``second_pass: first_pass_preferred``).
     """
 
     model: str = SECOND_PASS_OFF
@@ -510,6 +514,8 @@ class SecondPassConfig:
     beam: int = 1
     cpu_threads: int = 1
     calibrated: bool = True
+    select: str = "confidence"
+    select_margin: float = 0.0
 
     def __post_init__(self) -> None:
         _check(isinstance(self.model, str) and self.model.strip() != "", "model",
@@ -522,6 +528,10 @@ class SecondPassConfig:
         _positive(self.window_s, "window_s")
         _check(self.window_s <= self.max_segment_s, "window_s", f"must be <= max_segment_s ({self.max_segment_s})")
         _check(isinstance(self.calibrated, bool), "calibrated", f"must be true or false, got {self.calibrated!r}")
+        _one_of(self.select, SECOND_PASS_SELECT, "select")
+        _check(not isinstance(self.select_margin, bool) and isinstance(self.select_margin, (int, float))
+               and -1.0 <= self.select_margin <= 1.0, "select_margin", f"must be a number in [-1, 1], got "
+               f"{self.select_margin!r}")
 
     @property
     def enabled(self) -> bool:

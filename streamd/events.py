@@ -121,8 +121,9 @@ class Final:
     ``"pass"``, 1 or 2); for a stream that asked for a second pass, ``first_pass_text`` is the streaming
     model's text and ``second_pass`` what became of the second pass: ``pending`` (the engine's Final, with
     the segment's 16 kHz samples in ``audio``, not on the wire), ``done``, ``skipped_overload``,
-    ``skipped_too_long`` or ``failed`` (the last three keep the first pass).  The tokens, alternatives and
-    scores are always the first pass's (a second-pass Final has no alternatives).
+    ``skipped_too_long``, ``failed`` or ``first_pass_preferred`` (the last four keep the first pass; the
+    last one, chosen by confidence, carries the second pass's text in ``second_pass_text``).  The tokens,
+    alternatives and scores are always the first pass's (a second-pass Final has no alternatives).
     """
 
     stream: int
@@ -140,6 +141,7 @@ class Final:
     pass_no: int = 1
     first_pass_text: str | None = None
     second_pass: str | None = None
+    second_pass_text: str | None = None
     audio: Any = field(default=None, compare=False, repr=False)  # (N,) int16 16 kHz samples from ``start``
 
     def to_wire(self) -> dict:
@@ -151,6 +153,8 @@ class Final:
         if self.second_pass is not None:
             d["second_pass"] = self.second_pass
             d["first_pass_text"] = self.first_pass_text if self.first_pass_text is not None else self.text
+        if self.second_pass_text is not None:
+            d["second_pass_text"] = self.second_pass_text
         return d
 
     @classmethod
@@ -160,7 +164,8 @@ class Final:
                    words=tuple(Word.from_wire(w) for w in msg.get("words", ())), start=msg.get("start", 0.0),
                    end=msg.get("end", 0.0), reason=msg.get("reason", "eos"),
                    alternatives=tuple(msg.get("alternatives", ())), pass_no=msg.get("pass", 1),
-                   first_pass_text=msg.get("first_pass_text"), second_pass=msg.get("second_pass"))
+                   first_pass_text=msg.get("first_pass_text"), second_pass=msg.get("second_pass"),
+                   second_pass_text=msg.get("second_pass_text"))
 
 
 @dataclass(frozen=True)

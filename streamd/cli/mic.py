@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     cfg = engine_config_from_args(ns)
     rec = Recognizer.from_checkpoint(model_arg(args.model), cfg)
     rec.warm_up()  # live audio: one-off costs (the encoder's recording) before the first word, as the daemon
-    second = load_second_pass(cfg.second_pass, [p.phrase for p in cfg.decoding.hotwords])
+    second = load_second_pass(cfg.second_pass, [p.phrase for p in cfg.decoding.hotwords], rec.calibration is not None)
     color = {"auto": None, "always": True, "never": False}[args.color]
     return run_console(rec, capture, color=color, second=second)
 

@@ -27,7 +27,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"streamd: {p}: no such file", file=sys.stderr)
             return 2
 
-    second = load_second_pass(cfg.second_pass, [p.phrase for p in cfg.decoding.hotwords])
+    second = load_second_pass(cfg.second_pass, [p.phrase for p in cfg.decoding.hotwords], rec.calibration is not None)
     events: dict[str, list] = {p: [] for p in args.files}
 
     def on_event(path, ev):

@@ -14,7 +14,7 @@ from streamd.config import EngineConfig, SecondPassConfig
 from streamd.decode.calibration import resolve_calibration
 from streamd.decode.confidence import MEASURE_NAMES
 from streamd.engine import Recognizer
-from streamd.events import Error, Event, WakeWord
+from streamd.events import Error, Event, Final, WakeWord
 from streamd.model.checkpoint import LoadedModel, load_checkpoint
 from streamd.second_pass.calibration import load_second_pass
 from streamd.train.metrics import align_words, normalize_words
@@ -47,7 +47,8 @@ class Evaluator:
         self.recording = recording_recognizer(loaded, dataclasses.replace(config, second_pass=SecondPassConfig()),
                                               self.bank, self.kws_tracks)  # the first pass's words only
         self.keywords = self.plain.keywords
-        self.second = load_second_pass(config.second_pass, [p.phrase for p in config.decoding.hotwords])
+        self.second = load_second_pass(config.second_pass, [p.phrase for p in config.decoding.hotwords],
+                                       self.plain.calibration is not None)
         self._warm = False
 
     # ---- decoding
@@ -81,9 +82,12 @@ class Evaluator:
         second = None
         if self.second is not None:  # in line, after the first pass (its RTF stays the first pass's)
             t0 = time.perf_counter()
-            events = [self.second.apply_events(evs) for evs in events]
-            second = second_pass_figures(entries, events, self.config.second_pass.model, self.second.calibration,
-                                         time.perf_counter() - t0, total)
+            always = [[self.second.apply(e, choose=False) if isinstance(e, Final) else e for e in evs]
+                      for evs in events]
+            seconds = time.perf_counter() - t0
+            second = second_pass_figures(entries, events, always, self.second, seconds, total)
+            events = [[self.second.choose(a, b) if isinstance(a, Final) else b for a, b in zip(evs, two)]
+                      for evs, two in zip(events, always)]
         for d, evs in zip(out, events):
             fs = finals(evs)
             d.text = " ".join(f.text for f in fs)

@@ -68,8 +68,13 @@ def format_report(report: dict) -> str:
         if sp is not None:
             fp, sc = sp["first_pass"], sp["confidence"]
             cal = sc["calibration"]
-            lines.append(f"Second pass ({sp['model']}): the WER above is its finals'; first pass {_pct(fp['wer'])} "
-                         f"on the same files; finals {sp['finals']}; {sp['seconds']} s, RTF {_num(sp['rtf'], '.4f')}")
+            lines.append(f"Second pass ({sp['model']}, select {sp['select']} margin {sp['select_margin']}): the WER "
+                         f"above is the finals'; first pass {_pct(fp['wer'])}, second pass always "
+                         f"{_pct(sp['second_pass_always']['wer'])} on the same files; {sp['seconds']} s, RTF "
+                         f"{_num(sp['rtf'], '.4f')}")
+            if sp["select_wer_by_margin"]:
+                lines.append("  select confidence, WER by margin: " + ", ".join(
+                    f"{m} {_pct(w)}" for m, w in sp["select_wer_by_margin"].items()))
             lines.append(f"  its words: {sp['words_scored']} scored, ECE raw {_num(sc['ece'])}, calibrated "
                          f"{_num(cal['ece'] if cal else None)} (AUC {_num(cal['auc'] if cal else None)})")
         for e in r["errors"]:

@@ -37,20 +37,36 @@ def second_pass_words(entries: Sequence[EvalEntry], events: Sequence[Sequence[Ev
             keys)
 
 
-def second_pass_figures(entries: Sequence[EvalEntry], events: Sequence[Sequence[Event]], model: str,
-                        calibration, seconds: float, audio_seconds: float) -> dict:
-    """The report's ``second_pass`` entry: the first pass's WER on the same files, how the finals came
-    (pass 2 / skipped), the second pass's own time and RTF, and its words' confidence figures."""
-    finals = [[f for f in evs if isinstance(f, Final)] for evs in events]
-    first = [" ".join((f.first_pass_text if f.first_pass_text is not None else f.text) for f in fs
-                      if (f.first_pass_text or f.text)) for fs in finals]
-    outcomes: dict[str, int] = {}
-    for fs in finals:
-        for f in fs:
-            outcomes[f.second_pass or "none"] = outcomes.get(f.second_pass or "none", 0) + 1
-    raw, conf, right, _ = second_pass_words(entries, events)
-    cal = calibration_figures(right.tolist(), raw.tolist(), conf.tolist() if calibration is not None else None,
-                              calibration, None)
-    return {"model": model, "first_pass": wer_figures(entries, first), "finals": outcomes,
+SELECT_GRID = (-0.3, -0.2, -0.1, -0.05, 0.0, 0.05, 0.1, 0.2, 0.3)
+"""Margins at which the report gives the WER of ``select: confidence`` (choose the margin on training data)."""
+
+
+def second_pass_figures(entries: Sequence[EvalEntry], first: Sequence[Sequence[Event]],
+                        second: Sequence[Sequence[Event]], sp, seconds: float, audio_seconds: float) -> dict:
+    """The report's ``second_pass`` entry from the engine's events ``first`` and the same events with every
+    Final the second pass's whatever ``select`` says (``second``; ``sp``: the :class:`SecondPass`): the WER
+    of the first pass, of the second pass always, and of ``select: confidence`` at each margin of
+    :data:`SELECT_GRID`; the outcomes; the second pass's own time and RTF; its words' confidence figures."""
+    def texts(per_file):
+        return [" ".join(f.text for f in evs if isinstance(f, Final) and f.text) for evs in per_file]
+
+    def chosen(margin):
+        return [[sp.choose(a, b, margin) if isinstance(a, Final) else b for a, b in zip(x, y)]
+                for x, y in zip(first, second)]
+
+    outcomes: dict[str, int] = {}  # of the finals as served (select applied)
+    for evs in chosen(None):
+        for f in evs:
+            if isinstance(f, Final):
+                outcomes[f.second_pass or "none"] = outcomes.get(f.second_pass or "none", 0) + 1
+    raw, conf, right, _ = second_pass_words(entries, second)
+    cal = calibration_figures(right.tolist(), raw.tolist(), conf.tolist() if sp.calibration is not None else None,
+                              sp.calibration, None)
+    select = None
+    if sp.first_calibrated and sp.calibration is not None:
+        select = {f"{m:g}": wer_figures(entries, texts(chosen(m)))["wer"] for m in SELECT_GRID}
+    return {"model": sp.cfg.model, "select": sp.cfg.select, "select_margin": sp.cfg.select_margin,
+            "first_pass": wer_figures(entries, texts(first)), "second_pass_always": wer_figures(entries, texts(second)),
+            "select_wer_by_margin": select, "finals": outcomes,
             "seconds": round(seconds, 3), "rtf": seconds / audio_seconds if audio_seconds > 0 else None,
             "words_scored": int(right.size), "confidence": cal}

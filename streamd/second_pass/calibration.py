@@ -70,10 +70,12 @@ def write_calibration(model: str, cal: Calibration, path: str | Path | None = No
     return dest
 
 
-def load_second_pass(cfg: SecondPassConfig, hotwords: Sequence[str] = ()) -> SecondPass | None:
+def load_second_pass(cfg: SecondPassConfig, hotwords: Sequence[str] = (), first_calibrated: bool = False
+                     ) -> SecondPass | None:
     """The configured second pass (None when ``cfg.model`` is ``none``): the model loaded now (ValueError or
     :class:`~.models.TeacherUnavailable`, an ImportError naming the pip packages, when it cannot be), with
-    its calibration when ``cfg.calibrated`` and one is stored for its aggregation."""
+    its calibration when ``cfg.calibrated`` and one is stored for its aggregation.  ``first_calibrated``: the
+    first pass's ``conf`` is calibrated too (:class:`~.rescore.SecondPass`; needed by ``select: confidence``)."""
     if not cfg.enabled:
         return None
     model = load_recognizer(cfg.model, cpu_threads=cfg.cpu_threads, beam_size=cfg.beam)
@@ -85,4 +87,4 @@ def load_second_pass(cfg: SecondPassConfig, hotwords: Sequence[str] = ()) -> Sec
     if cfg.calibrated and cal is None:
         log.warning("second pass %s: no calibration stored (streamd calibrate --second-pass); conf is the model's "
                     "raw word probability", cfg.model)
-    return SecondPass(model, cfg, cal, hotwords)
+    return SecondPass(model, cfg, cal, hotwords, first_calibrated)

@@ -60,22 +60,36 @@ class SecondPass:
     """A real-speech model over finished segments; ``calibration`` maps its word probability to P(right)."""
 
     def __init__(self, model: WordRecognizer, cfg: SecondPassConfig | None = None,
-                 calibration: Calibration | None = None, hotwords: Sequence[str] = ()):
+                 calibration: Calibration | None = None, hotwords: Sequence[str] = (), first_calibrated: bool = False):
+        """first_calibrated: the first pass's word ``conf`` is a calibrated probability too (the engine's model
+        carries a calibration), so ``select: confidence`` may compare the two passes."""
         self.model = model
+        self.first_calibrated = first_calibrated
         self.cfg = cfg or SecondPassConfig(model=getattr(model, "name", "model"))
         self.calibration = calibration
         self.hotwords = tuple(hotwords)
         self.window_s = min(self.cfg.window_s, float(getattr(model, "window_s", self.cfg.window_s)))
 
-    def apply(self, final: Final) -> Final:
-        """The client's Final for the engine's ``final`` (unchanged unless its second pass is ``pending``)."""
+    def apply(self, final: Final, choose: bool = True) -> Final:
+        """The client's Final for the engine's ``final`` (unchanged unless its second pass is ``pending``);
+        ``choose=False``: the second pass's Final whatever ``select`` says (evaluation)."""
         if final.second_pass != "pending":
             return final
         try:
-            return self._decode(final)
+            return self._decode(final, choose)
         except Exception:  # noqa: BLE001 - the first pass stands; the failure is logged
             log.exception("second pass failed for stream %d segment %d", final.stream, final.segment)
             return fallback(final, "failed")
+
+    def prefers_first(self, first: Sequence[Word], second: Sequence[Word], margin: float | None = None) -> bool:
+        """``select: confidence``: keep the first pass when both passes have words, both confidences are
+        calibrated probabilities, and the first's mean ``conf`` exceeds the second's by over ``select_margin``."""
+        if self.cfg.select != "confidence" or not (first and second and self.first_calibrated
+                                                   and self.calibration is not None):
+            return False
+        m1 = sum(w.conf for w in first) / len(first)
+        m2 = sum(w.conf for w in second) / len(second)
+        return m1 > m2 + (self.cfg.select_margin if margin is None else margin)
 
     def apply_events(self, events: Sequence[Event]) -> list[Event]:
         """A stream's events with every pending Final replaced by :meth:`apply`'s (``transcribe``, ``eval``)."""
@@ -85,7 +99,7 @@ class SecondPass:
         """:meth:`apply` over several segments (one worker round)."""
         return [self.apply(f) for f in finals]
 
-    def _decode(self, final: Final) -> Final:
+    def _decode(self, final: Final, choose: bool = True) -> Final:
         audio = np.asarray(final.audio if final.audio is not None else np.zeros(0, np.int16))
         x = audio.astype(np.float32) / 32768.0 if audio.dtype == np.int16 else audio.astype(np.float32)
         duration = x.size / RATE
@@ -113,6 +127,15 @@ class SecondPass:
         conf = (self.calibration.apply(probs).tolist() if self.calibration is not None and probs
                 else list(probs))
         words = tuple(Word(w, a, b, c, p) for w, (a, b), c, p in zip(spoken, times, conf, probs))
-        return dataclasses.replace(final, text=" ".join(spoken), words=words, pass_no=2, second_pass="done",
-                                   first_pass_text=final.first_pass_text if final.first_pass_text is not None
-                                   else final.text, alternatives=(), scores=(), audio=None)
+        first_text = final.first_pass_text if final.first_pass_text is not None else final.text
+        two = dataclasses.replace(final, text=" ".join(spoken), words=words, pass_no=2, second_pass="done",
+                                  first_pass_text=first_text, alternatives=(), scores=(), audio=None)
+        return self.choose(final, two) if choose else two
+
+    def choose(self, final: Final, two: Final, margin: float | None = None) -> Final:
+        """The client's Final from the engine's ``final`` and its second pass ``two`` (``select``; ``margin``
+        replaces ``select_margin``)."""
+        if two.second_pass != "done" or not self.prefers_first(final.words, two.words, margin):
+            return two
+        return dataclasses.replace(final, pass_no=1, second_pass="first_pass_preferred", audio=None,
+                                   first_pass_text=two.first_pass_text, second_pass_text=two.text)

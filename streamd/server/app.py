@@ -616,7 +616,8 @@ class App:
 
         t0 = time.perf_counter()
         hot = [p.phrase for p in self.engine_config.decoding.hotwords]
-        second = self._second_given or await loop.run_in_executor(None, load_second_pass, spc, hot)
+        calibrated = bool(self.model_info.get("calibrated"))
+        second = self._second_given or await loop.run_in_executor(None, load_second_pass, spc, hot, calibrated)
         self.second_worker = SecondPassWorker(second, spc.max_queue, spc.max_batch, spc.max_wait_s)
 
         def done(key: Any, final: Final, seconds: float) -> None:  # in the worker thread

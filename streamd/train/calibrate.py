@@ -134,7 +134,7 @@ def calibrate_second_pass(model: str, sets: Sequence[str], config: EngineConfig,
     from streamd.evaluation.sets import load_entries, read_eval_set
     from streamd.engine import Recognizer
 
-    spc = dataclasses.replace(config.second_pass, calibrated=False)
+    spc = dataclasses.replace(config.second_pass, calibrated=False, select="always")
     second = load_second_pass(spc, [p.phrase for p in config.decoding.hotwords])
     rec = Recognizer(load_checkpoint(model, "cpu"), dataclasses.replace(config, second_pass=spc))
     raws, oks, keys, info = [], [], [], []

@@ -78,3 +78,21 @@ def test_hotwords_go_to_the_model():
     model = FakeRecognizer()
     SecondPass(model, hotwords=("streamd",)).apply(pending())
     assert model.hotwords == [("streamd",)]
+
+
+def test_select_confidence_keeps_the_first_pass_when_it_is_surer():
+    cal = Calibration((0.0, 1.0), (0.0, 1.0), "max_prob", 1.0, "min", words=10)  # conf = the model's 0.8
+    sure = (Word("hallo", 1.2, 1.5, 0.95), Word("wold", 1.7, 2.1, 0.9))
+    unsure = (Word("hallo", 1.2, 1.5, 0.5), Word("wold", 1.7, 2.1, 0.6))
+    sp = SecondPass(FakeRecognizer("Hello world"), calibration=cal, first_calibrated=True)
+    kept = sp.apply(pending(words=sure))
+    assert (kept.pass_no, kept.second_pass, kept.text, kept.second_pass_text) == (1, "first_pass_preferred",
+                                                                                  "hallo wold", "hello world")
+    assert kept.words == sure and kept.to_wire()["second_pass_text"] == "hello world"
+    assert sp.apply(pending(words=unsure)).pass_no == 2
+    assert sp.apply(pending(words=sure), choose=False).pass_no == 2  # evaluation: the second pass whatever
+    wide = SecondPass(FakeRecognizer("Hello world"), SecondPassConfig(model="f", select_margin=0.2), cal, (), True)
+    assert wide.apply(pending(words=sure)).pass_no == 2  # 0.925 does not beat 0.8 + 0.2
+    for other in (SecondPass(FakeRecognizer("Hello world"), calibration=cal),  # first pass not calibrated
+                  SecondPass(FakeRecognizer("Hello world"), SecondPassConfig(model="f", select="always"), cal, (), True)):
+        assert other.apply(pending(words=sure)).pass_no == 2
