@@ -121,8 +121,9 @@ class Final:
     ``"pass"``, 1 or 2); for a stream that asked for a second pass, ``first_pass_text`` is the streaming
     model's text and ``second_pass`` what became of the second pass: ``pending`` (the engine's Final, with
     the segment's 16 kHz samples in ``audio``, not on the wire), ``done``, ``skipped_overload``,
-    ``skipped_too_long``, ``failed`` or ``first_pass_preferred`` (the last four keep the first pass; the
-    last one, chosen by confidence, carries the second pass's text in ``second_pass_text``).  The tokens,
+    ``skipped_too_long``, ``skipped_no_speech``, ``failed`` or ``first_pass_preferred`` (all but ``done``
+    keep the first pass; the last one, chosen by confidence, carries the second pass's text in
+    ``second_pass_text``).  The tokens,
     alternatives and scores are always the first pass's (a second-pass Final has no alternatives).
     """
 

@@ -9,7 +9,10 @@
   streaming model's text; the words are dated on the stream's time axis (:mod:`.align`) and carry
   ``conf`` = the calibrated probability that the word is right (``conf_raw``: the model's word
   probability, its tokens' softmax probabilities aggregated);
-* ``pass_no`` 1 with ``second_pass`` ``failed`` when the model raised (logged), so a final is never lost.
+* ``pass_no`` 1 with ``second_pass`` ``failed`` when the model raised (logged), so a final is never lost;
+  ``skipped_no_speech`` when the first pass heard no words (a segment of silence or noise at a reset or
+  the end of the stream: a real-speech model may write words into it; not decoded);
+  ``first_pass_preferred`` when ``select: confidence`` keeps the first pass (:meth:`SecondPass.choose`).
 
 A segment longer than ``window_s`` (or the model's own window) is decoded in pieces cut at pauses between
 the first pass's words (:func:`.align.cut_points`), and the pieces' words are joined.  Synchronous: the
@@ -75,6 +78,8 @@ class SecondPass:
         ``choose=False``: the second pass's Final whatever ``select`` says (evaluation)."""
         if final.second_pass != "pending":
             return final
+        if not final.text:  # the first pass heard no words: no second model writes words into silence or noise
+            return fallback(final, "skipped_no_speech")
         try:
             return self._decode(final, choose)
         except Exception:  # noqa: BLE001 - the first pass stands; the failure is logged

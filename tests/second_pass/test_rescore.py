@@ -96,3 +96,9 @@ def test_select_confidence_keeps_the_first_pass_when_it_is_surer():
     for other in (SecondPass(FakeRecognizer("Hello world"), calibration=cal),  # first pass not calibrated
                   SecondPass(FakeRecognizer("Hello world"), SecondPassConfig(model="f", select="always"), cal, (), True)):
         assert other.apply(pending(words=sure)).pass_no == 2
+
+
+def test_a_segment_the_first_pass_heard_nothing_in_is_not_decoded():
+    model = FakeRecognizer("thank you")
+    f = SecondPass(model).apply(pending(text=""))
+    assert (f.pass_no, f.second_pass, f.text, f.audio) == (1, "skipped_no_speech", "", None) and model.calls == []
