@@ -522,7 +522,8 @@ class SecondPassConfig:
                f"must be none, a model name or a folder, got {self.model!r}")
         for name in ("max_queue", "max_batch", "beam", "cpu_threads"):
             v = getattr(self, name)
-            _check(not isinstance(v, bool) and isinstance(v, int) and v >= 1, name, f"must be an integer >= 1, got {v!r}")
+            _check(not isinstance(v, bool) and isinstance(v, int) and v >= 1, name,
+                   f"must be an integer >= 1, got {v!r}")
         _positive(self.max_wait_s, "max_wait_s")
         _positive(self.max_segment_s, "max_segment_s")
         _positive(self.window_s, "window_s")

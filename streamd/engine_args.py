@@ -12,7 +12,8 @@ import dataclasses
 import sys
 from typing import Callable
 
-from .config import HOTWORDS_HELP, SEARCH_METHODS, SECOND_PASS_HELP, WAKE_WORDS_HELP, ConfigError, EngineConfig, load_yaml, parse_phrases
+from .config import (HOTWORDS_HELP, SEARCH_METHODS, SECOND_PASS_HELP, WAKE_WORDS_HELP, ConfigError, EngineConfig,
+                     load_yaml, parse_phrases)
 
 __all__ = ["add_engine_args", "engine_config_from_args", "run_guarded"]
 

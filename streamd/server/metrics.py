@@ -54,8 +54,9 @@ class Metrics:
         self.dropped_partials = Counter("streamd_dropped_partials",
                                         "Partials replaced by a newer one before a slow client read them",
                                         registry=r)
-        self.second_pass = Counter("streamd_second_pass_finals", "Finals of streams with a second pass, by "
-                                   "outcome (done, skipped_overload, skipped_too_long, failed)", ["outcome"],
+        self.second_pass = Counter("streamd_second_pass_finals",
+                                   "Finals of streams with a second pass, by outcome (done, first_pass_preferred, "
+                                   "skipped_overload, skipped_too_long, skipped_no_speech, failed)", ["outcome"],
                                    registry=r)
         self.second_pass_seconds = Histogram("streamd_second_pass_seconds",
                                              "From a segment's final (engine) to its second-pass final",
