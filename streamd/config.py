@@ -501,8 +501,9 @@ class SecondPassConfig:
     greedy); ``cpu_threads``: the model's intra-op threads; ``calibrated``: map the model's word
     probability to P(word right) with the calibration fitted for it (``streamd calibrate --second-pass``).
     ``select``: ``always`` (the second pass's text whenever it ran) or ``confidence``: the first pass's
-    text stays when the mean calibrated ``conf`` of its words exceeds the second pass's by more than
-    ``select_margin`` (both passes non-empty and both calibrated; ``second_pass: first_pass_preferred``).
+    text stays when the second pass wrote nothing, or when the mean calibrated ``conf`` of its words
+    exceeds the second pass's by more than ``select_margin`` (both passes non-empty and both calibrated;
+    ``second_pass: first_pass_preferred``).
     """
 
     model: str = SECOND_PASS_OFF

@@ -87,10 +87,14 @@ class SecondPass:
             return fallback(final, "failed")
 
     def prefers_first(self, first: Sequence[Word], second: Sequence[Word], margin: float | None = None) -> bool:
-        """``select: confidence``: keep the first pass when both passes have words, both confidences are
-        calibrated probabilities, and the first's mean ``conf`` exceeds the second's by over ``select_margin``."""
-        if self.cfg.select != "confidence" or not (first and second and self.first_calibrated
-                                                   and self.calibration is not None):
+        """``select: confidence``: keep the first pass when it has words and the second pass none, or when both
+        have words, both confidences are calibrated probabilities, and the first's mean ``conf`` exceeds the
+        second's by over ``select_margin``."""
+        if self.cfg.select != "confidence" or not first:
+            return False
+        if not second:  # the second model heard nothing where the first pass heard words: no evidence against them
+            return True
+        if not (self.first_calibrated and self.calibration is not None):
             return False
         m1 = sum(w.conf for w in first) / len(first)
         m2 = sum(w.conf for w in second) / len(second)

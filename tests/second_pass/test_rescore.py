@@ -102,3 +102,12 @@ def test_a_segment_the_first_pass_heard_nothing_in_is_not_decoded():
     model = FakeRecognizer("thank you")
     f = SecondPass(model).apply(pending(text=""))
     assert (f.pass_no, f.second_pass, f.text, f.audio) == (1, "skipped_no_speech", "", None) and model.calls == []
+
+
+def test_select_confidence_keeps_the_first_pass_when_the_second_hears_nothing():
+    model = FakeRecognizer("", prob=0.9)
+    first = (Word("go", 0.2, 0.5, 0.9),)
+    kept = SecondPass(model).apply(pending(words=first, text="go"))
+    assert (kept.pass_no, kept.second_pass, kept.text, kept.second_pass_text) == (1, "first_pass_preferred", "go", "")
+    always = SecondPass(FakeRecognizer(""), SecondPassConfig(model="f", select="always"))
+    assert always.apply(pending(words=first, text="go")).text == ""  # always: the second pass, even empty
