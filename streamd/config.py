@@ -516,7 +516,7 @@ class SecondPassConfig:
     cpu_threads: int = 1
     calibrated: bool = True
     select: str = "confidence"
-    select_margin: float = 0.0
+    select_margin: float = 0.05
 
     def __post_init__(self) -> None:
         _check(isinstance(self.model, str) and self.model.strip() != "", "model",
