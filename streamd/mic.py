@@ -18,6 +18,7 @@ from typing import Any, TextIO
 
 from .capture import MicCapture, MicError
 from .feed import transcribe_capture
+from .second_pass.worker import FinalGate, SecondPassWorker
 
 __all__ = ["ConsoleRenderer", "run_console"]
 
@@ -93,10 +94,12 @@ class ConsoleRenderer:
 
 
 def run_console(rec: Any, capture: MicCapture, out: TextIO | None = None, color: bool | None = None,
-                partials: bool | None = None, **stream_options: Any) -> int:
+                partials: bool | None = None, second: Any = None, **stream_options: Any) -> int:
     """``streamd mic``: live results on ``out`` until the source ends or Ctrl-C.  ``partials`` (None: when
     ``out`` is a terminal): the live partial line, rewritten in place; a pipe gets finals and wake words only.
 
+    ``second``: a :class:`~streamd.second_pass.rescore.SecondPass` run over each final in a worker thread
+    (:class:`~streamd.second_pass.worker.SecondPassWorker`), the events after a final waiting behind it.
     Returns 0, 1 if the engine reported an error, 2 on MicError.
     """
     out = out or sys.stdout
@@ -116,9 +119,26 @@ def run_console(rec: Any, capture: MicCapture, out: TextIO | None = None, color:
             loop.add_signal_handler(signal.SIGINT, capture.stop)
         except (NotImplementedError, RuntimeError, ValueError):  # not the main thread / platform
             pass
+        routed, worker, gate = on_event, None, None
+        if second is not None:
+            cfg = second.cfg
+            worker = SecondPassWorker(second, cfg.max_queue, cfg.max_batch, cfg.max_wait_s)
+
+            def back(key: Any, final: Any, _seconds: float) -> None:
+                loop.call_soon_threadsafe(lambda: [on_event(e) for _, e in gate.resolved(key, final)])
+
+            gate = FinalGate(lambda key, final: worker.submit(key, final, back))
+
+            def routed(ev: Any) -> None:
+                for _, e in gate.route(0, ev):
+                    on_event(e)
         try:
-            await transcribe_capture(rec, capture, on_event, **stream_options)
+            await transcribe_capture(rec, capture, routed, **stream_options)
+            while gate is not None and gate.waiting(0):  # the last finals' second pass
+                await asyncio.sleep(0.02)
         finally:
+            if worker is not None:
+                worker.close()
             try:
                 loop.remove_signal_handler(signal.SIGINT)
             except (NotImplementedError, RuntimeError, ValueError):

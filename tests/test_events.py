@@ -84,8 +84,13 @@ def test_the_wire_form_of_each_event():
                            "end": 2.0, "backlog": 0.46}
     f = E.Final(3, 1, "turn", (), 0.3, 1.2, tokens=(5,), reason="endpoint:rule1", scores=(-1.5,))
     assert f.to_wire() == {"type": "final", "segment": 1, "text": "turn", "words": [], "start": 0.3, "end": 1.2,
-                           "reason": "endpoint:rule1"}  # no alternatives key without alternatives
+                           "reason": "endpoint:rule1", "pass": 1}  # no alternatives key without alternatives
     assert E.Final(3, 1, "a", alternatives=("b",)).to_wire()["alternatives"] == ["b"]
+    two = E.Final(3, 1, "hello", pass_no=2, first_pass_text="hallo", second_pass="done", audio=[1, 2])
+    assert {k: two.to_wire()[k] for k in ("pass", "first_pass_text", "second_pass")} == {
+        "pass": 2, "first_pass_text": "hallo", "second_pass": "done"}  # the audio is not on the wire
+    assert E.Final.from_wire(two.to_wire()) == E.Final(0, 1, "hello", pass_no=2, first_pass_text="hallo",
+                                                       second_pass="done")
     assert E.WakeWord(3, "hey stream", 0.97349, 0.6449, 1.2051).to_wire() == {
         "type": "wake", "keyword": "hey stream", "score": 0.973, "start": 0.64, "end": 1.21}
     assert E.Error(3, "bad_audio", "boom", fatal=False).to_wire() == {"type": "error", "code": "bad_audio",

@@ -88,6 +88,7 @@ def run(args: argparse.Namespace) -> int:
     if not audio:
         return status
     from ..engine import Recognizer
+    from ..second_pass.calibration import load_second_pass
 
     rec = Recognizer.from_checkpoint(model_arg(args.model), cfg)
     files = list(audio)
@@ -95,10 +96,13 @@ def run(args: argparse.Namespace) -> int:
     progress = (Progress(sys.stderr, len(files), sum(x.size / rate for x, rate in audio.values()))
                 if sys.stderr.isatty() and not args.no_progress else None)
 
+    second = load_second_pass(cfg.second_pass, [p.phrase for p in cfg.decoding.hotwords], rec.calibration is not None)
     same_screen = progress is not None and sys.stdout.isatty()  # lines printed over the progress line
 
     def on_event(i: int, ev) -> None:
         nonlocal status
+        if second is not None and type(ev).__name__ == "Final":  # in line: a file's final waits for its second pass
+            ev = second.apply(ev)
         path, kind = files[i], type(ev).__name__
         line = None
         if args.json:

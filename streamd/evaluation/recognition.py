@@ -3,17 +3,20 @@ and the built-in KWS head's figures, from a plain and a recording decode (see :m
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
-from streamd.config import EngineConfig
+from streamd.config import EngineConfig, SecondPassConfig
 from streamd.decode.calibration import resolve_calibration
 from streamd.decode.confidence import MEASURE_NAMES
 from streamd.engine import Recognizer
-from streamd.events import Error, Event, WakeWord
+from streamd.events import Error, Event, Final, WakeWord
 from streamd.model.checkpoint import LoadedModel, load_checkpoint
+from streamd.second_pass.calibration import load_second_pass
 from streamd.train.metrics import align_words, normalize_words
 from streamd.train.recording import KwsTrackRecorder, MeasureBank, recording_recognizer
 
@@ -21,6 +24,7 @@ from .confidence import WordConfidences, confidence_figures, scored_words, word_
 from .decoding import Decoded, finals, record_decode, timed_decode
 from .kws import builtin_kws_figures
 from .options import EvalOptions
+from .second import second_pass_figures
 from .sets import EvalEntry, load_entries, read_eval_set
 from .wer import wer_figures
 
@@ -40,8 +44,11 @@ class Evaluator:
         self.kws_tracks = KwsTrackRecorder(enabled=False)
         self.plain = Recognizer(loaded, config)
         self.stored_calibration, self.calibration_problem = resolve_calibration(loaded.meta, cc)
-        self.recording = recording_recognizer(loaded, config, self.bank, self.kws_tracks)
+        self.recording = recording_recognizer(loaded, dataclasses.replace(config, second_pass=SecondPassConfig()),
+                                              self.bank, self.kws_tracks)  # the first pass's words only
         self.keywords = self.plain.keywords
+        self.second = load_second_pass(config.second_pass, [p.phrase for p in config.decoding.hotwords],
+                                       self.plain.calibration is not None)
         self._warm = False
 
     # ---- decoding
@@ -72,6 +79,15 @@ class Evaluator:
         out = [Decoded() for _ in entries]
 
         events, wall = self._timed(audio, opts.batch_streams)
+        second = None
+        if self.second is not None:  # in line, after the first pass (its RTF stays the first pass's)
+            t0 = time.perf_counter()
+            always = [[self.second.apply(e, choose=False) if isinstance(e, Final) else e for e in evs]
+                      for evs in events]
+            seconds = time.perf_counter() - t0
+            second = second_pass_figures(entries, events, always, self.second, seconds, total)
+            events = [[self.second.choose(a, b) if isinstance(a, Final) else b for a, b in zip(evs, two)]
+                      for evs, two in zip(events, always)]
         for d, evs in zip(out, events):
             fs = finals(evs)
             d.text = " ".join(f.text for f in fs)
@@ -89,6 +105,8 @@ class Evaluator:
         result.update({"rtf": wall / total if total > 0 else None, "rtf_single": rtf_single,
                        "decode_seconds": round(wall, 3), "batch_streams": opts.batch_streams,
                        "sample_rate": opts.resample_to or "native"})
+        if second is not None:
+            result["second_pass"] = second
         result["errors"] = [f"{e.rel_audio}: {m}" for e, d in zip(entries, out) for m in d.errors]
         result["confidence"] = confidence_figures(entries, out, self.config.confidence, self.bank.specs,
                                                   opts.alphas, self.plain.calibration, self.stored_calibration,

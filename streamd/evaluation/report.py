@@ -65,6 +65,19 @@ def format_report(report: dict, measures: bool = False) -> str:
                              f"({pv['ref_words']} words, {pv['utterances']} utts)")
         lines.append(f"RTF {_num(r['rtf'], '.4f')} ({r['batch_streams']} concurrent streams), "
                      f"single stream {_num(r['rtf_single'], '.4f')}")
+        sp = r.get("second_pass")
+        if sp is not None:
+            fp, sc = sp["first_pass"], sp["confidence"]
+            cal = sc["calibration"]
+            lines.append(f"Second pass ({sp['model']}, select {sp['select']} margin {sp['select_margin']}): the WER "
+                         f"above is the finals'; first pass {_pct(fp['wer'])}, second pass always "
+                         f"{_pct(sp['second_pass_always']['wer'])} on the same files; {sp['seconds']} s, RTF "
+                         f"{_num(sp['rtf'], '.4f')}")
+            if sp["select_wer_by_margin"]:
+                lines.append("  select confidence, WER by margin: " + ", ".join(
+                    f"{m} {_pct(w)}" for m, w in sp["select_wer_by_margin"].items()))
+            lines.append(f"  its words: {sp['words_scored']} scored, ECE raw {_num(sc['ece'])}, calibrated "
+                         f"{_num(cal['ece'] if cal else None)} (AUC {_num(cal['auc'] if cal else None)})")
         for e in r["errors"]:
             lines.append(f"  error: {e}")
         c = r["confidence"]

@@ -139,6 +139,12 @@ def stream_cost(method: str, beam: int | None = None) -> float:
     return 1.0  # greedy, ctc_greedy
 
 
+SECOND_PASS_COST = 5.0
+"""Added to a stream's cost when its finals get a second pass (:mod:`streamd.second_pass`): Moonshine base
+took 0.113 s per second of audio on speechocean762 dev where the greedy first pass took 0.020 at 16
+concurrent streams (5.6x; Speech Commands dev 5.8x; docs/benchmarks.md, "Second pass"); it runs in its own
+thread beside the engine, on the same cores."""
+
 # the most a light client's one stream costs: greedy, or modified beam at its default beam (8: 2.2 units)
 LIGHT_STREAM_COST = stream_cost("modified_beam")
 

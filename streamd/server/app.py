@@ -63,8 +63,8 @@ from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
 from ..config import AppConfig, ConfigError
-from ..events import Done, Error, Partial, WakeWord
-from .admission import Admission, Refusal, stream_cost
+from ..events import Done, Error, Event, Final, Partial, WakeWord
+from .admission import SECOND_PASS_COST, Admission, Refusal, stream_cost
 from .auth import RequestInfo, authorize, check_wyoming_auth, load_tokens
 from .commands import CloseStream, Command, OpenStream
 from .conn import Conn, MicStream, discard, run_mic
@@ -129,7 +129,10 @@ class App:
 
     def __init__(self, config: AppConfig, recognizer: Any = None, model_path: str | None = None,
                  mic_factory: Callable[[Any], Any] | None = None, notifier: Notifier | None = None,
-                 tokens: tuple[str, ...] | None = None, loader: Callable[[], Any] | None = None):
+                 tokens: tuple[str, ...] | None = None, loader: Callable[[], Any] | None = None,
+                 second_pass: Any = None):
+        """second_pass: a built :class:`~streamd.second_pass.rescore.SecondPass` to use for
+        ``engine.second_pass`` instead of loading its model at start (embedders, tests)."""
         self.config = config
         self.rec = recognizer
         self.model_path = model_path
@@ -177,6 +180,9 @@ class App:
         self.admission = Admission(config.limits)  # quotas now; the capacity model after the calibration (start)
         self._had_streams = False
         self.resource_errors = ResourceErrors(self.metrics, ACCEPT_ERROR_LOG_SECONDS)
+        self.second_worker: Any = None  # engine.second_pass: the worker thread and each stream's order (start)
+        self.second_gate: Any = None
+        self._second_given = second_pass
 
     # ------------------------------------------------------------------ plumbing
 
@@ -232,7 +238,9 @@ class App:
         """Cost units of a stream with these options (the engine's defaults for what they leave out)."""
         options = options or {}
         dec = self.engine_config.decoding
-        return stream_cost(options.get("method") or dec.method, options.get("beam") or dec.beam)
+        second = options.get("second_pass", self.engine_config.second_pass.enabled)
+        return (stream_cost(options.get("method") or dec.method, options.get("beam") or dec.beam)
+                + (SECOND_PASS_COST if second else 0.0))
 
     def admit(self, key: int, options: Mapping[str, Any] | None, client: str, token: str | None = None
               ) -> Refusal | None:
@@ -265,14 +273,11 @@ class App:
             if key in targets:
                 targets[key].on_opened(err)
         for key, ev in res.events:
-            if isinstance(ev, Done) or (isinstance(ev, Error) and ev.fatal):
-                self._ended(key)
-            if isinstance(ev, WakeWord):
-                self.metrics.wake_events.labels(ev.keyword).inc()
-            elif isinstance(ev, Partial) and key in targets:
-                self.metrics.backlog.labels(targets[key].stream_class).observe(ev.backlog)
-            if key in targets:
-                targets[key].on_event(ev)
+            if self.second_gate is not None:  # a stream's events wait behind its final's second pass
+                for k, e in self.second_gate.route(key, ev):
+                    self._deliver(k, e, targets)
+            else:
+                self._deliver(key, ev, targets)
         for key, n in res.acks.items():
             if key in targets:
                 targets[key].on_applied(n)
@@ -298,6 +303,17 @@ class App:
             self._lane_gauge()
             self._lane_restart = asyncio.get_running_loop().create_task(self._restart_light_lane())
             self._tasks.append(self._lane_restart)
+
+    def _deliver(self, key: int, ev: Event, targets: dict[int, RouteTarget]) -> None:
+        """One engine event of stream ``key`` to its target (the admission sees the stream end with it)."""
+        if isinstance(ev, Done) or (isinstance(ev, Error) and ev.fatal):
+            self._ended(key)
+        if isinstance(ev, WakeWord):
+            self.metrics.wake_events.labels(ev.keyword).inc()
+        elif isinstance(ev, Partial) and key in targets:
+            self.metrics.backlog.labels(targets[key].stream_class).observe(ev.backlog)
+        if key in targets:
+            targets[key].on_event(ev)
 
     def broadcast(self, message: dict, droppable: bool = False) -> None:
         for sub in list(self.subscribers):
@@ -577,6 +593,7 @@ class App:
                      1000 * model.fixed, 1000 * model.per_unit, model.budget(0.0, lim.max_load), lim.max_load,
                      model.chunk_seconds)
         self.model_info = public_model_info(runner.model_info, s.show_model_paths)  # what clients see
+        await self._start_second_pass(loop)
         self.batcher = Batcher(runner, self.executor, self._route)
         if self.admission.model is not None:
             self.batcher.observe = self.admission.model.add_step
@@ -608,6 +625,42 @@ class App:
         local = host in ("localhost", "127.0.0.1", "[::1]")
         log.info("page: %s://%s:%d/ (live transcription in a browser%s)", "https" if tls else "http", host,
                  self.port, "" if tls or local else "; browsers give the microphone only to https or localhost pages")
+
+    async def _start_second_pass(self, loop: asyncio.AbstractEventLoop) -> None:
+        """engine.second_pass: load its model (beside the engine) and start its worker thread and gate."""
+        spc = self.engine_config.second_pass
+        if not spc.enabled:
+            return
+        from ..second_pass.calibration import load_second_pass
+        from ..second_pass.worker import FinalGate, SecondPassWorker
+
+        t0 = time.perf_counter()
+        hot = [p.phrase for p in self.engine_config.decoding.hotwords]
+        calibrated = bool(self.model_info.get("calibrated"))
+        second = self._second_given or await loop.run_in_executor(None, load_second_pass, spc, hot, calibrated)
+        self.second_worker = SecondPassWorker(second, spc.max_queue, spc.max_batch, spc.max_wait_s)
+
+        def done(key: Any, final: Final, seconds: float) -> None:  # in the worker thread
+            loop.call_soon_threadsafe(self._second_done, key, final, seconds)
+
+        self.second_gate = FinalGate(lambda key, final: self.second_worker.submit(key, final, done),
+                                     on_skip=lambda key, final: self._second_outcome(final))
+        self.model_info["second_pass"] = spc.model if self.config.server.show_model_paths or \
+            not Path(spc.model).is_absolute() else Path(spc.model).name
+        log.info("second pass: %s loaded in %.2f s (queue %d, wait <= %g s)", spc.model, time.perf_counter() - t0,
+                 spc.max_queue, spc.max_wait_s)
+
+    def _second_outcome(self, final: Final) -> None:
+        self.metrics.second_pass.labels(final.second_pass or "none").inc()
+
+    def _second_done(self, key: int, final: Final, seconds: float) -> None:
+        """A second pass came back (event loop): count it, deliver it and what waited behind it."""
+        self._second_outcome(final)
+        if final.second_pass == "done":
+            self.metrics.second_pass_seconds.observe(seconds)
+        if self.second_gate is not None:
+            for k, ev in self.second_gate.resolved(key, final):
+                self._deliver(k, ev, self._targets())
 
     def _new_main_lane(self) -> LaneProcess:
         """The main engine's process (``server.engine_process``), loaded and warmed up (blocking: the engine
@@ -800,6 +853,8 @@ class App:
         if self.light_executor is not None:
             await asyncio.get_running_loop().run_in_executor(None, self.light_executor.shutdown)
         drop_shared_folder(self._share_dir)  # a start that failed while the engines loaded
+        if self.second_worker is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self.second_worker.close)
         self.notifier.close()
         self.resource_errors.restore()
         log.info("stopped")

@@ -58,6 +58,14 @@ class Metrics:
         self.dropped_partials = Counter("streamd_dropped_partials",
                                         "Partials replaced by a newer one before a slow client read them",
                                         registry=r)
+        self.second_pass = Counter("streamd_second_pass_finals",
+                                   "Finals of streams with a second pass, by outcome (done, first_pass_preferred, "
+                                   "skipped_overload, skipped_too_long, skipped_no_speech, failed)", ["outcome"],
+                                   registry=r)
+        self.second_pass_seconds = Histogram("streamd_second_pass_seconds",
+                                             "From a segment's final (engine) to its second-pass final",
+                                             buckets=(0.05, 0.1, 0.2, 0.3, 0.4, 0.6, 0.8, 1.0, 1.5, 2.0, 3.0, 5.0),
+                                             registry=r)
 
     def record_step(self, batch: int, seconds: float, audio_seconds: float) -> None:
         self.batch_size.observe(batch)

@@ -417,7 +417,7 @@ class SessionBase(FlowFigures):
 
 
 START_FIELDS = ("type", "sample_rate", "format", "method", "beam", "partials", "keywords", "endpointing",
-                "wake_words", "hotwords")
+                "wake_words", "hotwords", "second_pass")
 
 
 def _phrase_wire(spec: PhraseSpec) -> str | dict:
@@ -463,6 +463,7 @@ class V1Session(SessionBase):
         self.limits = limits
         self.model_info = dict(model_info)
         self.methods = tuple(model_info.get("methods", ()))
+        self.second_pass = model_info.get("second_pass")  # the server's second-pass model, or None
         self.default_method = default_method
         self.default_beam = default_beam
         self.options: dict[str, Any] = {}
@@ -527,8 +528,16 @@ class V1Session(SessionBase):
             check_hotword_method(phrases.get("hotwords"), method)
         except ConfigError as e:
             raise ProtocolError("bad_message", f"start: {e}") from None
+        second = {}  # absent: on where the server has a second pass (ready's model.second_pass names it)
+        if "second_pass" in obj:
+            if not isinstance(obj["second_pass"], bool):
+                raise ProtocolError("bad_message", f"second_pass must be true or false, got {obj['second_pass']!r}")
+            if obj["second_pass"] and self.second_pass is None:
+                raise ProtocolError("bad_message", "start: second_pass: this server has no second-pass model "
+                                                   "(engine.second_pass.model)")
+            second = {"second_pass": obj["second_pass"]}
         self.sample_rate, self.format = rate, fmt
-        self.options = {"sample_rate": rate, "method": method, "beam": beam, **flags, **phrases}
+        self.options = {"sample_rate": rate, "method": method, "beam": beam, **flags, **phrases, **second}
         self.state = V1State.STREAMING
         return [Open(dict(self.options))]
 

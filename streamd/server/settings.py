@@ -29,7 +29,7 @@ def resolve_config(path: str | None, flags: Mapping[str, Any] | None = None,
                    env: Mapping[str, str] | None = None) -> AppConfig:
     """YAML file (or defaults), then environment (STREAMD_HOST/PORT/MODEL/DEVICE), then flags.
 
-    ``flags`` keys: host, port, model, device, vosk_port, wyoming_port, wake_words, hotwords, mic, mic_device
+    ``flags`` keys: host, port, model, device, vosk_port, wyoming_port, wake_words, hotwords, second_pass, mic, mic_device
     (None = not given).
     Errors are ConfigError naming the key path, variable or flag.
     """
@@ -74,6 +74,9 @@ def resolve_config(path: str | None, flags: Mapping[str, Any] | None = None,
         engine = dataclasses.replace(engine, kws=put(engine.kws, "wake_words", flags["wake_words"], "--wake-words"))
     if flags.get("hotwords") is not None:
         engine = dataclasses.replace(engine, decoding=put(engine.decoding, "hotwords", flags["hotwords"], "--hotwords"))
+    if flags.get("second_pass") is not None:
+        engine = dataclasses.replace(engine, second_pass=put(engine.second_pass, "model", flags["second_pass"],
+                                                             "--second-pass"))
     if flags.get("mic"):
         mic = put(mic, "enabled", True, "--mic")
     if flags.get("mic_device") is not None:

@@ -32,6 +32,7 @@ from streamd.engine_args import add_engine_args, engine_config_from_args, run_gu
 from streamd.config import ConfidenceConfig, EngineConfig
 from streamd.decode.calibration import CALIBRATION_KINDS, META_KEY, fit_calibration
 from streamd.model.checkpoint import copy_with_meta, load_checkpoint
+from streamd.paths import model_arg
 from streamd.evaluation.options import EvalOptions
 from streamd.evaluation.recognition import Evaluator
 from streamd.train.metrics import ReliabilityBins, confidence_scores, reliability
@@ -115,6 +116,46 @@ def calibrate(model: str, sets: Sequence[str], out: str, config: EngineConfig,
     return {"model": model, "out": out, "plot": plot, "calibration": cal.to_dict(), **fit_info}
 
 
+def calibrate_second_pass(model: str, sets: Sequence[str], config: EngineConfig,
+                          options: CalibrateOptions = CalibrateOptions(), out: str | None = None) -> dict:
+    """Fit ``options.kind`` for the second pass ``config.second_pass.model`` on ``sets`` and store it
+    (:func:`streamd.second_pass.calibration.write_calibration`; ``out`` overrides where).
+
+    The sets are decoded as ``streamd eval`` does (the first pass through the streaming engine with the
+    checkpoint ``model``, then the second pass over each final); each second-pass word is labelled right
+    or wrong by the WER's alignment; the raw value is the model's word probability, so the fitted map is
+    for measure ``max_prob`` with the model's aggregation.  Returns the report (:func:`format_report`).
+    """
+    import dataclasses
+
+    from streamd.second_pass.calibration import load_second_pass, write_calibration
+    from streamd.evaluation.decoding import timed_decode
+    from streamd.evaluation.second import second_pass_words
+    from streamd.evaluation.sets import load_entries, read_eval_set
+    from streamd.engine import Recognizer
+
+    spc = dataclasses.replace(config.second_pass, calibrated=False, select="always")
+    second = load_second_pass(spc, [p.phrase for p in config.decoding.hotwords])
+    rec = Recognizer(load_checkpoint(model, "cpu"), dataclasses.replace(config, second_pass=spc))
+    raws, oks, keys, info = [], [], [], []
+    for path in sets:
+        entries, _ = read_eval_set(path, options.limit)
+        events, _ = timed_decode(rec, load_entries(entries, None), options.batch_streams, 0.1)
+        raw, _, ok, k = second_pass_words(entries, [second.apply_events(e) for e in events])
+        raws.append(raw)
+        oks.append(ok)
+        keys += k
+        info.append({"set": path, "utterances": len(entries), "words": int(raw.size), "correct": int(ok.sum())})
+    raw, correct = np.concatenate(raws), np.concatenate(oks)
+    cc = ConfidenceConfig(measure="max_prob", alpha=1.0, aggregation=second.model.aggregation, exclude_blank=True)
+    figures, _ = compare_fits(raw, correct, heldout_mask(keys), cc)
+    cal = fit_calibration(options.kind, raw, correct, cc)
+    dest = write_calibration(spc.model, cal, out)
+    return {"model": f"second pass {spc.model}", "out": str(dest), "plot": None, "calibration": cal.to_dict(),
+            "sets": info, "method": config.decoding.method, "beam": config.decoding.beam_for(config.decoding.method),
+            "kind": cal.kind, "heldout": figures}
+
+
 def _num(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.3f}"
 
@@ -143,10 +184,14 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="streamd calibrate", description="Fit a calibration of word confidence "
                                  "(the configured measure -> P(word correct)) on validation sets through the "
                                  "streaming engine, report it on held-out words, and store it in a copy of the model.")
-    ap.add_argument("--model", required=True, help="checkpoint to calibrate")
+    ap.add_argument("--model", help="checkpoint to calibrate (with --second-pass: the first pass's, default the "
+                                    "shipped model)")
     ap.add_argument("--set", dest="sets", action="append", required=True, metavar="PATH.jsonl",
                     help="validation set (JSON lines: audio, text), never the test set; repeatable")
-    ap.add_argument("--out", required=True, help="where the calibrated copy of the checkpoint goes (may be --model)")
+    ap.add_argument("--out", help="where the calibrated copy of the checkpoint goes (may be --model); with "
+                                  "--second-pass: where its calibration goes (default: the shipped "
+                                  "streamd/assets/second_pass.calibration.json for a name, the model folder's "
+                                  "streamd.calibration.json for a path)")
     ap.add_argument("--kind", choices=CALIBRATION_KINDS, default="isotonic",
                     help="calibration stored (default isotonic); both are reported on held-out words")
     ap.add_argument("--plot", metavar="PNG", help="write the held-out reliability diagram to PNG (needs matplotlib)")
@@ -160,7 +205,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _run(args: argparse.Namespace) -> int:
     options = CalibrateOptions(kind=args.kind, limit=args.limit, batch_streams=args.batch_streams)
-    report = calibrate(args.model, args.sets, args.out, engine_config_from_args(args), options, args.plot)
+    config = engine_config_from_args(args)
+    if config.second_pass.enabled:  # the second pass's word probability, not the checkpoint's measure
+        report = calibrate_second_pass(model_arg(args.model), args.sets, config, options, args.out)
+    elif not args.model or not args.out:
+        raise ValueError("--model and --out are required (unless --second-pass)")
+    else:
+        report = calibrate(args.model, args.sets, args.out, config, options, args.plot)
     print(json.dumps(report) if args.json else format_report(report))
     return 0
 

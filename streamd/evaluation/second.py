@@ -1,0 +1,72 @@
+"""The second pass in ``streamd eval`` (and ``streamd calibrate --second-pass``): its words scored against the
+references, and the figures a report gives for it beside the first pass's."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from streamd.events import Event, Final
+from streamd.train.metrics import align_words, normalize_words
+
+from .confidence import calibration_figures
+from .sets import EvalEntry
+from .wer import wer_figures
+
+__all__ = ["second_pass_words", "second_pass_figures"]
+
+
+def second_pass_words(entries: Sequence[EvalEntry], events: Sequence[Sequence[Event]]
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
+    """The second-pass words of every file (finals with ``pass`` 2): (raw probability (W,), calibrated conf
+    (W,), right (W,) bool by the same alignment as the WER, utterance key per word)."""
+    raw, conf, right, keys = [], [], [], []
+    for e, evs in zip(entries, events):
+        words = [w for f in evs if isinstance(f, Final) and f.pass_no == 2 for w in f.words]
+        hyp = [w.word for w in words]
+        text = " ".join(f.text for f in evs if isinstance(f, Final) and f.text)
+        if normalize_words(text) != normalize_words(" ".join(hyp)) or len(normalize_words(" ".join(hyp))) != len(hyp):
+            continue  # a pass-1 final in between, or words the scorer splits: not labelled word by word
+        ok = align_words(normalize_words(e.text), hyp).hyp_correct
+        raw += [w.conf_raw for w in words]
+        conf += [w.conf for w in words]
+        right += list(ok)
+        keys += [f"{e.rel_audio}\t{e.text}"] * len(words)
+    return (np.asarray(raw, dtype=np.float64), np.asarray(conf, dtype=np.float64), np.asarray(right, dtype=bool),
+            keys)
+
+
+SELECT_GRID = (-0.3, -0.2, -0.1, -0.05, 0.0, 0.05, 0.1, 0.2, 0.3)
+"""Margins at which the report gives the WER of ``select: confidence`` (choose the margin on training data)."""
+
+
+def second_pass_figures(entries: Sequence[EvalEntry], first: Sequence[Sequence[Event]],
+                        second: Sequence[Sequence[Event]], sp, seconds: float, audio_seconds: float) -> dict:
+    """The report's ``second_pass`` entry from the engine's events ``first`` and the same events with every
+    Final the second pass's whatever ``select`` says (``second``; ``sp``: the :class:`SecondPass`): the WER
+    of the first pass, of the second pass always, and of ``select: confidence`` at each margin of
+    :data:`SELECT_GRID`; the outcomes; the second pass's own time and RTF; its words' confidence figures."""
+    def texts(per_file):
+        return [" ".join(f.text for f in evs if isinstance(f, Final) and f.text) for evs in per_file]
+
+    def chosen(margin):
+        return [[sp.choose(a, b, margin) if isinstance(a, Final) else b for a, b in zip(x, y)]
+                for x, y in zip(first, second)]
+
+    outcomes: dict[str, int] = {}  # of the finals as served (select applied)
+    for evs in chosen(None):
+        for f in evs:
+            if isinstance(f, Final):
+                outcomes[f.second_pass or "none"] = outcomes.get(f.second_pass or "none", 0) + 1
+    raw, conf, right, _ = second_pass_words(entries, second)
+    cal = calibration_figures(right.tolist(), raw.tolist(), conf.tolist() if sp.calibration is not None else None,
+                              sp.calibration, None)
+    select = None
+    if sp.first_calibrated and sp.calibration is not None:
+        select = {f"{m:g}": wer_figures(entries, texts(chosen(m)))["wer"] for m in SELECT_GRID}
+    return {"model": sp.cfg.model, "select": sp.cfg.select, "select_margin": sp.cfg.select_margin,
+            "first_pass": wer_figures(entries, texts(first)), "second_pass_always": wer_figures(entries, texts(second)),
+            "select_wer_by_margin": select, "finals": outcomes,
+            "seconds": round(seconds, 3), "rtf": seconds / audio_seconds if audio_seconds > 0 else None,
+            "words_scored": int(right.size), "confidence": cal}

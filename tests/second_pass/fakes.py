@@ -1,0 +1,41 @@
+"""A test double of a second-pass model (the :class:`streamd.second_pass.models.WordRecognizer` interface)."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+from streamd.second_pass.models import Recognized, RecognizedWord
+
+
+class FakeRecognizer:
+    """Says ``text`` for any audio of at least ``min_samples``; dates its words (``times``) 0.3 s apart or not.
+
+    ``calls``: the sample counts it was given; ``gate``: when set, each call waits for it (tests of overload);
+    ``fail``: raise instead of answering."""
+
+    name = "fake"
+    aggregation = "min"
+
+    def __init__(self, text: str = "Hello, world 3.", times: bool = False, window_s: float = 30.0,
+                 prob: float = 0.8, min_samples: int = 1):
+        self.text, self.times, self.window_s, self.prob, self.min_samples = text, times, window_s, prob, min_samples
+        self.calls: list[int] = []
+        self.hotwords: list[tuple[str, ...]] = []
+        self.gate: threading.Event | None = None
+        self.fail = False
+
+    def recognize(self, audio: np.ndarray, hotwords=()) -> Recognized:
+        if self.gate is not None:
+            self.gate.wait(10)
+        if self.fail:
+            raise RuntimeError("model broke")
+        assert audio.dtype == np.float32 and audio.ndim == 1
+        self.calls.append(int(audio.size))
+        self.hotwords.append(tuple(hotwords))
+        if audio.size < self.min_samples:
+            return Recognized("")
+        words = tuple(RecognizedWord(w, self.prob, 0.3 * i if self.times else None,
+                                     0.3 * i + 0.2 if self.times else None) for i, w in enumerate(self.text.split()))
+        return Recognized(self.text, words)
