@@ -37,7 +37,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .audio.fbank import Fbank, FbankStream
+from .audio.fbank import Fbank, FbankStream, num_frames
 from .audio.pcm import AudioError, check_sample_rate, decode_pcm
 from .audio.resample import StreamingResampler
 from .config import (HOTWORD_METHODS, SEARCH_METHODS, ConfidenceConfig, EngineConfig, PhraseSpec,
@@ -87,6 +87,16 @@ def distinct_alternatives(best: str, nbest: Sequence[tuple[str, float]]
     best_score = top.pop(best, max(top.values(), default=0.0))
     order = sorted(((t, sc) for t, sc in top.items() if t), key=lambda kv: -kv[1])
     return tuple(t for t, _ in order), (best_score, *(sc for _, sc in order))
+
+
+TAIL_PADDING_SECONDS = 0.32
+"""Seconds of quiet audio decoded after the last sample of a finished stream (the end-of-stream flush,
+:meth:`Recognizer.finish`); chosen on validation data (streamd/assets/MODEL_CARD.md, "End of stream")."""
+
+
+def tail_padding(seconds: float) -> np.ndarray:
+    """The end-of-stream flush: ``(round(seconds * 16000),)`` float32 samples at 16 kHz of digital silence."""
+    return np.zeros(max(0, round(seconds * 16000)), dtype=np.float32)
 
 
 def lm_path_for(model_path: str | Path) -> Path:
@@ -164,6 +174,7 @@ class _Stream:
     carry: HypOut | None = None  # with endpointing off: the open segment's text before its last pause
     finished: bool = False
     reset_at: int | None = None  # close the segment once this many fbank frames are decoded
+    end_frame: int | None = None  # after finish(): encoder frames of the accepted audio (the flush comes after)
     hot: ContextGraph | None = None  # hotwords (modified_beam only)
     wake: KeywordSet | None = None  # runtime wake words
     # per-stream slices of batched state (None until first gathered)
@@ -278,6 +289,7 @@ class Recognizer:
         self._default_wake = self.wake_word_set(kcfg.wake_words, "kws.wake_words")
         self._default_hot = self._hotword_graph(dcfg.hotwords, "decoding.hotwords")
         self.endpointer = Endpointer(self.config.endpoint, self.frame_shift_s)
+        self.tail_padding = tail_padding(TAIL_PADDING_SECONDS)
         self._streams: dict[int, _Stream] = {}
         self._ids = itertools.count(1)
         self._batch: _Batch | None = None
@@ -471,12 +483,24 @@ class Recognizer:
         st.reset_at = st.fbank.frames_taken + full
 
     def finish(self, sid: int) -> None:
-        """No more audio: the next steps decode the tail (padded) and emit Final then Done."""
+        """No more audio: the next steps decode the tail and the end-of-stream flush, then emit Final and Done.
+
+        The flush (:attr:`tail_padding`) is quiet audio after the last sample, decoded like the stream's
+        own: a word that ends right at the end of the stream is still being emitted a few frames later
+        (the encoder is causal and the transducer emits late), and without it would be cut ("five" ->
+        "fi").  Times stay those of the stream: the Final and its words end at the last encoder frame of
+        the accepted audio at the latest.  A stream that received no audio gets no flush."""
         st = self._get(sid)
         if st.finished:
             return
         if st.resampler is not None:
             st.fbank.accept(st.resampler.flush())
+        if st.fbank.accepted:
+            fc = self.model.cfg.fbank
+            n = num_frames(max(st.fbank.accepted, fc.frame_length) + fc.frame_shift - 1, fc.frame_length,
+                           fc.frame_shift)  # fbank frames of the audio, its last one zero-padded
+            st.end_frame = -(-n // 4)
+            st.fbank.accept(self.tail_padding)
         st.fbank.finish()
         st.finished = True
 
@@ -796,8 +820,12 @@ class Recognizer:
                     head = self.tokens.decode(st.carry.tokens)
                     alts = tuple(t for t in (f"{head} {a}".strip() for a in alts) if t != text)
                     scores = tuple(sc + st.carry.score for sc in scores[:1 + len(alts)])
-                events.append(Final(sid, st.segment, text, self._words(hyp),
-                                    st.segment_start * self.frame_shift_s, st.frames_done * self.frame_shift_s,
+                end, words = st.frames_done * self.frame_shift_s, self._words(hyp)
+                if st.end_frame is not None:  # the flush's frames are not the stream's time
+                    end = max(st.segment_start * self.frame_shift_s, min(end, st.end_frame * self.frame_shift_s))
+                    words = tuple(dataclasses.replace(w, start=min(w.start, max(0.0, end - self.frame_shift_s)),
+                                                      end=min(w.end, end)) for w in words)
+                events.append(Final(sid, st.segment, text, words, st.segment_start * self.frame_shift_s, end,
                                     hyp.tokens, hyp.frames, hyp.confs, reason, alts, scores))
                 st.segment += 1
             st.carry = None
