@@ -820,13 +820,12 @@ class Recognizer:
                     head = self.tokens.decode(st.carry.tokens)
                     alts = tuple(t for t in (f"{head} {a}".strip() for a in alts) if t != text)
                     scores = tuple(sc + st.carry.score for sc in scores[:1 + len(alts)])
-                end, words = st.frames_done * self.frame_shift_s, self._words(hyp)
-                if st.end_frame is not None:  # the flush's frames are not the stream's time
-                    end = max(st.segment_start * self.frame_shift_s, min(end, st.end_frame * self.frame_shift_s))
-                    words = tuple(dataclasses.replace(w, start=min(w.start, max(0.0, end - self.frame_shift_s)),
-                                                      end=min(w.end, end)) for w in words)
-                events.append(Final(sid, st.segment, text, words, st.segment_start * self.frame_shift_s, end,
-                                    hyp.tokens, hyp.frames, hyp.confs, reason, alts, scores))
+                end = st.frames_done
+                if st.end_frame is not None:  # the flush is not the stream's time: what it emits ends the audio
+                    end = max(st.segment_start, min(end, st.end_frame))
+                    hyp = dataclasses.replace(hyp, frames=tuple(min(f, end - 1) for f in hyp.frames))
+                events.append(Final(sid, st.segment, text, self._words(hyp), st.segment_start * self.frame_shift_s,
+                                    end * self.frame_shift_s, hyp.tokens, hyp.frames, hyp.confs, reason, alts, scores))
                 st.segment += 1
             st.carry = None
             st.segment_start = st.frames_done
