@@ -21,27 +21,9 @@ import argparse
 import json
 from pathlib import Path
 
-import numpy as np
 import soundfile as sf
 
-
-def speech_span(x: np.ndarray, rate: int, above_noise: float, below_peak: float, margin: float) -> tuple[int, int]:
-    """[start, end) sample indices of the speech in ``x`` (N,) plus ``margin`` seconds each side."""
-    win, hop = int(0.02 * rate), int(0.01 * rate)
-    if x.size < win:
-        return 0, x.size
-    n = 1 + (x.size - win) // hop
-    frames = np.lib.stride_tricks.sliding_window_view(x.astype(np.float64), win)[::hop][:n]
-    frames = frames - frames.mean(axis=1, keepdims=True)
-    db = 10 * np.log10(np.mean(frames ** 2, axis=1) + 1e-12)
-    thr = max(np.percentile(db, 10) + above_noise, db.max() - below_peak)
-    loud = np.flatnonzero(db >= thr)
-    if loud.size == 0:  # nothing stands out of the noise: no speech found, the clip stays whole
-        return 0, x.size
-    pad = int(round(margin * rate))
-    start = max(0, int(loud[0]) * hop - pad)
-    end = min(x.size, int(loud[-1]) * hop + win + pad)
-    return start, end
+from streamd.evaluation.trim import speech_span
 
 
 def main() -> None:
