@@ -10,10 +10,10 @@ that the pause between two prompts is the gap (digital silence, ``--gap`` second
 inside a prompt are the reader's own. The joined recording is decoded as one stream (greedy, endpointing on,
 0.1 s pieces) once per rule2 value; per value:
 
-* finals: Finals with text (the one at the end of the stream included);
-* merges: gaps no Final closes (no Final ends between the end of one prompt's speech and the start of the
-  next's; the stream end closes the last prompt);
-* splits: Finals that end inside a prompt (more than 0.2 s after its speech started and 0.2 s before its end);
+* finals: Finals with text (the one at the end of the stream included); each word belongs to the prompt
+  nearest to its middle;
+* merges: prompt boundaries inside one Final (a pause that got no Final);
+* splits: a prompt whose words run from one Final into the next (a Final inside a sentence);
 * which rule closed each Final (``endpoint:rule1|2|3``, ``eos``).
 
 Train splits only: the endpoint defaults are chosen on these figures, never on a dev set.
@@ -68,9 +68,12 @@ def measure(rec: Recognizer, x: np.ndarray, rate: int, spans: list[tuple[float, 
     rec.finish(sid)
     events += rec.drain()
     finals = [e for e in events if isinstance(e, Final) and e.text]
-    ends = [f.end for f in finals]
-    merges = sum(1 for (_, e0), (s1, _) in zip(spans, spans[1:]) if not any(e0 <= t <= s1 + 0.2 for t in ends))
-    splits = sum(1 for t in ends if any(s + 0.2 < t < e - 0.2 for s, e in spans))
+    mids = np.array([(s + e) / 2 for s, e in spans])
+    # each Final's words, by the prompt nearest to each word's middle
+    owners = [[int(np.argmin(np.abs(mids - (w.start + w.end) / 2))) for w in f.words] for f in finals]
+    owners = [o for o in owners if o]
+    merges = sum(max(o) - min(o) for o in owners)  # prompt boundaries inside one Final
+    splits = sum(1 for a, b in zip(owners, owners[1:]) if a[-1] == b[0])  # a prompt ends in one, goes on in the next
     return {"finals": len(finals), "merges": merges, "splits": splits,
             "rules": dict(Counter(f.reason for f in finals)),
             "longest_final_s": round(max((f.end - f.start for f in finals), default=0.0), 2)}
