@@ -13,7 +13,9 @@ inside a prompt are the reader's own. The joined recording is decoded as one str
 * finals: Finals with text (the one at the end of the stream included); each word belongs to the prompt
   nearest to its middle;
 * merges: prompt boundaries inside one Final (a pause that got no Final);
-* splits: a prompt whose words run from one Final into the next (a Final inside a sentence);
+* splits: a prompt whose words run from one Final into the next (a Final inside a sentence), with the
+  silence between the two Finals' words; ``splits_at_short_pauses``: those where it is under ``--long-pause``
+  (0.8 s: the reader's own pauses of 0.8 s or more inside a sentence should get a Final too);
 * which rule closed each Final (``endpoint:rule1|2|3``, ``eos``).
 
 Train splits only: the endpoint defaults are chosen on these figures, never on a dev set.
@@ -58,7 +60,8 @@ def joined_prompts(manifest: Path, count: int, min_words: int, gap: float, rate:
     return np.concatenate(pieces[:-1]), spans, texts
 
 
-def measure(rec: Recognizer, x: np.ndarray, rate: int, spans: list[tuple[float, float]]) -> dict:
+def measure(rec: Recognizer, x: np.ndarray, rate: int, spans: list[tuple[float, float]],
+            long_pause: float = 0.8) -> dict:
     sid = rec.create_stream(sample_rate=rate, method="greedy", partials=False)
     events = []
     piece = rate // 10
@@ -73,8 +76,13 @@ def measure(rec: Recognizer, x: np.ndarray, rate: int, spans: list[tuple[float, 
     owners = [[int(np.argmin(np.abs(mids - (w.start + w.end) / 2))) for w in f.words] for f in finals]
     owners = [o for o in owners if o]
     merges = sum(max(o) - min(o) for o in owners)  # prompt boundaries inside one Final
-    splits = sum(1 for a, b in zip(owners, owners[1:]) if a[-1] == b[0])  # a prompt ends in one, goes on in the next
-    return {"finals": len(finals), "merges": merges, "splits": splits,
+    worded = [f for f in finals if f.words]
+    # a prompt ends in one Final and goes on in the next: the silence between their words (40 ms resolution)
+    gaps = [b.words[0].start - a.words[-1].end for a, b, oa, ob in zip(worded, worded[1:], owners, owners[1:])
+            if oa[-1] == ob[0]]
+    return {"finals": len(finals), "merges": merges, "splits": len(gaps),
+            "splits_at_short_pauses": sum(1 for g in gaps if g < long_pause),
+            "split_pauses_s": [round(g, 2) for g in gaps],
             "rules": dict(Counter(f.reason for f in finals)),
             "longest_final_s": round(max((f.end - f.start for f in finals), default=0.0), 2)}
 
@@ -87,6 +95,7 @@ def main() -> None:
     ap.add_argument("--gap", type=float, default=1.0, help="seconds of digital silence between prompts")
     ap.add_argument("--rule1", type=float, default=2.4)
     ap.add_argument("--rule2", default="1.2", help="comma-separated rule2_trailing_silence values")
+    ap.add_argument("--long-pause", type=float, default=0.8, help="a pause that should end a segment (0.8 s)")
     ap.add_argument("--rate", type=int, default=16000, help="stream sample rate (8000: telephone band)")
     ap.add_argument("--model", default=str(default_model_path()))
     ap.add_argument("--json", action="store_true")
@@ -101,7 +110,7 @@ def main() -> None:
         cfg = EngineConfig(device="cpu", endpoint=EndpointConfig(rule1_trailing_silence=max(a.rule1, r2),
                                                                  rule2_trailing_silence=r2))
         row = {"rule1": max(a.rule1, r2), "rule2": r2, **measure(Recognizer.from_checkpoint(a.model, cfg), x,
-                                                                  a.rate, spans)}
+                                                                  a.rate, spans, a.long_pause)}
         rows.append(row)
         if not a.json:
             print(json.dumps(row), flush=True)
