@@ -799,7 +799,48 @@ class Recognizer:
         close = [(sid, "eos" if self._streams[sid].finished else "reset") for sid in ids]
         return self._finalize(batch, close, best)
 
+    def _reset_flush(self, batch: _Batch, sids: list[int]) -> dict[int, HypOut]:
+        """Best final hypothesis of each stream in ``sids`` (closing at a ``reset``) after the end-of-stream
+        flush, decoded from copies of its encoder and search states: the last word is finished as at the end
+        of a stream, while the stream itself goes on from its own state (it never sees the flush).
+
+        The flush frames are those :meth:`finish` adds after audio that ends with a full frame: the last
+        frame's overlap (``frame_length - frame_shift`` samples, silent here) then :attr:`tail_padding`."""
+        rows = torch.tensor([batch.ids.index(sid) for sid in sids], device=self.device)
+        fc = self.model.cfg.fbank
+        sig = np.concatenate([np.zeros(fc.frame_length - fc.frame_shift, np.float32), self.tail_padding])
+        total = num_frames(sig.size, fc.frame_length, fc.frame_shift)
+        width = fc.frame_length + (self.chunk_fbank - 1) * fc.frame_shift
+        enc_cache = batch.enc.select(rows)
+        states = {}
+        for method, (mrows, state) in batch.groups.items():
+            ml = mrows.tolist()
+            pairs = [(k, ml.index(row)) for k, row in enumerate(rows.tolist()) if row in ml]
+            if pairs:  # (row among sids, row of the method's state)
+                states[method] = (torch.tensor([k for k, _ in pairs], device=self.device),
+                                  state.select(torch.tensor([j for _, j in pairs], device=self.device)))
+        offsets = torch.tensor([self._streams[sid].frames_done for sid in sids], device=self.device)
+        for first in range(0, total, self.chunk_fbank):
+            piece = sig[first * fc.frame_shift: first * fc.frame_shift + width]
+            wav = torch.zeros(len(sids), width, device=self.device)
+            wav[:, : piece.size] = torch.from_numpy(piece).to(self.device)
+            lengths = torch.full((len(sids),), min(self.chunk_fbank, total - first), device=self.device)
+            enc, enc_len, enc_cache = self.model.encoder.forward_chunk(self.fbank(wav), lengths, enc_cache)
+            heads = self.model.heads(enc)
+            for method, (ks, state) in states.items():
+                search = self.searches[method]
+                states[method] = (ks, search.step(state, getattr(heads, search.reads)[ks], enc_len[ks], offsets[ks]))
+            offsets = offsets + enc_len
+        out: dict[int, HypOut] = {}
+        for method, (ks, state) in states.items():
+            for k, hyp in zip(ks.tolist(), self.searches[method].best(state, final=True)):
+                out[sids[k]] = hyp
+        return out
+
     def _finalize(self, batch: _Batch, close: list[tuple[int, str]], best: dict[int, HypOut]) -> list[Event]:
+        resets = [sid for sid, reason in close if reason == "reset"]
+        if resets and self.tail_padding.size:
+            best = {**best, **self._reset_flush(batch, resets)}
         events: list[Event] = []
         reset_rows: list[int] = []
         ended: list[int] = []
@@ -821,8 +862,8 @@ class Recognizer:
                     alts = tuple(t for t in (f"{head} {a}".strip() for a in alts) if t != text)
                     scores = tuple(sc + st.carry.score for sc in scores[:1 + len(alts)])
                 end = st.frames_done
-                if st.end_frame is not None:  # the flush is not the stream's time: what it emits ends the audio
-                    end = max(st.segment_start, min(end, st.end_frame))
+                if st.end_frame is not None or reason == "reset":  # the flush is not the stream's time:
+                    end = max(st.segment_start, min(end, st.end_frame or end))  # what it emits ends the audio
                     hyp = dataclasses.replace(hyp, frames=tuple(min(f, end - 1) for f in hyp.frames))
                 events.append(Final(sid, st.segment, text, self._words(hyp), st.segment_start * self.frame_shift_s,
                                     end * self.frame_shift_s, hyp.tokens, hyp.frames, hyp.confs, reason, alts, scores))
