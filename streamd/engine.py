@@ -471,7 +471,8 @@ class Recognizer:
         return []
 
     def reset(self, sid: int) -> None:
-        """Close the open segment after every full chunk accepted so far (Final with reason 'reset').
+        """Close the open segment after every full chunk accepted so far (Final with reason 'reset', its last
+        word finished by the end-of-stream flush, decoded from copies of the stream's states).
 
         Samples short of a full chunk stay in the stream and open the next
         segment: the encoder only ever sees whole chunks until the end of stream.
