@@ -282,6 +282,17 @@ def test_reset_closes_segment(tiny_ckpt):
     assert [f.segment for f in finals] == [0, 1] and finals[1].reason == "eos"
 
 
+def reset_between(rec, x, y, method):
+    """The Finals of one stream: ``x``, reset, then ``y`` and the end of the stream."""
+    sid = rec.create_stream(method=method, beam=3)
+    ev = rec.accept_audio(sid, x) + rec.drain()
+    rec.reset(sid)
+    ev += rec.drain()
+    ev += rec.accept_audio(sid, y)
+    rec.finish(sid)
+    return [e for e in ev + rec.drain() if isinstance(e, Final)]
+
+
 @pytest.mark.parametrize("method", ["greedy", "modified_beam", "ctc_prefix_beam"])
 def test_reset_flushes_like_the_end_of_stream(tiny_ckpt, method, monkeypatch):
     """reset closes its segment with the end-of-stream flush, decoded from copies of the stream's states: audio
@@ -291,16 +302,9 @@ def test_reset_flushes_like_the_end_of_stream(tiny_ckpt, method, monkeypatch):
     n = 3 * rec.chunk_fbank * 160 + 240  # three chunks of fbank frames exactly (the flush takes two more)
     x = random_audio(n / 16000 + 0.01, seed=3)[:n]
     x[-240:] = 0.0
-    eos = [e for e in run_one(rec, x, method=method, beam=3) if isinstance(e, Final)]
     y = random_audio(1.0, seed=4)
-    sid = rec.create_stream(method=method, beam=3)
-    ev = rec.accept_audio(sid, x) + rec.drain()
-    rec.reset(sid)
-    ev += rec.drain()
-    ev += rec.accept_audio(sid, y)
-    rec.finish(sid)
-    ev += rec.drain()
-    finals = [e for e in ev if isinstance(e, Final)]
+    eos = [e for e in run_one(rec, x, method=method, beam=3) if isinstance(e, Final)]
+    finals = reset_between(rec, x, y, method)
     assert [f.reason for f in finals] == ["reset", "eos"]
     assert finals[0].tokens == eos[0].tokens and len(eos[0].tokens) > 0
     assert finals[0].end == pytest.approx(3 * rec.chunk_frames * rec.frame_shift_s)
@@ -308,14 +312,7 @@ def test_reset_flushes_like_the_end_of_stream(tiny_ckpt, method, monkeypatch):
     # the stream itself never saw the flush: the second segment is what it is without any reset flush
     plain = Recognizer.from_checkpoint(tiny_ckpt, NO_ENDPOINT)
     monkeypatch.setattr(plain, "_reset_flush", lambda batch, sids: {})  # reset without the flush
-    sid = plain.create_stream(method=method, beam=3)
-    ev = plain.accept_audio(sid, x) + plain.drain()
-    plain.reset(sid)
-    ev += plain.drain()
-    ev += plain.accept_audio(sid, y)
-    plain.finish(sid)
-    ev += plain.drain()
-    second = [f for f in ev if isinstance(f, Final)][1]
+    second = reset_between(plain, x, y, method)[1]
     assert (finals[1].tokens, finals[1].start) == (second.tokens, second.start)
 
 
