@@ -4,6 +4,11 @@
     python bench/peers.py [--set ../shared/eval/dev/asr.jsonl] [--limit N] [--model PATH] [--json]
                           [--systems pocketsphinx,streamd,whisper-base,whisper-tiny.en,moonshine-base]
 
+The real sets measured so far (docs/benchmarks.md, "Real speech: streamd beside the teacher models"):
+``../shared/real/speech_commands/dev/manifest.jsonl`` (command words) and
+``../shared/real/speechocean762/dev/manifest.jsonl`` (read sentences, non-native speakers, 16 kHz Ogg Opus,
+which soundfile reads).
+
 Every file of the set (``streamd eval``'s JSON-lines format, read with
 :func:`streamd.evaluation.sets.read_eval_set`) is loaded once, resampled to
 16 kHz, and decoded file by file by each system, in one run on this machine:

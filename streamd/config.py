@@ -293,12 +293,14 @@ class EndpointConfig:
 
     rule1: ``rule1_trailing_silence`` of trailing silence, even if nothing was
     decoded; rule2: ``rule2_trailing_silence`` after something was decoded;
-    rule3: the segment reaches ``rule3_max_utterance``.
+    rule3: the segment reaches ``rule3_max_utterance``.  rule2's 0.6 s (k2 sherpa's is 1.2 s) gives a
+    final at every pause of 0.8 s or more between read sentences and none at a shorter one inside them
+    (``bench/endpoints.py`` on training prompts, docs/benchmarks.md "Endpoints at real pauses").
     """
 
     enabled: bool = True
     rule1_trailing_silence: float = 2.4
-    rule2_trailing_silence: float = 1.2
+    rule2_trailing_silence: float = 0.6
     rule3_max_utterance: float = 20.0
 
     def __post_init__(self) -> None:

@@ -37,7 +37,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .audio.fbank import Fbank, FbankStream
+from .audio.fbank import Fbank, FbankStream, num_frames
 from .audio.pcm import AudioError, check_sample_rate, decode_pcm
 from .audio.resample import StreamingResampler
 from .config import (HOTWORD_METHODS, SEARCH_METHODS, ConfidenceConfig, EngineConfig, PhraseSpec,
@@ -88,6 +88,16 @@ def distinct_alternatives(best: str, nbest: Sequence[tuple[str, float]]
     best_score = top.pop(best, max(top.values(), default=0.0))
     order = sorted(((t, sc) for t, sc in top.items() if t), key=lambda kv: -kv[1])
     return tuple(t for t, _ in order), (best_score, *(sc for _, sc in order))
+
+
+TAIL_PADDING_SECONDS = 0.32
+"""Seconds of quiet audio decoded after the last sample of a finished stream (the end-of-stream flush,
+:meth:`Recognizer.finish`); chosen on validation data (streamd/assets/MODEL_CARD.md, "End of stream")."""
+
+
+def tail_padding(seconds: float) -> np.ndarray:
+    """The end-of-stream flush: ``(round(seconds * 16000),)`` float32 samples at 16 kHz of digital silence."""
+    return np.zeros(max(0, round(seconds * 16000)), dtype=np.float32)
 
 
 def lm_path_for(model_path: str | Path) -> Path:
@@ -166,6 +176,7 @@ class _Stream:
     carry: HypOut | None = None  # with endpointing off: the open segment's text before its last pause
     finished: bool = False
     reset_at: int | None = None  # close the segment once this many fbank frames are decoded
+    end_frame: int | None = None  # after finish(): encoder frames of the accepted audio (the flush comes after)
     hot: ContextGraph | None = None  # hotwords (modified_beam only)
     wake: KeywordSet | None = None  # runtime wake words
     # per-stream slices of batched state (None until first gathered)
@@ -285,6 +296,7 @@ class Recognizer:
         self._default_wake = self.wake_word_set(kcfg.wake_words, "kws.wake_words")
         self._default_hot = self._hotword_graph(dcfg.hotwords, "decoding.hotwords")
         self.endpointer = Endpointer(self.config.endpoint, self.frame_shift_s)
+        self.tail_padding = tail_padding(TAIL_PADDING_SECONDS)
         self._streams: dict[int, _Stream] = {}
         self._ids = itertools.count(1)
         self._batch: _Batch | None = None
@@ -489,7 +501,8 @@ class Recognizer:
         return out
 
     def reset(self, sid: int) -> None:
-        """Close the open segment after every full chunk accepted so far (Final with reason 'reset').
+        """Close the open segment after every full chunk accepted so far (Final with reason 'reset', its last
+        word finished by the end-of-stream flush, decoded from copies of the stream's states).
 
         Samples short of a full chunk stay in the stream and open the next
         segment: the encoder only ever sees whole chunks until the end of stream.
@@ -501,7 +514,13 @@ class Recognizer:
         st.reset_at = st.fbank.frames_taken + full
 
     def finish(self, sid: int) -> None:
-        """No more audio: the next steps decode the tail (padded) and emit Final then Done."""
+        """No more audio: the next steps decode the tail and the end-of-stream flush, then emit Final and Done.
+
+        The flush (:attr:`tail_padding`) is quiet audio after the last sample, decoded like the stream's
+        own: a word that ends right at the end of the stream is still being emitted a few frames later
+        (the encoder is causal and the transducer emits late), and without it would be cut ("five" ->
+        "fi").  Times stay those of the stream: the Final and its words end at the last encoder frame of
+        the accepted audio at the latest.  A stream that received no audio gets no flush."""
         st = self._get(sid)
         if st.finished:
             return
@@ -509,6 +528,12 @@ class Recognizer:
             tail = st.resampler.flush()
             self._keep_audio(st, tail)
             st.fbank.accept(tail)
+        if st.fbank.accepted:
+            fc = self.model.cfg.fbank
+            n = num_frames(max(st.fbank.accepted, fc.frame_length) + fc.frame_shift - 1, fc.frame_length,
+                           fc.frame_shift)  # fbank frames of the audio, its last one zero-padded
+            st.end_frame = -(-n // 4)
+            st.fbank.accept(self.tail_padding)
         st.fbank.finish()
         st.finished = True
 
@@ -807,7 +832,48 @@ class Recognizer:
         close = [(sid, "eos" if self._streams[sid].finished else "reset") for sid in ids]
         return self._finalize(batch, close, best)
 
+    def _reset_flush(self, batch: _Batch, sids: list[int]) -> dict[int, HypOut]:
+        """Best final hypothesis of each stream in ``sids`` (closing at a ``reset``) after the end-of-stream
+        flush, decoded from copies of its encoder and search states: the last word is finished as at the end
+        of a stream, while the stream itself goes on from its own state (it never sees the flush).
+
+        The flush frames are those :meth:`finish` adds after audio that ends with a full frame: the last
+        frame's overlap (``frame_length - frame_shift`` samples, silent here) then :attr:`tail_padding`."""
+        rows = torch.tensor([batch.ids.index(sid) for sid in sids], device=self.device)
+        fc = self.model.cfg.fbank
+        sig = np.concatenate([np.zeros(fc.frame_length - fc.frame_shift, np.float32), self.tail_padding])
+        total = num_frames(sig.size, fc.frame_length, fc.frame_shift)
+        width = fc.frame_length + (self.chunk_fbank - 1) * fc.frame_shift
+        enc_cache = batch.enc.select(rows)
+        states = {}
+        for method, (mrows, state) in batch.groups.items():
+            ml = mrows.tolist()
+            pairs = [(k, ml.index(row)) for k, row in enumerate(rows.tolist()) if row in ml]
+            if pairs:  # (row among sids, row of the method's state)
+                states[method] = (torch.tensor([k for k, _ in pairs], device=self.device),
+                                  state.select(torch.tensor([j for _, j in pairs], device=self.device)))
+        offsets = torch.tensor([self._streams[sid].frames_done for sid in sids], device=self.device)
+        for first in range(0, total, self.chunk_fbank):
+            piece = sig[first * fc.frame_shift: first * fc.frame_shift + width]
+            wav = torch.zeros(len(sids), width, device=self.device)
+            wav[:, : piece.size] = torch.from_numpy(piece).to(self.device)
+            lengths = torch.full((len(sids),), min(self.chunk_fbank, total - first), device=self.device)
+            enc, enc_len, enc_cache = self.model.encoder.forward_chunk(self.fbank(wav), lengths, enc_cache)
+            heads = self.model.heads(enc)
+            for method, (ks, state) in states.items():
+                search = self.searches[method]
+                states[method] = (ks, search.step(state, getattr(heads, search.reads)[ks], enc_len[ks], offsets[ks]))
+            offsets = offsets + enc_len
+        out: dict[int, HypOut] = {}
+        for method, (ks, state) in states.items():
+            for k, hyp in zip(ks.tolist(), self.searches[method].best(state, final=True)):
+                out[sids[k]] = hyp
+        return out
+
     def _finalize(self, batch: _Batch, close: list[tuple[int, str]], best: dict[int, HypOut]) -> list[Event]:
+        resets = [sid for sid, reason in close if reason == "reset"]
+        if resets and self.tail_padding.size:
+            best = {**best, **self._reset_flush(batch, resets)}
         events: list[Event] = []
         reset_rows: list[int] = []
         ended: list[int] = []
@@ -828,14 +894,18 @@ class Recognizer:
                     head = self.tokens.decode(st.carry.tokens)
                     alts = tuple(t for t in (f"{head} {a}".strip() for a in alts) if t != text)
                     scores = tuple(sc + st.carry.score for sc in scores[:1 + len(alts)])
+                end = st.frames_done
+                if st.end_frame is not None or reason == "reset":  # the flush is not the stream's time:
+                    end = max(st.segment_start, min(end, st.end_frame or end))  # what it emits ends the audio
+                    hyp = dataclasses.replace(hyp, frames=tuple(min(f, end - 1) for f in hyp.frames))
                 second: dict[str, Any] = {}
                 if st.audio is not None:
                     audio = self._segment_audio(st)
                     second = {"first_pass_text": text, "audio": audio,
                               "second_pass": "pending" if audio is not None else "skipped_too_long"}
-                events.append(Final(sid, st.segment, text, self._words(hyp),
-                                    st.segment_start * self.frame_shift_s, st.frames_done * self.frame_shift_s,
-                                    hyp.tokens, hyp.frames, hyp.confs, reason, alts, scores, **second))
+                events.append(Final(sid, st.segment, text, self._words(hyp), st.segment_start * self.frame_shift_s,
+                                    end * self.frame_shift_s, hyp.tokens, hyp.frames, hyp.confs, reason, alts, scores,
+                                    **second))
                 st.segment += 1
             elif st.audio is not None:  # an endpoint with nothing decoded: its audio is not needed
                 st.segment_start = st.frames_done

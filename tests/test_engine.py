@@ -45,11 +45,12 @@ def final_tokens(events):
 
 @torch.no_grad()
 def offline_tokens(rec, x, method="greedy", beam=None):
-    """Whole utterance: fbank of the padded signal, encoder forward under the chunk mask, one search call
-    (beam: the stream's, by default the config's for the method)."""
+    """Whole utterance: fbank of the signal and the engine's end-of-stream flush, encoder forward under the
+    chunk mask, one search call (beam: the stream's, by default the config's for the method)."""
     beam = rec.config.decoding.beam_for(method) if beam is None else beam
     fs = FbankStream(rec.model.cfg.fbank)
     fs.accept(x)
+    fs.accept(rec.tail_padding)
     fs.finish()
     n = fs.frames_ready()
     feats = Fbank(rec.model.cfg.fbank)(torch.from_numpy(fs.take(n))[None])
@@ -216,8 +217,10 @@ def test_crash_inside_one_stream_is_isolated(tiny_ckpt, monkeypatch, permanent):
 
 
 def test_all_audio_reaches_the_result(tiny_ckpt):
-    """Every accepted sample is decoded: frames decoded cover the whole (padded) signal."""
+    """Every accepted sample is decoded: frames decoded cover the whole (padded) signal and the end-of-stream
+    flush after it; the Final ends with the audio's last frame, not the flush's."""
     rec = Recognizer.from_checkpoint(tiny_ckpt, NO_ENDPOINT)
+    assert rec.tail_padding.size > 0
     for n in (0, 1, 399, 400, 401, 5 * 640 + 17, 16000 * 3 + 5):
         sid = rec.create_stream()
         rec.accept_audio(sid, random_audio(n / 16000 + 1e-9, seed=n)[:n])
@@ -227,10 +230,18 @@ def test_all_audio_reaches_the_result(tiny_ckpt):
         fs = FbankStream(rec.model.cfg.fbank)
         fs.accept(np.zeros(n, dtype=np.float32))
         fs.finish()
-        expect_frames = (fs.frames_ready() + 3) // 4
-        assert st.frames_done == expect_frames, n
+        audio_frames = (fs.frames_ready() + 3) // 4
+        fs = FbankStream(rec.model.cfg.fbank)
+        fs.accept(np.zeros(n, dtype=np.float32))
+        if n:  # a stream without audio gets no flush
+            fs.accept(rec.tail_padding)
+        fs.finish()
+        assert st.frames_done == (fs.frames_ready() + 3) // 4, n
         assert isinstance(ev[-1], Done) and ev[-1].audio_seconds == pytest.approx(n / 16000)
-        assert sum(isinstance(e, Final) for e in ev) == 1
+        finals = [e for e in ev if isinstance(e, Final)]
+        assert len(finals) == 1
+        assert finals[0].end == pytest.approx(audio_frames * rec.frame_shift_s)
+        assert all(w.end <= finals[0].end for w in finals[0].words)
 
 
 def test_endpoint_rule3_splits_segments(tmp_path):
@@ -271,6 +282,40 @@ def test_reset_closes_segment(tiny_ckpt):
     assert [f.segment for f in finals] == [0, 1] and finals[1].reason == "eos"
 
 
+def reset_between(rec, x, y, method):
+    """The Finals of one stream: ``x``, reset, then ``y`` and the end of the stream."""
+    sid = rec.create_stream(method=method, beam=3)
+    ev = rec.accept_audio(sid, x) + rec.drain()
+    rec.reset(sid)
+    ev += rec.drain()
+    ev += rec.accept_audio(sid, y)
+    rec.finish(sid)
+    return [e for e in ev + rec.drain() if isinstance(e, Final)]
+
+
+@pytest.mark.parametrize("method", ["greedy", "modified_beam", "ctc_prefix_beam"])
+def test_reset_flushes_like_the_end_of_stream(tiny_ckpt, method, monkeypatch):
+    """reset closes its segment with the end-of-stream flush, decoded from copies of the stream's states: audio
+    ending at a chunk boundary (its last 240 samples silent, so the flush after it is the same silence) gets
+    the same Final from reset as from eof, and the stream then goes on as if the flush never happened."""
+    rec = Recognizer.from_checkpoint(tiny_ckpt, NO_ENDPOINT)
+    n = 3 * rec.chunk_fbank * 160 + 240  # three chunks of fbank frames exactly (the flush takes two more)
+    x = random_audio(n / 16000 + 0.01, seed=3)[:n]
+    x[-240:] = 0.0
+    y = random_audio(1.0, seed=4)
+    eos = [e for e in run_one(rec, x, method=method, beam=3) if isinstance(e, Final)]
+    finals = reset_between(rec, x, y, method)
+    assert [f.reason for f in finals] == ["reset", "eos"]
+    assert finals[0].tokens == eos[0].tokens and len(eos[0].tokens) > 0
+    assert finals[0].end == pytest.approx(3 * rec.chunk_frames * rec.frame_shift_s)
+    assert max(finals[0].token_frames) < 3 * rec.chunk_frames
+    # the stream itself never saw the flush: the second segment is what it is without any reset flush
+    plain = Recognizer.from_checkpoint(tiny_ckpt, NO_ENDPOINT)
+    monkeypatch.setattr(plain, "_reset_flush", lambda batch, sids: {})  # reset without the flush
+    second = reset_between(plain, x, y, method)[1]
+    assert (finals[1].tokens, finals[1].start) == (second.tokens, second.start)
+
+
 def test_wake_word_events(tmp_path):
     ckpt = write_checkpoint(tmp_path / "m.pt")
     rec = Recognizer.from_checkpoint(ckpt, EngineConfig(device="cpu", kws=KwsConfig(threshold=0.5, refractory_s=1.0)))
@@ -278,7 +323,7 @@ def test_wake_word_events(tmp_path):
         rec.model.kws[-1].bias.fill_(30.0)  # head says "keyword" on every frame
     ev = run_one(rec, random_audio(3.0, seed=9))
     wakes = [e for e in ev if isinstance(e, WakeWord)]
-    assert 2 <= len(wakes) <= 3  # refractory 1 s over 3 s
+    assert 2 <= len(wakes) <= 4  # refractory 1 s over 3 s and the end-of-stream flush (0.32 s)
     assert wakes[0].keyword == "hey stream" and wakes[0].score > 0.99
     assert wakes[1].end - wakes[0].end >= 1.0
     rec2 = Recognizer.from_checkpoint(ckpt, EngineConfig(device="cpu"))
@@ -323,7 +368,7 @@ def test_wake_span_is_the_keyword_as_the_hypothesis_aligned_it(tmp_path):
     x = random_audio(3.0, seed=5)
     plain = Recognizer.from_checkpoint(write_checkpoint(tmp_path / "a.pt", seed=2), NO_ENDPOINT)
     words = [w for e in run_one(plain, x) if isinstance(e, Final) for w in e.words]
-    assert len(words) == 1 and words[0].end - words[0].start > 0.04
+    assert words and words[0].end - words[0].start > 0.04  # (the model also writes a word into the flush)
     word = words[0]
     rec = Recognizer.from_checkpoint(write_checkpoint(tmp_path / "b.pt", seed=2, keywords=(word.word,)),
                                      NO_ENDPOINT)
@@ -391,8 +436,11 @@ def test_observer_hook_and_measure_override(tiny_ckpt):
 
 
 def FbankStream_frames(rec, n):
+    """Fbank frames a finished stream of n samples decodes (its end-of-stream flush included)."""
     fs = FbankStream(rec.model.cfg.fbank)
     fs.accept(np.zeros(n, dtype=np.float32))
+    if n:
+        fs.accept(rec.tail_padding)
     fs.finish()
     return fs.frames_ready()
 

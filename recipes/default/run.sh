@@ -173,7 +173,11 @@ if at lm; then
       --text data/real/split/lm_texts.txt
 fi
 if at eval; then
+  # the speech-trimmed copy of Speech Commands dev: every clip cut to its speech (streams that end at the word)
+  [[ -f data/real/sc_dev_trimmed/manifest.jsonl ]] || python3 bench/trim_speech.py \
+      "$REAL/speech_commands/dev/manifest.jsonl" --out data/real/sc_dev_trimmed
   streamd eval --model exp/release/default.pt --lm exp/release/default.lm.pt \
-      --set "$REAL/speech_commands/dev/manifest.jsonl" --set data/real/asterisk/dev.jsonl \
+      --set "$REAL/speech_commands/dev/manifest.jsonl" --set data/real/sc_dev_trimmed/manifest.jsonl \
+      --set "$REAL/speechocean762/dev/manifest.jsonl" --set data/real/asterisk/dev.jsonl \
       --set ../shared/eval/dev/asr.jsonl --set ../shared/eval/dev/kws.jsonl
 fi

@@ -30,7 +30,7 @@ def reference(cfg: EndpointConfig, shift: float, trailing: int, segment: int, de
 
 def test_default_rules_in_frames():
     ep = Endpointer(EndpointConfig(), SHIFT)
-    assert (ep.rule1_frames, ep.rule2_frames, ep.rule3_frames) == (60, 30, 500)
+    assert (ep.rule1_frames, ep.rule2_frames, ep.rule3_frames) == (60, 15, 500)
 
 
 def test_default_boundaries():
@@ -38,16 +38,16 @@ def test_default_boundaries():
     cases = [
         # (trailing, segment, decoded) -> rule
         ((59, 59, 0), None), ((60, 60, 0), "rule1"), ((60, 100, 5), "rule1"),  # rule1 first even if decoded
-        ((29, 100, 3), None), ((30, 100, 3), "rule2"), ((30, 100, 0), None), ((59, 100, 0), None),
-        ((0, 499, 9), None), ((0, 500, 9), "rule3"), ((0, 500, 0), "rule3"), ((29, 600, 1), "rule3"),
-        ((30, 600, 1), "rule2"), ((0, 0, 0), None),
+        ((14, 100, 3), None), ((15, 100, 3), "rule2"), ((15, 100, 0), None), ((59, 100, 0), None),
+        ((0, 499, 9), None), ((0, 500, 9), "rule3"), ((0, 500, 0), "rule3"), ((14, 600, 1), "rule3"),
+        ((15, 600, 1), "rule2"), ((0, 0, 0), None),
     ]
     args = list(zip(*(c for c, _ in cases)))
     assert ep.check(*args) == [r for _, r in cases]
 
 
-@pytest.mark.parametrize("shift,frames", [(0.04, (60, 30, 500)), (0.03, (80, 40, 667)), (0.06, (40, 20, 334)),
-                                          (0.01, (240, 120, 2000)), (0.08, (30, 15, 250))])
+@pytest.mark.parametrize("shift,frames", [(0.04, (60, 15, 500)), (0.03, (80, 20, 667)), (0.06, (40, 10, 334)),
+                                          (0.01, (240, 60, 2000)), (0.08, (30, 8, 250))])
 def test_frame_shift_conversions(shift, frames):
     ep = Endpointer(EndpointConfig(), shift)
     assert (ep.rule1_frames, ep.rule2_frames, ep.rule3_frames) == frames
