@@ -14,7 +14,10 @@ from typing import Callable
 
 from .config import HOTWORDS_HELP, SEARCH_METHODS, WAKE_WORDS_HELP, ConfigError, EngineConfig, load_yaml, parse_phrases
 
-__all__ = ["add_engine_args", "engine_config_from_args", "run_guarded"]
+__all__ = ["add_engine_args", "engine_config_from_args", "run_guarded", "WAKE_MODELS_HELP"]
+
+WAKE_MODELS_HELP = ("trained wake model files (streamd wake train), scored every 80 ms on the speech embedding "
+                    "beside the other wake words (engine.kws.wake_models)")
 
 
 def add_engine_args(p: argparse.ArgumentParser) -> None:
@@ -30,6 +33,7 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
                    help="ctc_prefix_beam: nats subtracted per token (default in the config)")
     p.add_argument("--wake-words", metavar="LIST", help=WAKE_WORDS_HELP)
     p.add_argument("--hotwords", metavar="LIST", help=HOTWORDS_HELP)
+    p.add_argument("--wake-model", nargs="+", metavar="FILE", help=WAKE_MODELS_HELP)
 
 
 def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
@@ -45,6 +49,8 @@ def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
     kws = cfg.kws
     if getattr(args, "wake_words", None) is not None:
         kws = dataclasses.replace(kws, wake_words=parse_phrases(args.wake_words, "--wake-words"))
+    if getattr(args, "wake_model", None):
+        kws = dataclasses.replace(kws, wake_models=tuple(args.wake_model))
     return dataclasses.replace(cfg, device=args.device or cfg.device, decoding=dec, kws=kws)
 
 

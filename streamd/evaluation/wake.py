@@ -122,3 +122,20 @@ def evaluate_wake_models(models: Sequence[WakeModel], entries: Sequence[EvalEntr
     wall = time.perf_counter() - t0
     figs = wake_model_figures(models, entries, tracks, secs, refractory_s, scorer.frame_shift_s)
     return {"per_model": figs, "score_seconds": round(wall, 3), "audio_seconds": round(sum(secs), 3)}
+
+
+def run_wake_models(paths: Sequence[str], sets: Sequence[str], options, refractory_s: float) -> dict:
+    """``streamd eval --keywords ... --wake-model FILE...``: the trained models' figures on the same sets
+    (positives and negatives by :func:`wake_model_figures`'s roles); ``options``: the run's
+    :class:`~.options.EvalOptions` (``limit``)."""
+    from streamd.model.wake import load_wake_model
+
+    from .sets import load_entries, read_eval_set
+    models = []
+    for i, p in enumerate(paths):
+        try:
+            models.append(load_wake_model(p))
+        except (OSError, ValueError) as e:
+            raise ValueError(f"--wake-model[{i}]: {e}") from None
+    entries = [e for s in sets for e in read_eval_set(s, options.limit)[0]]
+    return evaluate_wake_models(models, entries, load_entries(entries, None), refractory_s)
