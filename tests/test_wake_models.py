@@ -142,3 +142,32 @@ def test_resampled_stream_gets_scores(tiny_ckpt, wake_files):
     events = rec.drain()
     assert isinstance(events[-1], Done)
     assert rec._streams.get(sid) is None
+
+
+def test_v1_start_message_wake_models():
+    import json
+
+    from streamd.config import LimitsConfig
+    from streamd.server.protocol import Open, V1Session
+    info = {"name": "m", "methods": ["greedy"], "chunk_seconds": 0.32, "keywords": [],
+            "wake_models": [{"keyword": "hey jarvis", "threshold": 0.5, "path": "x"}]}
+    s = V1Session("s", LimitsConfig(), info)
+    (op,) = s.receive(json.dumps({"type": "start", "wake_models": ["hey jarvis"]}), 0.0)
+    assert isinstance(op, Open) and op.options["wake_models"] == ("hey jarvis",)
+    assert s.opened()[0].message["wake_models"] == ("hey jarvis",)
+    s = V1Session("s", LimitsConfig(), info)
+    acts = s.receive(json.dumps({"type": "start", "wake_models": "hey jarvis"}), 0.0)
+    assert any("wake_models must be a list" in json.dumps(getattr(a, "message", "")) for a in acts)
+
+
+def test_wyoming_lists_trained_models():
+    pytest.importorskip("wyoming", reason="the Wyoming server needs the wyoming package (streamd[server])")
+    from streamd.server.wyoming import wake_words
+    info = {"keywords": ["hey stream"], "wake_words": [], "wake_models": [{"keyword": "hey jarvis"}]}
+    assert wake_words(info) == ["hey stream", "hey jarvis"]
+
+
+def test_engine_start_option_reaches_the_stream(tiny_ckpt, wake_files):
+    rec = _rec(tiny_ckpt, wake_files)
+    sid = rec.create_stream(wake_models=("computer",))
+    assert rec._streams[sid].wake_on.tolist() == [False, True]

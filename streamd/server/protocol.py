@@ -361,7 +361,7 @@ class SessionBase:
 
 
 START_FIELDS = ("type", "sample_rate", "format", "method", "beam", "partials", "keywords", "endpointing",
-                "wake_words", "hotwords")
+                "wake_words", "hotwords", "wake_models")
 
 
 def _phrase_wire(spec: PhraseSpec) -> str | dict:
@@ -471,6 +471,12 @@ class V1Session(SessionBase):
             check_hotword_method(phrases.get("hotwords"), method)
         except ConfigError as e:
             raise ProtocolError("bad_message", f"start: {e}") from None
+        if "wake_models" in obj:  # absent: every loaded wake model; the engine checks the names
+            wm = obj["wake_models"]
+            if not isinstance(wm, list) or not all(isinstance(k, str) and k.strip() for k in wm):
+                raise ProtocolError("bad_message", f"start: wake_models must be a list of the server's trained "
+                                                   f"wake model keywords, got {wm!r}")
+            phrases["wake_models"] = tuple(wm)
         self.sample_rate, self.format = rate, fmt
         self.options = {"sample_rate": rate, "method": method, "beam": beam, **flags, **phrases}
         self.state = V1State.STREAMING
