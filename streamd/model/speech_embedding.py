@@ -57,6 +57,11 @@ _LAYERS: list[tuple] = [
 ]
 
 
+def _act(x: Tensor) -> Tensor:
+    """LeakyReLU(0.2) then max(x, -0.4), in place (x is a fresh activation)."""
+    return F.leaky_relu_(x, _SLOPE).clamp_(min=_FLOOR)
+
+
 def default_embedding_path() -> Path:
     """The converted weights shipped with the package (``streamd/assets/speech_embedding.pt``)."""
     return Path(__file__).resolve().parent.parent / "assets" / "speech_embedding.pt"
@@ -126,8 +131,7 @@ class SpeechEmbedding(nn.Module):
         for spec in _LAYERS:
             kind = spec[0]
             if kind == "bn":
-                x = self.bn(F.relu(x))
-                x = torch.clamp(F.leaky_relu(x, _SLOPE), min=_FLOOR)
+                x = _act(self.bn(F.relu(x)))
                 continue
             kt = spec[1][0] if kind == "pool" else spec[3][0]
             if kt > 1:
@@ -143,8 +147,8 @@ class SpeechEmbedding(nn.Module):
                     new.append(x[:, :, max(0, t - (kt - 1)):])
             if kind == "pool":
                 km = spec[1][1]
-                x = F.max_pool2d(x, spec[1], stride=spec[1]) if x.shape[2] >= spec[1][0] else \
-                    x.new_zeros(x.shape[0], x.shape[1], 0, x.shape[3] // km)
+                b_, c_, t_, m_ = x.shape
+                x = x[..., : m_ - m_ % km].reshape(b_, c_, t_ // kt, kt, m_ // km, km).amax((3, 5))
                 continue
             conv = self.convs[kind]
             km = spec[3][1]
@@ -155,7 +159,7 @@ class SpeechEmbedding(nn.Module):
             else:
                 x = conv(x)
             if kind not in ("conv0", "conv19"):
-                x = torch.clamp(F.leaky_relu(x, _SLOPE), min=_FLOOR)
+                x = _act(x)
         return x, new
 
     def embed_mel(self, mel: Tensor) -> Tensor:
