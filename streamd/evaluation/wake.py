@@ -31,9 +31,9 @@ from .sets import EvalEntry
 
 __all__ = ["WAKE_THRESHOLDS", "detect_frames", "score_tracks", "wake_model_figures"]
 
-WAKE_THRESHOLDS: tuple[float, ...] = tuple(round(0.01 * i, 2) for i in range(1, 100)) + (
-    0.991, 0.993, 0.995, 0.997, 0.998, 0.999, 0.9995, 0.9999)
-"""The sweep of trained models: 0.01..0.99 and finer near 1 (trained heads saturate)."""
+WAKE_THRESHOLDS: tuple[float, ...] = tuple(round(0.01 * i, 2) for i in range(1, 100)) + tuple(
+    round(1 - 10 ** -(2 + 0.125 * i), 7) for i in range(1, 25))
+"""The sweep of trained models: 0.01..0.99, then 1 - 10^-x for x in 2.125..5 (trained heads saturate)."""
 
 
 @dataclass(frozen=True)

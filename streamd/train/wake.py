@@ -21,9 +21,12 @@ Data, all made or read here (nothing downloaded), seeded by ``seed``:
    that ends 0-0.32 s after the keyword ends.
 4. The head (:class:`streamd.model.wake.WakeHead`) is trained with weighted binary cross-entropy, Adam, a few
    epochs; 25 % of the negative files (by hash of the name) and of the positive TTS utterances are held out.
-5. The threshold is the lowest one whose detections (the detector's rule: score >= threshold, refractory
-   1 s) on the held-out negatives stay at or below ``target_fa_per_h``; the file records it with the DET
-   curve (held-out miss rate against false alarms per hour), the data counts and the time taken.
+5. The threshold is the lowest of :data:`THRESHOLDS` whose detections (the detector's rule: score >=
+   threshold, refractory 1 s) on the held-out **real** negatives stay at or below ``target_fa_per_h`` (a
+   rate per hour of natural audio; the held-out confusable phrases, dense by design, are reported beside
+   it); the file records it with the DET curve (held-out miss rate against false alarms per hour on the
+   real negatives), the data counts and the time taken.  The embeddings of the real files are computed
+   once per process: training several keywords in one command shares them.
 """
 
 from __future__ import annotations
@@ -48,19 +51,25 @@ from streamd.model.wake import PREFIX_SAMPLES, WINDOW, WakeHead, save_wake_model
 __all__ = ["WakeTrainConfig", "train_wake_model", "confusable_phrases", "real_negative_files", "main"]
 
 RATE = 16000
+THRESHOLDS = sorted({round(float(t), 3) for t in np.linspace(0.05, 0.95, 19)}
+                    | {round(1 - 10 ** -float(x), 6) for x in np.arange(1.25, 5.01, 0.125)})
+"""The sweep of the threshold choice: 0.05..0.95, then 1 - 10^-x up to 0.99999 (trained heads saturate)."""
+_REAL_CACHE: dict[str, tuple[torch.Tensor, float]] = {}  # real file -> (embeddings after the prefix, seconds)
 EMB = 1280                   # samples per embedding / score
 POS_SPAN_S = 0.32            # positive windows end 0 .. this after the keyword's end
 REFRACTORY_S = 1.0
-SHARED = Path(os.environ.get("STREAMD_SHARED", Path(__file__).resolve().parents[2].parent / "shared"))
+def shared_root() -> Path:
+    """The shared data folder: ``$STREAMD_SHARED``, else ``../shared`` beside the repository."""
+    return Path(os.environ.get("STREAMD_SHARED") or Path(__file__).resolve().parents[2].parent / "shared")
 
 
 @dataclass(frozen=True)
 class WakeTrainConfig:
     """Sizes of one training run (the defaults finish in about 10 min on 2 busy cores)."""
 
-    tts_positives: int = 500        # TTS utterances of the keyword
-    copies: int = 4                 # placements (augmentations) of each
-    tts_negatives: int = 500        # TTS confusables and sentences
+    tts_positives: int = 300        # TTS utterances of the keyword
+    copies: int = 5                 # placements (augmentations) of each
+    tts_negatives: int = 300        # TTS confusables and sentences
     real_negatives: int = 1800      # real training-split files (speech and noise)
     hidden: int = 32
     epochs: int = 12
@@ -198,10 +207,11 @@ def _place(x: np.ndarray, rng: np.random.Generator, noise, rirs: list, lead_max:
     return y.astype(np.float32), lead, lead + n0
 
 
-def real_negative_files(keyword: str, root: Path = SHARED / "real") -> dict[str, list[tuple[str, str]]]:
+def real_negative_files(keyword: str, root: Path | None = None) -> dict[str, list[tuple[str, str]]]:
     """Real training-split audio for negatives: {"speech": [(path, name)], "noise": [...]}.  Only
     ``speech_commands/train``, ``speechocean762/train`` and ``librispeech_unlabeled``'s train-clean-100;
     never mycroft, never a dev split; lines whose transcript holds the keyword are left out."""
+    root = Path(root) if root is not None else shared_root() / "real"
     key = f" {' '.join(keyword.casefold().split())} "
     out: dict[str, list[tuple[str, str]]] = {"speech": [], "noise": []}
     for sub, prefix in (("speech_commands/train", ""), ("speechocean762/train", ""),
@@ -345,13 +355,18 @@ def train_wake_model(keyword: str, out: str | Path | None = None, cfg: WakeTrain
         files = real_negative_files(kw)
         noise_files = files["noise"]
         speech = files["speech"]
-        pick = rng.permutation(len(speech))[: max(0, cfg.real_negatives - len(noise_files) // 2)]
+        pick = np.random.default_rng([cfg.seed, 0x5245414C]).permutation(len(speech))
+        pick = pick[: max(0, cfg.real_negatives - len(noise_files) // 2)]
         real = [speech[i] for i in sorted(pick)] + noise_files[: len(noise_files) // 2]
-        bar = _Bar("read real audio", len(real) + len(noise_files) - len(noise_files) // 2)
-        real_audio = []
-        for path, name in real:
+        todo = [(p, n) for p, n in real if n not in _REAL_CACHE]
+        bar = _Bar("read real audio", len(todo) + len(noise_files) - len(noise_files) // 2)
+        emb = load_speech_embedding()
+        for path, name in todo:  # embeddings of real files are kept for the next keyword of this process
             x, r = load_audio(path)
-            real_audio.append((resample(x, r, RATE) if r != RATE else x).astype(np.float32))
+            x = (resample(x, r, RATE) if r != RATE else x).astype(np.float32)
+            t = torch.from_numpy(np.concatenate([np.zeros(PREFIX_SAMPLES, np.float32), x]))[None]
+            with torch.no_grad():
+                _REAL_CACHE[name] = (emb(t)[0], len(x) / RATE)
             bar.update()
 
         bg_files = noise_files[len(noise_files) // 2:]
@@ -370,7 +385,6 @@ def train_wake_model(keyword: str, out: str | Path | None = None, cfg: WakeTrain
             log("pyroomacoustics not installed: synthetic reverberation instead of simulated rooms")
 
         # 3. placements and windows
-        emb = load_speech_embedding()
         pos_win, pos_lab, pos_held = [], [], []
         neg_win, neg_held_scores_src = [], []
         n_pos_ok = sum(x is not None for x in pos_tts)
@@ -391,21 +405,29 @@ def train_wake_model(keyword: str, out: str | Path | None = None, cfg: WakeTrain
                     neg_win.append(w[torch.from_numpy(n)])
                 bar.update()
         neg_items = [("tts", f"neg-{i}", x) for i, x in enumerate(neg_tts) if x is not None]
-        neg_items += [("real", name, x) for (_, name), x in zip(real, real_audio)]
         bar = _Bar("embed negatives", len(neg_items))
         held_neg, held_secs, train_neg_secs = [], 0.0, 0.0
+        held_tts, held_tts_secs = [], 0.0
         for kind, name, x in neg_items:
-            if kind == "tts":
-                g = np.random.default_rng([cfg.seed, int(name[4:]), 0x4E4547])
-                x, _, _ = _place(x, g, noise, rirs, lead_max=0.8, trail=0.4)
+            g = np.random.default_rng([cfg.seed, int(name[4:]), 0x4E4547])
+            x, _, _ = _place(x, g, noise, rirs, lead_max=0.8, trail=0.4)
             w = _windows(emb, [x])[0]
             if _held_out(name):
-                held_neg.append(w)
-                held_secs += len(x) / RATE
+                held_tts.append(w)
+                held_tts_secs += len(x) / RATE
             else:
                 neg_win.append(w)
                 train_neg_secs += len(x) / RATE
             bar.update()
+        for _, name in real:
+            e, secs = _REAL_CACHE[name]
+            w = e.unfold(0, WINDOW, 1).transpose(1, 2) if e.shape[0] >= WINDOW else torch.zeros(0, WINDOW, 96)
+            if _held_out(name):
+                held_neg.append(w)
+                held_secs += secs
+            else:
+                neg_win.append(w)
+                train_neg_secs += secs
 
         # 4. head
         X_pos = torch.cat(pos_win)
@@ -417,19 +439,16 @@ def train_wake_model(keyword: str, out: str | Path | None = None, cfg: WakeTrain
         # 5. threshold on held-out data
         with torch.no_grad():
             neg_scores = [torch.sigmoid(head(w)).numpy() if len(w) else np.zeros(0) for w in held_neg]
+            tts_scores = [torch.sigmoid(head(w)).numpy() if len(w) else np.zeros(0) for w in held_tts]
             pos_max = np.array([float(torch.sigmoid(head(w[torch.from_numpy(p)])).max())
                                 if p.any() else 0.0 for w, p in pos_held])
         hours = held_secs / 3600
-        grid = [round(t, 3) for t in np.linspace(0.05, 0.995, 190)]
-        det = det_curve(pos_max, neg_scores, hours, grid)
+        det = det_curve(pos_max, neg_scores, hours, THRESHOLDS)
         ok = [d for d in det if d[2] <= cfg.target_fa_per_h]
-        thr = ok[0][0] if ok else grid[-1]
-        # with less than 1 / target hours of held-out negatives "<= target" means "none": stay above the
-        # highest held-out negative score by a margin
+        thr = ok[0][0] if ok else THRESHOLDS[-1]
         top = max((float(s.max()) for s in neg_scores if len(s)), default=0.0)
-        if hours < 1.0 / max(cfg.target_fa_per_h, 1e-9):
-            thr = max(thr, min(0.99, top + 0.5 * (1.0 - top)))
         at = det_curve(pos_max, neg_scores, hours, [thr])[0]
+        tts_at = det_curve(pos_max, tts_scores, held_tts_secs / 3600, [thr])[0]
         elapsed = time.monotonic() - t_start
         info = {
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -437,7 +456,9 @@ def train_wake_model(keyword: str, out: str | Path | None = None, cfg: WakeTrain
             "target_fa_per_h": cfg.target_fa_per_h,
             "held_out": {"positives": int(len(pos_max)), "negative_files": len(held_neg),
                          "negative_hours": round(hours, 3), "miss_at_threshold": at[1], "fa_per_h_at_threshold": at[2],
-                         "top_negative_score": round(top, 4)},
+                         "top_negative_score": round(top, 6),
+                         "confusable_tts": {"files": len(held_tts), "hours": round(held_tts_secs / 3600, 3),
+                                            "fa_per_h_at_threshold": tts_at[2]}},
             "data": {"tts_positives": n_pos_ok, "copies": cfg.copies,
                      "tts_negatives": sum(x is not None for x in neg_tts),
                      "real_negative_files": len(real), "train_negative_hours": round(train_neg_secs / 3600, 3),
@@ -508,8 +529,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="streamd wake", description="trained wake words on the speech embedding")
     sub = ap.add_subparsers(dest="cmd", required=True)
     t = sub.add_parser("train", help="train a wake model from the keyword's text (TTS + real negatives)")
-    t.add_argument("keyword")
-    t.add_argument("--out", default=None, help="model file (default: KEYWORD.wake.pt, spaces as _)")
+    t.add_argument("keyword", nargs="+", help="one or more keywords (several share the real negatives' embeddings)")
+    t.add_argument("--out", default=None, help="model file, one keyword only (default: KEYWORD.wake.pt, spaces as _)")
+    t.add_argument("--out-dir", default=".", help="folder of the model files when --out is not given")
     d = WakeTrainConfig()
     t.add_argument("--tts-positives", type=int, default=d.tts_positives)
     t.add_argument("--copies", type=int, default=d.copies)
@@ -528,8 +550,12 @@ def main(argv: list[str] | None = None) -> int:
     cfg = WakeTrainConfig(tts_positives=a.tts_positives, copies=a.copies, tts_negatives=a.tts_negatives,
                           real_negatives=a.real_negatives, epochs=a.epochs, target_fa_per_h=a.target_fa_per_h,
                           seed=a.seed, workers=a.workers)
+    if a.out is not None and len(a.keyword) > 1:
+        ap.error("--out names one file: give --out-dir with several keywords")
     try:
-        train_wake_model(a.keyword, a.out, cfg)
+        for kw in a.keyword:
+            out = a.out or Path(a.out_dir) / (" ".join(kw.casefold().split()).replace(" ", "_") + ".wake.pt")
+            train_wake_model(kw, out, cfg)
     except (ValueError, RuntimeError, FileNotFoundError) as e:
         print(f"streamd wake train: {e}", file=sys.stderr)
         return 2
