@@ -171,3 +171,27 @@ def test_engine_start_option_reaches_the_stream(tiny_ckpt, wake_files):
     rec = _rec(tiny_ckpt, wake_files)
     sid = rec.create_stream(wake_models=("computer",))
     assert rec._streams[sid].wake_on.tolist() == [False, True]
+
+
+def test_keyword_mode_figures_of_trained_models(tmp_path, wake_files):
+    import json
+
+    from helpers import write_wav
+    from streamd.evaluation.kws import det_curves
+    from streamd.evaluation.options import EvalOptions
+    from streamd.evaluation.wake import run_wake_models
+    lines = []
+    for i, (kw, seed) in enumerate([("hey jarvis", 1), ("hey jarvis", 2), (None, 3), (None, 4), ("other", 5)]):
+        write_wav(tmp_path / f"{i}.wav", _audio(4, seed))
+        lines.append({"audio": f"{i}.wav", "text": kw or "some words", "keyword": kw})
+    lines.append({"audio": "0.wav", "text": "he said hey jarvis", "keyword": None})  # holds the keyword: left out
+    (tmp_path / "set.jsonl").write_text("".join(json.dumps(o) + "\n" for o in lines))
+    rep = run_wake_models(wake_files, [str(tmp_path / "set.jsonl")], EvalOptions(), 1.0)
+    hj = rep["per_model"]["hey jarvis"]
+    assert hj["positives"] == 2 and hj["negatives"] == 2
+    assert rep["per_model"]["computer"]["positives"] == 0 and rep["per_model"]["computer"]["negatives"] == 3
+    low = hj["sweep"][0]
+    assert low["threshold"] == 0.01 and low["frr"] == 0.0  # random heads fire somewhere at 0.01
+    assert all(a["fa_per_hour"] >= b["fa_per_hour"] for a, b in zip(hj["sweep"], hj["sweep"][1:]))
+    curves = det_curves({"mode": "keywords", "per_keyword": {}, "wake_models": rep})
+    assert [c[0] for c in curves] == ["hey jarvis: trained model (2 positives)", "computer: trained model (0 positives)"]
