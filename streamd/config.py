@@ -387,7 +387,10 @@ class KwsConfig:
     with a CTC head); ``trailing_blanks`` frames of blank that must follow the keyword
     (unless the word separator does); ``wake_settle_frames`` frames the best candidate must stay unbeaten
     before it is reported (a better path for the same word often completes a frame or two later).
-    ``enabled`` false turns both kinds off.
+    ``wake_models``: files of trained wake models (``streamd wake train``, :mod:`streamd.model.wake`) scored
+    on Google's speech embedding in the same batched step, each with its own threshold; ``refractory_s``
+    applies to them too.
+    ``enabled`` false turns every kind off.
     Deprecated, accepted and checked but without effect since the keyword-constrained search (issue 21):
     ``wake_boost`` (was the beam search's per-token boost) and ``wake_beam`` (its hypotheses per stream).
     """
@@ -404,8 +407,15 @@ class KwsConfig:
     wake_boost: float = 1.0  # deprecated: no effect
     wake_beam: int = 4  # deprecated: no effect
     trailing_blanks: int = 2
+    wake_models: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        models = self.wake_models
+        if isinstance(models, str):
+            models = [m for m in models.split(",") if m.strip()]
+        _check(isinstance(models, (list, tuple)) and all(isinstance(m, str) and m.strip() for m in models),
+               "wake_models", f"must be a list of wake model files, got {self.wake_models!r}")
+        object.__setattr__(self, "wake_models", tuple(m.strip() for m in models))
         _check(0.0 < self.threshold < 1.0, "threshold", f"must be in (0, 1), got {self.threshold}")
         for k, v in dict(self.thresholds).items():
             _check(isinstance(v, (int, float)) and 0.0 < v < 1.0, f"thresholds.{k}", f"must be in (0, 1), got {v!r}")

@@ -141,6 +141,7 @@ class StreamOptions:
     wake_words: tuple[PhraseSpec, ...] | None = None
     hotwords: tuple[PhraseSpec, ...] | None = None
     second_pass: bool = False  # keep the open segment's audio; its Final carries it (second_pass "pending")
+    wake_models: tuple[str, ...] | None = None  # keywords of loaded wake models to score (None: all)
 
     def __post_init__(self) -> None:
         try:
@@ -158,6 +159,12 @@ class StreamOptions:
             if getattr(self, name) is not None:
                 object.__setattr__(self, name, parse_phrases(getattr(self, name), name))
         check_hotword_method(self.hotwords, self.method)
+        if self.wake_models is not None:
+            wm = self.wake_models
+            if isinstance(wm, str) or not isinstance(wm, (list, tuple)) or \
+                    not all(isinstance(k, str) and k.strip() for k in wm):
+                raise ValueError(f"wake_models must be a list of keywords of loaded wake models, got {wm!r}")
+            object.__setattr__(self, "wake_models", tuple(" ".join(k.split()) for k in wm))
 
 
 @dataclass
@@ -192,6 +199,13 @@ class _Stream:
     audio: list[np.ndarray] | None = None
     audio_from: int = 0
     audio_in: int = 0
+    # trained wake models (speech embedding): 16 kHz audio not yet scored, scoring and detector state,
+    # the models this stream scores (K,) bool, whether each model's last score was >= its threshold
+    wake_audio: list[np.ndarray] = field(default_factory=list)
+    wake_emb: Any = None
+    wake_det: Any = None
+    wake_on: Tensor | None = None
+    wake_above: np.ndarray | None = None
 
 
 @dataclass(frozen=True)
@@ -292,6 +306,7 @@ class Recognizer:
             self.keyword_search = KeywordSearch(self.model, dcfg.max_symbols_per_frame, sep_id, kcfg.trailing_blanks,
                                                 refractory, kcfg.wake_score, kcfg.wake_settle_frames)
         self._phrase_cache: dict[tuple, Any] = {}
+        self._init_wake_models(kcfg)
         # the config's lists, checked against the token table now (ValueError names the entry)
         self._default_wake = self.wake_word_set(kcfg.wake_words, "kws.wake_words")
         self._default_hot = self._hotword_graph(dcfg.hotwords, "decoding.hotwords")
@@ -301,6 +316,91 @@ class Recognizer:
         self._ids = itertools.count(1)
         self._batch: _Batch | None = None
         self._rr = 0  # round-robin start for fairness when more streams than max_batch
+
+    # ------------------------------------------------------------------ trained wake models
+
+    def _init_wake_models(self, kcfg) -> None:
+        """Load ``kws.wake_models`` (:mod:`streamd.model.wake`): one speech embedding per stream, every model
+        on it, and a detector over their scores (each model's threshold, ``refractory_s``, no smoothing)."""
+        self.wake_scorer = None
+        self.wake_detector: KwsDetector | None = None
+        self.wake_stats: dict[str, dict[str, int]] = {}
+        if not kcfg.wake_models:
+            return
+        from .model.wake import WakeScorer, load_wake_model
+        models = []
+        for i, path in enumerate(kcfg.wake_models):
+            try:
+                models.append(load_wake_model(path))
+            except (OSError, ValueError) as e:
+                raise ValueError(f"kws.wake_models[{i}]: {e}") from None
+        head = {k.casefold() for k in self.keywords}
+        for m in models:
+            if m.keyword.casefold() in head:
+                raise ValueError(f"kws.wake_models: {m.path} spots {m.keyword!r}, the model's own KWS keyword "
+                                 "(its events would come twice)")
+        self.wake_scorer = WakeScorer(models, device=self.device)
+        wcfg = dataclasses.replace(kcfg, thresholds={m.keyword: m.threshold for m in models}, smoothing_frames=1,
+                                   wake_words=(), wake_models=())
+        self.wake_detector = KwsDetector(self.wake_scorer.keywords, wcfg, self.wake_scorer.frame_shift_s)
+        self._wake_thr = np.array([m.threshold for m in models])
+        self.wake_stats = {m.keyword: {"detections": 0, "suppressed": 0} for m in models}
+
+    def _wake_mask(self, opts: StreamOptions) -> Tensor | None:
+        """(K,) bool: the loaded wake models a stream scores (None: none)."""
+        if self.wake_scorer is None or not opts.keywords or not self.config.kws.enabled:
+            return None
+        names = self.wake_scorer.keywords
+        if opts.wake_models is None:
+            return torch.ones(len(names), dtype=torch.bool, device=self.device)
+        known = {n.casefold(): i for i, n in enumerate(names)}
+        on = torch.zeros(len(names), dtype=torch.bool)
+        for i, k in enumerate(opts.wake_models):
+            j = known.get(k.casefold())
+            if j is None:
+                raise ValueError(f"wake_models[{i}] {k!r}: no such wake model loaded (loaded: {list(names)})")
+            on[j] = True
+        return on.to(self.device) if bool(on.any()) else None
+
+    def _wake_step(self, ids: Collection[int]) -> list[Event]:
+        """Score the pending audio of streams ``ids`` with every wake model (one embedding and one head call
+        for the whole batch) and run the detector; WakeWord events with the model's score.  Firings the
+        refractory period holds back are counted in :attr:`wake_stats` (``suppressed``)."""
+        streams = [self._streams[i] for i in ids if i in self._streams]
+        streams = [st for st in streams if st.wake_emb is not None and st.wake_audio]
+        if not streams:
+            return []
+        chunks = [torch.from_numpy(np.concatenate(st.wake_audio)).to(self.device) for st in streams]
+        for st in streams:
+            st.wake_audio = []
+        scores = self.wake_scorer.stream([st.wake_emb for st in streams], chunks)       # B x (T_b, K)
+        lens = [s.shape[0] for s in scores]
+        if not max(lens):
+            return []
+        k = self.wake_scorer.num_models
+        padded = torch.zeros(len(streams), max(lens), k, device=self.device)
+        for j, (st, sc) in enumerate(zip(streams, scores)):
+            padded[j, :sc.shape[0]] = sc * st.wake_on
+        from .decode.kws import KwsState
+        state = KwsState.cat([st.wake_det for st in streams])
+        offsets = torch.tensor([st.wake_emb.scored - n for st, n in zip(streams, lens)], device=self.device)
+        new, dets = self.wake_detector.step(state, padded, torch.tensor(lens, device=self.device), offsets)
+        host = padded.cpu().numpy()
+        fired = {(d.row, d.frame, d.keyword) for d in dets}
+        names = self.wake_scorer.keywords
+        for j, st in enumerate(streams):
+            st.wake_det = new.select([j])
+            above = host[j, :lens[j]] >= self._wake_thr                                  # (T, K)
+            prev = np.concatenate([st.wake_above[None], above[:-1]]) if lens[j] else above
+            st.wake_above = above[-1] if lens[j] else st.wake_above
+            for t, m in zip(*np.nonzero(above & ~prev)):
+                if (j, int(offsets[j]) + int(t), names[m]) not in fired:
+                    self.wake_stats[names[m]]["suppressed"] += 1
+        events: list[Event] = []
+        for d in dets:
+            self.wake_stats[d.keyword]["detections"] += 1
+            events.append(WakeWord(streams[d.row].id, d.keyword, d.score, d.start, d.end))
+        return events
 
     # ------------------------------------------------------------------ phrases
 
@@ -360,6 +460,8 @@ class Recognizer:
         return {"path": self.loaded.path, "name": self.loaded.meta.get("name", Path(self.loaded.path).stem),
                 "vocab_size": cfg.vocab_size, "token_kind": self.tokens.kind, "keywords": list(cfg.keywords),
                 "wake_words": list(self._default_wake.names) if self._default_wake is not None else [],
+                "wake_models": [{"keyword": m.keyword, "threshold": m.threshold, "path": m.path}
+                                for m in self.wake_scorer.models] if self.wake_scorer is not None else [],
                 "chunk_seconds": self.chunk_frames * self.frame_shift_s, "frame_shift_seconds": self.frame_shift_s,
                 "methods": sorted(self.searches), "device": str(self.device),
                 "parameters": self.model.num_params(), "calibrated": self.calibration is not None,
@@ -419,9 +521,15 @@ class Recognizer:
             hot = self._default_hot if opts.hotwords is None else self._hotword_graph(opts.hotwords, "hotwords")
         sid = next(self._ids)
         rs = StreamingResampler(opts.sample_rate, 16000) if opts.sample_rate != 16000 else None
-        self._streams[sid] = _Stream(sid, opts, FbankStream(self.model.cfg.fbank), rs, hot=hot,
-                                     wake=wake if opts.keywords and self.config.kws.enabled else None,
-                                     audio=[] if opts.second_pass else None)
+        on = self._wake_mask(opts)
+        st = self._streams[sid] = _Stream(sid, opts, FbankStream(self.model.cfg.fbank), rs, hot=hot,
+                                          wake=wake if opts.keywords and self.config.kws.enabled else None,
+                                          audio=[] if opts.second_pass else None)
+        if on is not None:
+            st.wake_on = on
+            st.wake_emb = self.wake_scorer.init_stream()
+            st.wake_det = self.wake_detector.init_state(1, self.device)
+            st.wake_above = np.zeros(self.wake_scorer.num_models, dtype=bool)
         return sid
 
     def has_stream(self, sid: int) -> bool:
@@ -474,6 +582,8 @@ class Recognizer:
             x = st.resampler.process(x)
         self._keep_audio(st, x)
         st.fbank.accept(x)
+        if st.wake_emb is not None and x.size:
+            st.wake_audio.append(x)
         return []
 
     SAMPLES_PER_FRAME = 640  # 16 kHz samples per encoder frame (4 fbank frames of 10 ms)
@@ -528,6 +638,11 @@ class Recognizer:
             tail = st.resampler.flush()
             self._keep_audio(st, tail)
             st.fbank.accept(tail)
+            if st.wake_emb is not None and tail.size:
+                st.wake_audio.append(tail)
+        if st.wake_emb is not None:  # a keyword said at the very end still gets its scores
+            from .model.wake import TAIL_SAMPLES
+            st.wake_audio.append(np.zeros(TAIL_SAMPLES, dtype=np.float32))
         if st.fbank.accepted:
             fc = self.model.cfg.fbank
             n = num_frames(max(st.fbank.accepted, fc.frame_length) + fc.frame_shift - 1, fc.frame_length,
@@ -664,6 +779,15 @@ class Recognizer:
                         log.exception("stream %d failed", sid)
                         self._drop_batch()
                         events += self._fail(sid, "internal", f"decoding failed: {type(e).__name__}: {e}")
+        if self.wake_scorer is not None:  # trained wake models: every stream of the step, one batch
+            try:
+                events += self._wake_step(decode + idle)
+            except Exception as e:  # noqa: BLE001 - wake scoring failed: those streams fail, the others go on
+                log.exception("wake-model step failed")
+                for sid in decode + idle:
+                    if sid in self._streams and self._streams[sid].wake_emb is not None:
+                        events += self._fail(sid, "internal", f"wake models failed: {type(e).__name__}: {e}")
+                idle = tuple(sid for sid in idle if sid in self._streams)
         if idle:
             events += self._close_segments(idle)
         return events

@@ -16,7 +16,10 @@ from .config import (HOTWORD_METHODS, HOTWORDS_HELP, SEARCH_METHODS, SECOND_PASS
                      EngineConfig,
                      load_yaml, parse_phrases)
 
-__all__ = ["add_engine_args", "engine_config_from_args", "run_guarded"]
+__all__ = ["add_engine_args", "engine_config_from_args", "run_guarded", "WAKE_MODELS_HELP"]
+
+WAKE_MODELS_HELP = ("trained wake model files (streamd wake train), scored every 80 ms on the speech embedding "
+                    "beside the other wake words (engine.kws.wake_models)")
 
 
 def add_engine_args(p: argparse.ArgumentParser) -> None:
@@ -35,6 +38,7 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--wake-words", metavar="LIST", help=WAKE_WORDS_HELP)
     p.add_argument("--hotwords", metavar="LIST", help=HOTWORDS_HELP)
     p.add_argument("--second-pass", metavar="NAME|PATH", help=SECOND_PASS_HELP)
+    p.add_argument("--wake-model", nargs="+", metavar="FILE", help=WAKE_MODELS_HELP)
 
 
 def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
@@ -59,6 +63,8 @@ def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
     second = cfg.second_pass
     if getattr(args, "second_pass", None) is not None:
         second = dataclasses.replace(second, model=args.second_pass)
+    if getattr(args, "wake_model", None):
+        kws = dataclasses.replace(kws, wake_models=tuple(args.wake_model))
     return dataclasses.replace(cfg, device=args.device or cfg.device, decoding=dec, kws=kws, second_pass=second)
 
 

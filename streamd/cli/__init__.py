@@ -40,6 +40,7 @@ DELEGATED = {
     "bench": ("streamd.bench", "benchmarks: bench engine (streams in real time, latency, batching gain), bench server "
                                "(a daemon under websocket clients)"),
     "label": ("streamd.train.label", "label untranscribed audio with real-speech teacher models"),
+    "wake": ("streamd.train.wake", "wake words on the speech embedding: `streamd wake train KEYWORD` trains one from its text"),
     "data": ("streamd.train.data_cli", "import real corpora into training manifests (Speech Commands, LibriSpeech, Common Voice, Kaldi, Asterisk, JSON lines)"),
 }
 

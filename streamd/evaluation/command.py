@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -80,7 +81,13 @@ def _run_keywords(args: argparse.Namespace, model: str, options: EvalOptions) ->
         raise ValueError("--reliability-plot is for recognition (word confidence), not keyword mode")
     if args.det_plot:
         require_matplotlib()
-    report = run_keywords(model, args.sets, engine_config_from_args(args), options, args.keywords or None)
+    cfg = engine_config_from_args(args)
+    wake_models = cfg.kws.wake_models  # trained models: scored on their own, side by side
+    cfg = dataclasses.replace(cfg, kws=dataclasses.replace(cfg.kws, wake_models=()))
+    report = run_keywords(model, args.sets, cfg, options, args.keywords or None)
+    if wake_models:
+        from .wake import run_wake_models
+        report["wake_models"] = run_wake_models(wake_models, args.sets, options, cfg.kws.refractory_s)
     if args.det_plot:
         plot_det(args.det_plot, det_curves(report), report["negative_hours"],
                  f"runtime wake words: {Path(model).name}, score {report['wake_score']}, "

@@ -135,6 +135,8 @@ def format_keyword_report(report: dict) -> str:
               f"  {'keyword':24s} {'pos':>5s} {'miss@' + format(report['wake_threshold'], 'g'):>10s} {'FA/h':>7s}"
               + "".join(f"   {'miss@' + format(b, 'g') + 'FA/h (thr)':>22s}" for b in FA_BUDGETS)]
     rows = list(report["per_keyword"].items()) + [("(all keywords)", report["all"])]
+    trained = (report.get("wake_models") or {}).get("per_model", {})
+    rows += [(f"{name} (trained, own thr {k['threshold']:g})", k) for name, k in trained.items()]
     for name, k in rows:
         cells = []
         for b in FA_BUDGETS:

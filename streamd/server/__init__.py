@@ -36,6 +36,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..config import HOTWORDS_HELP, SECOND_PASS_HELP, WAKE_WORDS_HELP
+from ..engine_args import WAKE_MODELS_HELP
 
 __all__ = ["add_subcommands"]
 
@@ -72,6 +73,7 @@ def add_subcommands(sub: Any) -> None:
     s.add_argument("--wake-words", metavar="LIST", help=WAKE_WORDS_HELP + " (engine.kws.wake_words)")
     s.add_argument("--hotwords", metavar="LIST", help=HOTWORDS_HELP + " (engine.decoding.hotwords)")
     s.add_argument("--second-pass", metavar="NAME|PATH", help=SECOND_PASS_HELP)
+    s.add_argument("--wake-model", nargs="+", metavar="FILE", help=WAKE_MODELS_HELP)
     s.add_argument("--mic", action="store_true", help="decode the local microphone; events on /v1/events")
     s.add_argument("--mic-device", help="input device index or name (mic.device)")
     s.set_defaults(func=_serve)

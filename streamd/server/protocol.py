@@ -417,7 +417,7 @@ class SessionBase(FlowFigures):
 
 
 START_FIELDS = ("type", "sample_rate", "format", "method", "beam", "partials", "keywords", "endpointing",
-                "wake_words", "hotwords", "second_pass")
+                "wake_words", "hotwords", "second_pass", "wake_models")
 
 
 def _phrase_wire(spec: PhraseSpec) -> str | dict:
@@ -536,6 +536,12 @@ class V1Session(SessionBase):
                 raise ProtocolError("bad_message", "start: second_pass: this server has no second-pass model "
                                                    "(engine.second_pass.model)")
             second = {"second_pass": obj["second_pass"]}
+        if "wake_models" in obj:  # absent: every loaded wake model; the engine checks the names
+            wm = obj["wake_models"]
+            if not isinstance(wm, list) or not all(isinstance(k, str) and k.strip() for k in wm):
+                raise ProtocolError("bad_message", f"start: wake_models must be a list of the server's trained "
+                                                   f"wake model keywords, got {wm!r}")
+            phrases["wake_models"] = tuple(wm)
         self.sample_rate, self.format = rate, fmt
         self.options = {"sample_rate": rate, "method": method, "beam": beam, **flags, **phrases, **second}
         self.state = V1State.STREAMING

@@ -32,7 +32,8 @@ def cmd_serve(args: Any) -> int:
                           "vosk_port": args.vosk_port, "mic": args.mic, "mic_device": args.mic_device,
                           "wyoming_port": getattr(args, "wyoming_port", None),
                           "wake_words": getattr(args, "wake_words", None), "hotwords": getattr(args, "hotwords", None),
-                          "second_pass": getattr(args, "second_pass", None)},
+                          "second_pass": getattr(args, "second_pass", None),
+                          "wake_models": getattr(args, "wake_model", None)},
                          env)
     logging.basicConfig(level=cfg.server.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     if cfg.server.log_level != "debug":  # two lines per connection at info: a flood (and CPU) under load

@@ -29,7 +29,8 @@ def resolve_config(path: str | None, flags: Mapping[str, Any] | None = None,
                    env: Mapping[str, str] | None = None) -> AppConfig:
     """YAML file (or defaults), then environment (STREAMD_HOST/PORT/MODEL/DEVICE), then flags.
 
-    ``flags`` keys: host, port, model, device, vosk_port, wyoming_port, wake_words, hotwords, second_pass, mic, mic_device
+    ``flags`` keys: host, port, model, device, vosk_port, wyoming_port, wake_words, hotwords, second_pass, wake_models,
+    mic, mic_device
     (None = not given).
     Errors are ConfigError naming the key path, variable or flag.
     """
@@ -72,6 +73,9 @@ def resolve_config(path: str | None, flags: Mapping[str, Any] | None = None,
             engine = put(engine, flag, flags[flag], f"--{flag}")
     if flags.get("wake_words") is not None:
         engine = dataclasses.replace(engine, kws=put(engine.kws, "wake_words", flags["wake_words"], "--wake-words"))
+    if flags.get("wake_models"):
+        engine = dataclasses.replace(engine, kws=put(engine.kws, "wake_models", tuple(flags["wake_models"]),
+                                                     "--wake-model"))
     if flags.get("hotwords") is not None:
         engine = dataclasses.replace(engine, decoding=put(engine.decoding, "hotwords", flags["hotwords"], "--hotwords"))
     if flags.get("second_pass") is not None:

@@ -80,10 +80,12 @@ def normalize_name(name: str) -> str:
 
 def wake_words(model_info: Mapping[str, Any]) -> list[str]:
     """The wake words a stream can detect, in order, once each: the model's keywords (its KWS head), then
-    any the engine reports under ``wake_words`` (phrases, or objects with a ``phrase``) such as runtime ones."""
+    any the engine reports under ``wake_words`` (phrases, or objects with a ``phrase``) such as runtime ones,
+    then the keywords of its trained wake models (``wake_models``: objects with a ``keyword``)."""
     out: list[str] = []
-    for item in list(model_info.get("keywords") or ()) + list(model_info.get("wake_words") or ()):
-        phrase = item.get("phrase") if isinstance(item, Mapping) else item
+    for item in (list(model_info.get("keywords") or ()) + list(model_info.get("wake_words") or ())
+                 + list(model_info.get("wake_models") or ())):
+        phrase = (item.get("phrase") or item.get("keyword")) if isinstance(item, Mapping) else item
         if isinstance(phrase, str) and phrase.strip() and phrase not in out:
             out.append(phrase)
     return out

