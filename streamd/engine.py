@@ -55,7 +55,7 @@ from .decode.endpoint import seconds_to_frames
 from .decode.ctc_keyword_search import CtcKeywordSearch
 from .decode.keyword_search import (KeywordHit, KeywordSearch, KeywordSet, KeywordState, check_runtime_wake_words,
                                     keyword_set)
-from .decode.kws import Detection, KwsDetector, aligned_span
+from .decode.kws import Detection, KwsDetector, KwsState, aligned_span
 from .decode.lm import NgramLM, load_lm
 from .decode.modified_beam import ModifiedBeamSearch
 from .tokens import TokenTable
@@ -381,10 +381,10 @@ class Recognizer:
         padded = torch.zeros(len(streams), max(lens), k, device=self.device)
         for j, (st, sc) in enumerate(zip(streams, scores)):
             padded[j, :sc.shape[0]] = sc * st.wake_on
-        from .decode.kws import KwsState
         state = KwsState.cat([st.wake_det for st in streams])
-        offsets = torch.tensor([st.wake_emb.scored - n for st, n in zip(streams, lens)], device=self.device)
-        new, dets = self.wake_detector.step(state, padded, torch.tensor(lens, device=self.device), offsets)
+        offsets = [st.wake_emb.scored - n for st, n in zip(streams, lens)]   # each stream's first new score
+        new, dets = self.wake_detector.step(state, padded, torch.tensor(lens, device=self.device),
+                                            torch.tensor(offsets, device=self.device))
         host = padded.cpu().numpy()
         fired = {(d.row, d.frame, d.keyword) for d in dets}
         names = self.wake_scorer.keywords
@@ -394,7 +394,7 @@ class Recognizer:
             prev = np.concatenate([st.wake_above[None], above[:-1]]) if lens[j] else above
             st.wake_above = above[-1] if lens[j] else st.wake_above
             for t, m in zip(*np.nonzero(above & ~prev)):
-                if (j, int(offsets[j]) + int(t), names[m]) not in fired:
+                if (j, offsets[j] + int(t), names[m]) not in fired:
                     self.wake_stats[names[m]]["suppressed"] += 1
         events: list[Event] = []
         for d in dets:

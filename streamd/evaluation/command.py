@@ -91,7 +91,8 @@ def _run_keywords(args: argparse.Namespace, model: str, options: EvalOptions) ->
     if args.det_plot:
         plot_det(args.det_plot, det_curves(report), report["negative_hours"],
                  f"runtime wake words: {Path(model).name}, score {report['wake_score']}, "
-                 f"{report['negative_hours']:.2f} h of negatives")
+                 + (f"{len(wake_models)} trained models, " if wake_models else "")
+                 + f"{report['negative_hours']:.2f} h of negatives")
     print(json.dumps(report) if args.json else format_keyword_report(report))
     for e in report["errors"]:
         print(f"streamd eval: {e}", file=sys.stderr)

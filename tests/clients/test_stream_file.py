@@ -80,7 +80,7 @@ def daemon(ckpt):
 
     threading.Thread(target=drain, daemon=True).start()
     try:
-        if not ready.wait(60) or not port or proc.poll() is not None:
+        if not ready.wait(180) or not port or proc.poll() is not None:  # model loading on a busy host
             raise RuntimeError("streamd serve did not start:\n" + "\n".join(lines[-30:]))
         yield f"ws://127.0.0.1:{port[0]}/v1/stream"
     finally:

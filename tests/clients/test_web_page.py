@@ -426,7 +426,7 @@ class Daemon:
             ready.set()
 
         threading.Thread(target=drain, daemon=True).start()
-        if not ready.wait(60) or self.port is None or self.proc.poll() is not None:
+        if not ready.wait(180) or self.port is None or self.proc.poll() is not None:  # a busy host
             self.close()
             raise RuntimeError("streamd serve did not start:\n" + "\n".join(self.lines[-30:]))
 

@@ -1,0 +1,85 @@
+#!/usr/bin/env python3
+"""Trained wake models on Mycroft's real recordings: thresholds on the dev half, figures on the test half.
+
+    OMP_NUM_THREADS=1 python bench/wake_mycroft.py athena.wake.pt amelia.wake.pt ...
+
+Halves by the parity of the SHA-1 of each file's name (the split of docs/benchmarks.md, "Runtime wake
+words"); positives: ``../shared/real/mycroft`` wake clips; negatives: Mycroft ``not_wake``, Speech Commands
+dev and the negatives of ``../shared/eval/dev/kws.jsonl``.  Printed: per model the test miss and FA/h at the
+model's own threshold, at the dev-chosen threshold (lowest dev miss at <= 0.5 FA/h) and the test half's
+own best at <= 0.5 FA/h; then a Markdown table.  The set files are written under ``/tmp/wake_mycroft_sets``.
+"""
+import hashlib, json, os, sys, time
+from pathlib import Path
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+SHARED = Path(os.environ.get("STREAMD_SHARED") or Path(__file__).resolve().parents[2] / "shared")
+SETS = Path("/tmp/wake_mycroft_sets")
+SETS.mkdir(parents=True, exist_ok=True)
+srcs = {"mycroft": SHARED / "real/mycroft/manifest.jsonl", "sc": SHARED / "real/speech_commands/dev/manifest.jsonl",
+        "kwsdev": SHARED / "eval/dev/kws.jsonl"}
+for name, man in srcs.items():
+    halves = {"dev": [], "test": []}
+    for line in open(man):
+        if not line.strip():
+            continue
+        o = json.loads(line)
+        if name == "kwsdev" and o.get("keyword"):
+            continue  # its "hey stream" positives are not these keywords
+        o["audio"] = str(man.parent / o["audio"])
+        o["text"] = o.get("text") or ""
+        h = int(hashlib.sha1(os.path.basename(o["audio"]).encode()).hexdigest(), 16) % 2
+        halves["dev" if h == 0 else "test"].append(o)
+    for k, v in halves.items():
+        with open(SETS / f"{k}_{name}.jsonl", "w") as f:
+            f.writelines(json.dumps(o) + "\n" for o in v)
+import numpy as np, torch
+torch.set_num_threads(1)
+from streamd.evaluation.sets import read_eval_set, load_entries
+from streamd.evaluation.wake import score_tracks, wake_model_figures, detect_frames
+from streamd.model.wake import load_wake_model, WakeScorer
+from streamd.decode.endpoint import seconds_to_frames
+models = [load_wake_model(p) for p in sys.argv[1:]]
+sc = WakeScorer(models)
+res = {}
+for half in ("dev", "test"):
+    ents = []
+    for s in ("mycroft", "sc", "kwsdev"):
+        ents += read_eval_set(SETS / f"{half}_{s}.jsonl")[0]
+    audio = load_entries(ents, None)
+    t0 = time.time()
+    tracks = score_tracks(sc, audio)
+    secs = [len(x) / r for x, r in audio]
+    res[half] = (ents, tracks, secs, wake_model_figures(models, ents, tracks, secs, 1.0, 0.08))
+    print(half, "scored", round(sum(secs)), "s audio in", round(time.time() - t0), "s", file=sys.stderr)
+out = {}
+tot_pos = tot_miss = 0
+for m in models:
+    d = res["dev"][3][m.keyword]; t = res["test"][3][m.keyword]
+    op = d["frr_at_0.5_fa_per_hour"]
+    thr = op["threshold"] if op else 0.9999
+    tp = next(s for s in t["sweep"] if s["threshold"] == thr)
+    own = next(s for s in t["sweep"] if s["threshold"] == m.threshold)
+    out[m.keyword] = {"dev_thr": thr, "dev_frr": op and op["frr"], "test_positives": t["positives"],
+                      "test_frr_at_dev_thr": tp["frr"], "test_fa_per_h_at_dev_thr": tp["fa_per_hour"],
+                      "test_frr_own_thr": own["frr"], "test_fa_own_thr": own["fa_per_hour"], "own_thr": m.threshold,
+                      **{k: t[k] for k in t if k.startswith("frr_at")}}
+    tot_pos += t["positives"]; tot_miss += tp["missed"]
+    print(f"{m.keyword:15s} dev thr {thr:.4f} dev miss {op and op['frr']}  TEST miss {tp['frr']*100:.1f} % FA/h {tp['fa_per_hour']:.2f} "
+          f"| own thr {m.threshold:.3f}: miss {own['frr']*100:.1f} % FA/h {own['fa_per_hour']:.2f} | test oracle 0.5: {t['frr_at_0.5_fa_per_hour']}")
+print("summed test miss at dev thresholds:", tot_miss, "/", tot_pos, f"{100*tot_miss/max(1,tot_pos):.1f} %")
+json.dump(out, open(SETS / "eval_out.json", "w"), indent=1)
+base = {"athena": 89.6, "amelia": 66.4, "hey savant": 56.6, "computer": 42.9, "hey chatterbox": 80.8, "hey computer": 25.0}
+print("| keyword | test positives | own threshold: miss / FA/h | dev threshold: miss / FA/h | test oracle <= 0.5 FA/h | runtime search (llr, same negatives) | training (wall) |")
+print("|---|---:|---|---|---|---:|---:|")
+sums = {"own": 0, "dev": 0, "orc": 0, "n": 0}
+for m in models:
+    o = out[m.keyword]; t = res["test"][3][m.keyword]
+    orc = o["frr_at_0.5_fa_per_hour"]
+    own_m = round(o["test_frr_own_thr"] * o["test_positives"]); dev_m = round(o["test_frr_at_dev_thr"] * o["test_positives"])
+    orc_m = round(orc["frr"] * o["test_positives"]) if orc else o["test_positives"]
+    sums["own"] += own_m; sums["dev"] += dev_m; sums["orc"] += orc_m; sums["n"] += o["test_positives"]
+    print(f"| {m.keyword} | {o['test_positives']} | {o['test_frr_own_thr']*100:.1f} % / {o['test_fa_own_thr']:.1f} ({m.threshold:g}) | "
+          f"{o['test_frr_at_dev_thr']*100:.1f} % / {o['test_fa_per_h_at_dev_thr']:.1f} ({o['dev_thr']:g}) | "
+          f"{(orc['frr']*100 if orc else 100):.1f} % ({orc['threshold'] if orc else '-'}) | {base.get(m.keyword, float('nan'))} % | {m.info.get('trained_s')} s |")
+n = max(1, sums["n"])
+print(f"| summed | {sums['n']} | {100*sums['own']/n:.1f} % | {100*sums['dev']/n:.1f} % | {100*sums['orc']/n:.1f} % | | |")
