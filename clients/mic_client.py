@@ -46,7 +46,8 @@ HINT = "; or play a file as the microphone with --wav FILE (input devices: --lis
 
 async def run(args: argparse.Namespace) -> int:
     source = MicSource(args.device, sample_rate=args.rate, file=args.wav)
-    render = mic.ConsoleRenderer(sys.stdout)
+    partials = {"auto": sys.stdout.isatty(), "always": True, "never": False}[args.partials]
+    render = mic.ConsoleRenderer(sys.stdout, partials=partials)  # auto: a pipe gets finals and wake words only
     status = 0
     async with Client(args.url, args.token) as client:
         stream = client.stream(source, method=args.method)
@@ -95,6 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rate", type=int, default=16000, help="capture rate (default 16000; else the device's)")
     ap.add_argument("--method", help="search method (default: the server's)")
     ap.add_argument("--token", help="bearer token")
+    ap.add_argument("--partials", choices=("auto", "always", "never"), default="auto",
+                    help="the live partial line, rewritten in place (auto: when stdout is a terminal)")
     args = ap.parse_args(argv)
     try:
         if args.list_devices:

@@ -53,6 +53,7 @@ import json
 import logging
 import math
 import secrets
+import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -171,6 +172,7 @@ class App:
         self._tasks: list[asyncio.Task] = []
         self._mic_task: asyncio.Task | None = None
         self.servers: list[Server] = []
+        self.page_url = ""  # the browser page, GET / (set once listening; the Wyoming attribution link)
         self.port: int | None = None
         self.vosk_port: int | None = None
         self.wyoming: WyomingServer | None = None  # on server.wyoming_port (wyoming_io imported when enabled)
@@ -619,12 +621,16 @@ class App:
             self._mic_task = loop.create_task(run_mic(self, self.mic_factory))
 
     def _log_page(self, s: Any, tls: bool) -> None:
-        """Where the browser page is (``GET /`` on the main port)."""
-        host = s.host if s.host not in ("", "0.0.0.0", "::") else "localhost"
+        """Where the browser page is (``GET /`` on the main port); ``page_url`` names it for other hosts too
+        (a wildcard listener by this host's name: the Wyoming attribution link)."""
+        wildcard = s.host in ("", "0.0.0.0", "::")
+        host = "localhost" if wildcard else s.host
         host = f"[{host}]" if ":" in host else host
         local = host in ("localhost", "127.0.0.1", "[::1]")
-        log.info("page: %s://%s:%d/ (live transcription in a browser%s)", "https" if tls else "http", host,
+        scheme = "https" if tls else "http"
+        log.info("page: %s://%s:%d/ (live transcription in a browser%s)", scheme, host,
                  self.port, "" if tls or local else "; browsers give the microphone only to https or localhost pages")
+        self.page_url = f"{scheme}://{socket.gethostname() if wildcard else host}:{self.port}/"
 
     async def _start_second_pass(self, loop: asyncio.AbstractEventLoop) -> None:
         """engine.second_pass: load its model (beside the engine) and start its worker thread and gate."""

@@ -59,7 +59,7 @@ __all__ = ["WyomingSession", "WyomingState", "WYOMING_TRANSITIONS", "Discard", "
 
 PROGRAM = "streamd"  # name of both programs in ``info`` (select-program, transcribe.name)
 LANGUAGES = ("en",)  # what the models speak; a transcribe language must have one of these as primary subtag
-ATTRIBUTION = Attribution(name="streamd", url="")  # no public home yet
+ATTRIBUTION_NAME = "streamd"
 # searches whose best hypothesis only ever grows (tokens are never taken back): their partials' complete
 # words are final, so transcript-chunk can carry them at once; other searches send a segment's words when it closes
 APPEND_ONLY_METHODS = ("greedy", "ctc_greedy")
@@ -91,19 +91,21 @@ def wake_words(model_info: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def info_event(model_info: Mapping[str, Any], version: str) -> WyomingEvent:
+def info_event(model_info: Mapping[str, Any], version: str, url: str = "") -> WyomingEvent:
     """``info`` for ``describe``: the ASR program with the loaded model, the wake program with its wake words
-    (filled as the wyoming package's own servers fill theirs: attribution, installed, version, languages)."""
+    (filled as the wyoming package's own servers fill theirs: attribution, installed, version, languages).
+    ``url``: the attribution's link, the daemon's own page (``GET /``; the project has no public home)."""
+    attribution = Attribution(name=ATTRIBUTION_NAME, url=url)
     name = str(model_info.get("name") or "streamd")
     asr = AsrProgram(name=PROGRAM, description="streamd streaming speech recognizer (chunked transducer)",
-                     attribution=ATTRIBUTION, installed=True, version=version,
-                     models=[AsrModel(name=name, description=f"{name} (streamd model)", attribution=ATTRIBUTION,
+                     attribution=attribution, installed=True, version=version,
+                     models=[AsrModel(name=name, description=f"{name} (streamd model)", attribution=attribution,
                                       installed=True, version=version, languages=list(LANGUAGES))],
                      supports_transcript_streaming=True)
     words = wake_words(model_info)
     wake = [WakeProgram(name=PROGRAM, description="streamd wake words (spotted on the recognizer's encoder)",
-                        attribution=ATTRIBUTION, installed=True, version=version,
-                        models=[WakeModel(name=w, description=w, phrase=w, attribution=ATTRIBUTION, installed=True,
+                        attribution=attribution, installed=True, version=version,
+                        models=[WakeModel(name=w, description=w, phrase=w, attribution=attribution, installed=True,
                                           version=version, languages=list(LANGUAGES)) for w in words])] if words else []
     return Info(asr=[asr], wake=wake).event()
 
@@ -165,8 +167,9 @@ class WyomingSession(FlowFigures):
     state = WYOMING_TRANSITIONS
 
     def __init__(self, limits: LimitsConfig, model_info: Mapping[str, Any] | Callable[[], Mapping[str, Any]],
-                 version: str, default_method: str = "greedy"):
+                 version: str, default_method: str = "greedy", url: str = ""):
         self.limits = limits
+        self.url = url  # the attribution link of describe's info
         self._model_info = model_info
         self.version = version
         self.streaming_words = default_method in APPEND_ONLY_METHODS
@@ -298,7 +301,7 @@ class WyomingSession(FlowFigures):
         return self._close([])
 
     def _on_describe(self, event: WyomingEvent, now: float) -> list[Action]:
-        return [_send(info_event(self.model_info, self.version))]
+        return [_send(info_event(self.model_info, self.version, self.url))]
 
     def _on_ping(self, event: WyomingEvent, now: float) -> list[Action]:
         return [_send(Pong(text=Ping.from_event(event).text).event())]

@@ -140,7 +140,8 @@ class WyomingConn:
         self.reader = reader
         self.writer = writer
         app = self.app
-        self.proto = WyomingSession(app.config.limits, lambda: app.model_info, __version__, app.default_method)
+        self.proto = WyomingSession(app.config.limits, lambda: app.model_info, __version__, app.default_method,
+                                    url=app.page_url)
         self.outbox = Outbox(app.config.limits.outbox_messages)
         self.key: int | None = None  # engine key of the live stream
         self.sender: asyncio.Task | None = None

@@ -424,8 +424,8 @@ def test_mic_client_without_a_device_says_so():
 
 def test_mic_client_streams_a_file_as_the_microphone(daemon, ckpt, tmp_path):
     wav = _write_wav(tmp_path / "m.wav", random_audio(0.8, 16000, seed=7), 16000)
-    r = subprocess.run([sys.executable, MIC_CLIENT, "--url", daemon, "--wav", wav], capture_output=True,
-                       timeout=120)  # bytes: text mode would turn the partials' \r into newlines
+    r = subprocess.run([sys.executable, MIC_CLIENT, "--url", daemon, "--wav", wav, "--partials", "always"],
+                       capture_output=True, timeout=120)  # bytes: text mode would turn the partials' \r into newlines
     stdout, stderr = r.stdout.decode(), r.stderr.decode()
     assert r.returncode == 0, stderr
     lines = [ln.rsplit("\r", 1)[-1] for ln in stdout.split("\n") if ln.rsplit("\r", 1)[-1]]
@@ -439,3 +439,7 @@ def test_mic_client_streams_a_file_as_the_microphone(daemon, ckpt, tmp_path):
     assert lines == want and want
     assert "... " in stdout  # live partials
     assert "mic_client: streaming 16000 Hz to" in stderr
+    piped = subprocess.run([sys.executable, MIC_CLIENT, "--url", daemon, "--wav", wav], capture_output=True,
+                           timeout=120)  # by default a pipe gets no partial lines
+    assert piped.returncode == 0 and "... " not in piped.stdout.decode()
+    assert [ln for ln in piped.stdout.decode().split("\n") if ln] == want

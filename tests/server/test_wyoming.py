@@ -62,7 +62,10 @@ def test_describe_lists_the_model_and_its_wake_words():
     (asr,) = info.asr
     assert asr.name == "streamd" and asr.installed and asr.version == "9.9" and asr.supports_transcript_streaming
     assert [(m.name, m.languages, m.installed, m.version) for m in asr.models] == [("tiny", ["en"], True, "9.9")]
-    assert asr.attribution.name
+    assert asr.attribution.name and asr.attribution.url == ""  # a session given no page
+    page = WyomingSession(LimitsConfig(), MODEL_INFO, "9.9", url="http://host:8765/")
+    linked = Info.from_event(WyEvent(**page.receive(Describe().event(), 0)[0].message))
+    assert {linked.asr[0].attribution.url, linked.wake[0].attribution.url} == {"http://host:8765/"}
     (wake,) = info.wake
     assert [(m.name, m.phrase, m.languages) for m in wake.models] == [("hey stream", "hey stream", ["en"])]
     # data-driven: wake words the engine reports later appear; a model without any has no wake program

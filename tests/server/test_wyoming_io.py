@@ -107,11 +107,12 @@ def test_describe_over_tcp(rec):
                 info = Info.from_event(await asyncio.wait_for(c.read_event(), 10))
                 await c.write_event(Ping(text="p").event())  # and the connection goes on
                 pong = await asyncio.wait_for(c.read_event(), 10)
-            return info, pong
+            return info, pong, app.port
 
-    info, pong = run(body())
+    info, pong, port = run(body())
     assert pong.type == "pong" and pong.data["text"] == "p"
     (asr,) = info.asr
+    assert asr.attribution.url == f"http://127.0.0.1:{port}/"  # the daemon's own page, GET /
     assert asr.version == streamd.__version__ and asr.supports_transcript_streaming
     assert asr.models[0].name == rec.model_info["name"] and asr.models[0].languages == ["en"]
     assert [m.phrase for m in info.wake[0].models] == ["hey stream"]
