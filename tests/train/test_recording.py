@@ -177,9 +177,11 @@ def test_recorded_confidences_equal_engine(request, wavs, method, ckpt, settings
 
 @torch.no_grad()
 def _offline_kws(rec, x):
-    """Whole utterance: fbank of the padded signal, encoder forward under the chunk mask, KWS head."""
+    """Whole utterance: fbank of the padded signal (the engine's end-of-stream flush after it), encoder forward
+    under the chunk mask, KWS head."""
     fs = FbankStream(rec.model.cfg.fbank)
     fs.accept(x)
+    fs.accept(rec.tail_padding)
     fs.finish()
     n = fs.frames_ready()
     feats = Fbank(rec.model.cfg.fbank)(torch.from_numpy(fs.take(n))[None])
