@@ -37,8 +37,8 @@ skipped with the reason printed (and listed under ``skipped`` in
 
 Each system decodes one second of silence first (first-call overheads are
 not decoding time).  Scores use ``streamd eval``'s conventions
-(:func:`~streamd.train.metrics.normalize_words`,
-:func:`~streamd.train.metrics.align_words`): WER = (sub + del + ins) / reference
+(:func:`~streamd.scoring.metrics.normalize_words`,
+:func:`~streamd.scoring.metrics.align_words`): WER = (sub + del + ins) / reference
 words over the whole set.  ``rtf`` = decode wall time / audio seconds and
 ``cpu_rtf`` = process CPU time (all threads) / audio seconds, timing only the
 decode calls (file loading excluded).  pocketsphinx is single-threaded, so
@@ -109,7 +109,7 @@ def score_system(name: str, decode: DecodeFn, utts: Sequence[Utterance],
 
     A call that raises is recorded in ``errors`` and scored as an empty hypothesis.
     """
-    from streamd.train.metrics import word_errors
+    from streamd.scoring.metrics import word_errors
 
     wall = cpu = 0.0
     hyps: list[str] = []

@@ -32,7 +32,7 @@ iterable or async iterable of byte chunks), :class:`MicSource` (the microphone t
 ``chunks()`` generator of PCM bytes (optionally ``open()`` and ``stop()``) is a source too.
 
 Stream options are the start message's fields (:data:`STREAM_OPTIONS`, from the server's
-:data:`~streamd.server.protocol.START_FIELDS`): ``method``, ``beam``, ``partials``, ``keywords``,
+:data:`~streamd.wire.START_FIELDS`): ``method``, ``beam``, ``partials``, ``keywords``,
 ``endpointing``, ``wake_words``, ``hotwords`` (None or absent: the server's default), and
 ``sample_rate`` / ``format`` for raw PCM.  Their values are checked by the server (an ``error`` event).
 
@@ -55,7 +55,7 @@ import numpy as np
 from .audio.pcm import load_audio
 from .config import ServerConfig
 from .events import WIRE_TYPES, Error, Event, Final, from_wire
-from .server.protocol import CLOSE_CODES, SAMPLE_WIDTH, START_FIELDS
+from .wire import CLOSE_CODES, SAMPLE_WIDTH, START_FIELDS
 
 __all__ = ["Client", "Stream", "Ready", "FileSource", "PcmSource", "MicSource", "ClientError", "ConnectError",
            "ConnectionLost", "StreamError", "transcribe", "transcribe_file", "final_text", "to_s16le",

@@ -666,7 +666,7 @@ class ServerConfig:
         _positive(self.ping_timeout, "ping_timeout", strict=False)
         _positive(self.close_timeout, "close_timeout")
         _one_of(self.log_level, ("debug", "info", "warning", "error"), "log_level")
-        from .server.guard import host_name  # the one Host syntax (stdlib only)
+        from .wire import host_name  # the one Host syntax (stdlib only)
 
         for i, h in enumerate(self.allowed_hosts):
             try:

@@ -25,7 +25,7 @@ from streamd.engine import Recognizer
 from streamd.evaluation.trim import speech_span
 from streamd.events import Final, WakeWord
 from streamd.model.checkpoint import load_checkpoint
-from streamd.train.metrics import word_errors
+from streamd.scoring.metrics import word_errors
 from streamd.train.tts import engine_available, list_voices, synthesize
 from helpers import write_wav
 

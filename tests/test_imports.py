@@ -108,3 +108,41 @@ def test_the_model_room_does_not_import_the_searches():
         if mod.startswith("streamd.model"):
             assert not {d for d in deps if d.startswith(("streamd.decode", "streamd.engine", "streamd.server",
                                                           "streamd.train"))}, mod
+
+
+GROUND = ("streamd.config", "streamd.events", "streamd.tokens", "streamd.paths", "streamd.wire",
+          "streamd.manifest_lines", "streamd.audio", "streamd.text")
+RUNTIME = ("streamd.model", "streamd.decode", "streamd.engine", "streamd.feed", "streamd.server",
+           "streamd.second_pass", "streamd.capture", "streamd.mic", "streamd.client")
+# (importer, imported): packages that may never import the other, whichever way a change would like to
+FORBIDDEN = (
+    [(g, r) for g in GROUND for r in RUNTIME + ("streamd.scoring", "streamd.train", "streamd.evaluation")]
+    + [(r, up) for r in RUNTIME for up in ("streamd.scoring", "streamd.train", "streamd.evaluation", "streamd.bench")]
+    + [("streamd.client", "streamd.server"), ("streamd.server", "streamd.client")]
+    + [("streamd.scoring", up) for up in ("streamd.train", "streamd.evaluation", "streamd.server")]
+    + [("streamd.evaluation", "streamd.train")]  # training's calibration fits on an evaluation's decode
+)
+
+
+def _within(mod: str, room: str) -> bool:
+    return mod == room or mod.startswith(room + ".")
+
+
+def test_package_order():
+    """The rooms' order: the ground floor (config, events, tokens, wire vocabulary, manifests, audio, text)
+    imports no room above it; the runtime (model, searches, engine, server, second pass, client) imports no
+    measuring, training or evaluation code; client and server share only the wire vocabulary; what training
+    and evaluation both need is in :mod:`streamd.scoring`, below both, and evaluation imports no training
+    code (training's calibration decodes through evaluation: the one direction)."""
+    assert _violations(import_graph()) == []
+
+
+def _violations(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    return sorted((mod, dep) for mod, deps in graph.items() for dep in deps
+                  for low, high in FORBIDDEN if _within(mod, low) and _within(dep, high))
+
+
+def test_the_order_checker_sees_a_wrong_way_import():
+    graph = {"streamd.config": {"streamd.server.guard"}, "streamd.evaluation.wer": {"streamd.scoring.metrics"},
+             "streamd.client": {"streamd.wire"}, "streamd.configuration": {"streamd.server"}}
+    assert _violations(graph) == [("streamd.config", "streamd.server.guard")]  # a prefix is a whole room

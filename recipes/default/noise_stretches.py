@@ -22,7 +22,7 @@ import numpy as np
 from streamd.audio.pcm import load_audio
 from streamd.audio.resample import resample
 from streamd.train.augment import write_wav
-from streamd.train.manifest_lines import iter_audio_lines
+from streamd.manifest_lines import iter_audio_lines
 
 RATE = 16000
 

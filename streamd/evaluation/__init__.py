@@ -9,16 +9,16 @@ on; the hypothesis is every non-empty ``Final`` joined.  Two decodes per set,
 both through the engine's public API:
 
 1. **plain** (timed): the configured engine, exactly as served.  Gives the
-   WER (:func:`~streamd.train.metrics.align_words`), the real-time factor
+   WER (:func:`~streamd.scoring.metrics.align_words`), the real-time factor
    (decode wall time / audio duration; ``rtf_single`` decodes the files one
    at a time instead) and the wake events at the configured thresholds.
-2. **recording** (:mod:`streamd.train.recording`): the same engine built with
-   a :class:`~streamd.train.recording.MeasureBank` as its ``measure`` and a
-   :class:`~streamd.train.recording.KwsTrackRecorder` as its ``on_batch``
+2. **recording** (:mod:`streamd.scoring.recording`): the same engine built with
+   a :class:`~streamd.scoring.recording.MeasureBank` as its ``measure`` and a
+   :class:`~streamd.scoring.recording.KwsTrackRecorder` as its ``on_batch``
    observer.  Each Final's ``token_confs`` are bank tags, from which word
    confidences for every (measure, alpha, aggregation) of the study are
    recomputed without decoding again; the recorded KWS score tracks are
-   replayed (:func:`~streamd.train.recording.replay_kws`) for a whole
+   replayed (:func:`~streamd.scoring.recording.replay_kws`) for a whole
    threshold sweep at once.  Self-checks in the report: the recording's text
    equals the plain text, and the plain engine's word confidences equal the
    recomputed ones for the configured measure (``conf_raw``, and ``conf`` =
@@ -31,7 +31,7 @@ ECE and bins of the calibrated confidences.
 :meth:`~streamd.evaluation.recognition.Evaluator.word_confidences` gives
 ``streamd calibrate`` the same scored words, from the recording decode.
 
-Scoring conventions: see :mod:`streamd.train.metrics` (normalized words,
+Scoring conventions: see :mod:`streamd.scoring.metrics` (normalized words,
 hypothesis words correct when matched, AUC-ROC and NCE).  KWS: a positive
 file (``keyword`` set) is detected when its keyword fires at least once;
 every wake event in a negative file (``keyword`` null) is a false alarm;

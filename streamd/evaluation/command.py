@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Sequence
 
 from streamd.engine_args import add_engine_args, engine_config_from_args, run_guarded
-from streamd.train.reliability import plot_reliability, require_matplotlib
+from streamd.scoring.reliability import plot_reliability, require_matplotlib
 
 from .keywords import run_keywords
 from .kws import det_curves, plot_det

@@ -2,8 +2,8 @@
 the study, and the calibration figures (ECE, reliability bins) of the engine's setting, raw and calibrated.
 
 A hypothesis word is correct when the alignment with the reference matches it
-(:func:`streamd.train.metrics.align_words`, ``hyp_correct``); its confidences are recomputed from the bank
-values of its tokens (:mod:`streamd.train.recording`), so one decode scores every measure.
+(:func:`streamd.scoring.metrics.align_words`, ``hyp_correct``); its confidences are recomputed from the bank
+values of its tokens (:mod:`streamd.scoring.recording`), so one decode scores every measure.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import numpy as np
 from streamd.config import ConfidenceConfig
 from streamd.decode.calibration import Calibration
 from streamd.decode.confidence import AGGREGATIONS, aggregate
-from streamd.train.metrics import align_words, auc_roc, confidence_scores, nce, normalize_words, reliability
+from streamd.scoring.metrics import align_words, auc_roc, confidence_scores, nce, normalize_words, reliability
 
 from .decoding import Decoded
 from .sets import EvalEntry

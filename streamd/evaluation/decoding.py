@@ -4,7 +4,7 @@ Every decode goes through :func:`streamd.feed.feed_streams` (concurrent streams,
 steps, endpointing on), ``batch_streams`` files at a time:
 
 * :func:`timed_decode`: the plain engine, exactly as served, timed (the RTF);
-* :func:`record_decode`: the recording engine (:mod:`streamd.train.recording`): per file the final words with
+* :func:`record_decode`: the recording engine (:mod:`streamd.scoring.recording`): per file the final words with
   their tokens' bank values, and the KWS score tracks.
 """
 
@@ -21,7 +21,7 @@ import torch
 from streamd.engine import Recognizer
 from streamd.events import Event, Final, WakeWord, Word
 from streamd.feed import feed_streams
-from streamd.train.recording import KwsTrackRecorder, MeasureBank, tagged_words
+from streamd.scoring.recording import KwsTrackRecorder, MeasureBank, tagged_words
 
 __all__ = ["Decoded", "finals", "timed_decode", "record_decode"]
 

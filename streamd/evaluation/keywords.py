@@ -14,7 +14,7 @@ from streamd.engine import Recognizer
 from streamd.events import Error, WakeWord
 from streamd.feed import feed_streams
 from streamd.model.checkpoint import LoadedModel, load_checkpoint
-from streamd.train.metrics import normalize_words
+from streamd.scoring.metrics import normalize_words
 
 from .decoding import finals
 from .kws import FA_BUDGETS, budget_key, det_points, frr_at, kws_counts

@@ -15,8 +15,8 @@ import numpy as np
 
 from streamd.config import KwsConfig
 from streamd.events import WakeWord
-from streamd.train.recording import replay_kws
-from streamd.train.reliability import require_matplotlib
+from streamd.scoring.recording import replay_kws
+from streamd.scoring.reliability import require_matplotlib
 
 from .sets import EvalEntry
 
@@ -69,7 +69,7 @@ def builtin_kws_figures(entries: Sequence[EvalEntry], wakes: Sequence[Sequence[W
     """The report's ``kws`` figures of one set for the model's built-in KWS head.
 
     wakes: the plain decode's wake events per file (the configured thresholds); tracks: the recorded KWS
-    score tracks per file, replayed (:func:`~streamd.train.recording.replay_kws`) over ``thresholds`` and
+    score tracks per file, replayed (:func:`~streamd.scoring.recording.replay_kws`) over ``thresholds`` and
     the configured threshold; seconds: each file's duration; keywords: the head's keywords.
     """
     neg_s = sum(s for e, s in zip(entries, seconds) if e.keyword is None)

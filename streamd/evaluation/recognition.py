@@ -17,8 +17,8 @@ from streamd.engine import Recognizer
 from streamd.events import Error, Event, Final, WakeWord
 from streamd.model.checkpoint import LoadedModel, load_checkpoint
 from streamd.second_pass.calibration import load_second_pass
-from streamd.train.metrics import align_words, normalize_words
-from streamd.train.recording import KwsTrackRecorder, MeasureBank, recording_recognizer
+from streamd.scoring.metrics import align_words, normalize_words
+from streamd.scoring.recording import KwsTrackRecorder, MeasureBank, recording_recognizer
 
 from .confidence import WordConfidences, confidence_figures, scored_words, word_confs
 from .decoding import Decoded, finals, record_decode, timed_decode

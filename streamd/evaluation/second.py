@@ -8,7 +8,7 @@ from typing import Sequence
 import numpy as np
 
 from streamd.events import Event, Final
-from streamd.train.metrics import align_words, normalize_words
+from streamd.scoring.metrics import align_words, normalize_words
 
 from .confidence import calibration_figures
 from .sets import EvalEntry

@@ -11,7 +11,7 @@ import numpy as np
 
 from streamd.audio.pcm import load_audio
 from streamd.audio.resample import resample
-from streamd.train.manifest_lines import iter_json_lines
+from streamd.manifest_lines import iter_json_lines
 
 __all__ = ["EvalEntry", "read_eval_set", "load_entries"]
 

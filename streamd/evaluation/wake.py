@@ -24,7 +24,7 @@ import torch
 
 from streamd.decode.endpoint import seconds_to_frames
 from streamd.model.wake import TAIL_SAMPLES, WakeModel, WakeScorer
-from streamd.train.metrics import normalize_words
+from streamd.scoring.metrics import normalize_words
 
 from .kws import FA_BUDGETS, budget_key, det_points, frr_at, kws_counts
 from .sets import EvalEntry

@@ -1,10 +1,10 @@
-"""Word and sentence error rates of a set, in total, per voice and per source (:mod:`streamd.train.metrics`)."""
+"""Word and sentence error rates of a set, in total, per voice and per source (:mod:`streamd.scoring.metrics`)."""
 
 from __future__ import annotations
 
 from typing import Sequence
 
-from streamd.train.metrics import WordErrorCounts, align_words, normalize_words
+from streamd.scoring.metrics import WordErrorCounts, align_words, normalize_words
 
 from .sets import EvalEntry
 

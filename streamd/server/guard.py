@@ -28,10 +28,11 @@ interval with a count.
 from __future__ import annotations
 
 import ipaddress
-import re
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 from urllib.parse import urlsplit
+
+from ..wire import host_name, normalize_host, parse_host
 
 __all__ = ["BadRequest", "HostRule", "RateLimitedLog", "single_header", "parse_host", "host_name", "normalize_host",
            "request_path", "check_request", "UNIQUE_HEADERS", "LOOPBACK_HOSTS"]
@@ -40,8 +41,6 @@ UNIQUE_HEADERS = ("Host", "Origin", "Authorization")  # each at most once (Host 
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
 WILDCARD_BINDS = ("0.0.0.0", "::", "*")
 METHODS = ("GET", "HEAD")
-
-_NAME_RE = re.compile(r"^[a-z0-9_](?:[a-z0-9._~-]*[a-z0-9_])?\.?$")
 
 
 class BadRequest(ValueError):
@@ -71,61 +70,13 @@ def single_header(headers: Mapping[str, str] | Any, name: str) -> str | None:
     return values[0] if values else None
 
 
-def normalize_host(host: str) -> str:
-    """A host name or IP literal as compared: lower case, no trailing dot, IPv6 without brackets, compressed."""
-    h = host.strip().lower()
-    if h.startswith("[") and h.endswith("]"):
-        h = h[1:-1]
-    if ":" in h:
-        try:
-            return ipaddress.IPv6Address(h).compressed
-        except ValueError:
-            return h
-    return h[:-1] if h.endswith(".") and len(h) > 1 else h
 
 
-def parse_host(value: str) -> tuple[str, int | None]:
-    """``Host`` header value -> (normalized host, port or None); ValueError saying what is malformed."""
-    v = value.strip()
-    if not v:
-        raise ValueError("empty Host")
-    if v.startswith("["):
-        end = v.find("]")
-        if end < 0:
-            raise ValueError(f"unclosed '[' in Host {value!r}")
-        inner, rest = v[1:end], v[end + 1:]
-        try:
-            host = ipaddress.IPv6Address(inner).compressed
-        except ValueError:
-            raise ValueError(f"not an IPv6 address in Host {value!r}") from None
-        if "%" in inner:
-            raise ValueError(f"zone id in Host {value!r}")
-    else:
-        name, colon, port_text = v.partition(":")
-        if ":" in port_text:
-            raise ValueError(f"IPv6 address without brackets (or several ports) in Host {value!r}")
-        host, rest = name.lower(), colon + port_text
-        if not _NAME_RE.match(host):
-            raise ValueError(f"not a host name in Host {value!r}")
-        host = normalize_host(host)
-    if rest in ("", ":"):
-        return host, None
-    if not (rest.startswith(":") and rest[1:].isascii() and rest[1:].isdigit() and len(rest) <= 6
-            and int(rest[1:]) <= 65535):
-        raise ValueError(f"bad port in Host {value!r}")
-    return host, int(rest[1:])
 
 
-def host_name(value: str) -> str:
-    """A configured host name (``server.allowed_hosts``): a name or IP address without port (IPv6 with or
-    without brackets) -> normalized; ValueError otherwise."""
-    v = value.strip()
-    if ":" in v and not v.startswith("["):
-        v = f"[{v}]"
-    host, port = parse_host(v)
-    if port is not None or v.endswith(":"):
-        raise ValueError(f"a port in host name {value!r}")
-    return host
+
+
+
 
 
 def _is_ip(host: str) -> bool:

@@ -32,6 +32,7 @@ from typing import Any, Mapping
 from ..audio.pcm import MAX_SAMPLE_RATE, MIN_SAMPLE_RATE, SUPPORTED_FORMATS
 from ..config import ConfigError, LimitsConfig, PhraseSpec, check_hotword_method, default_beam, parse_phrases
 from ..events import Done, Error, Event, Final, Partial, WakeWord
+from ..wire import CLOSE_CODES, SAMPLE_WIDTH, START_FIELDS
 from .auth import bearer_token, origin_ok, token_ok  # noqa: F401 - their home until auth.py; still importable here
 from .states import SessionState, Transitions
 
@@ -45,33 +46,9 @@ __all__ = [
     "MinAudioRate", "public_model_info", "rate_limited_message",
 ]
 
-SAMPLE_WIDTH = {"s16le": 2, "f32le": 4}
 
-# error code -> websocket close code (RFC 6455 section 7.4.1)
-CLOSE_CODES: dict[str, int] = {
-    "bad_json": 1008,  # policy violation: not our protocol
-    "bad_message": 1008,
-    "bad_request": 1008,  # engine: e.g. audio after the end of the stream
-    "bad_format": 1003,  # unsupported data
-    "bad_sample_rate": 1003,
-    "bad_audio": 1003,
-    "binary_before_start": 1003,
-    "too_large": 1009,  # message too big
-    "rate_limited": 1008,
-    "idle_timeout": 1008,
-    "unauthorized": 1008,
-    "slow_consumer": 1008,
-    "no_mic": 1008,
-    "mic_error": 1011,
-    "internal": 1011,  # internal error
-    "shutting_down": 1001,  # going away
-    "too_many_streams": 1013,  # try again later
-    "loading": 1013,
-    "audio_too_slow": 1008,  # less than limits.min_audio_rate seconds of audio per second
-    "overloaded": 1013,  # at capacity (admission by cost): try again later, retry_after
-    "client_limit": 1013,  # limits.max_cost_per_client / max_cost_per_token
-    "backlog_exceeded": 1013,  # more than limits.max_backlog_seconds of audio waiting to be decoded
-}
+
+
 
 
 @dataclass(frozen=True)
@@ -416,8 +393,7 @@ class SessionBase(FlowFigures):
         return []
 
 
-START_FIELDS = ("type", "sample_rate", "format", "method", "beam", "partials", "keywords", "endpointing",
-                "wake_words", "hotwords", "second_pass", "wake_models")
+
 
 
 def _phrase_wire(spec: PhraseSpec) -> str | dict:

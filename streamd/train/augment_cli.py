@@ -52,7 +52,7 @@ import numpy as np
 
 from streamd.train import augment as A
 from streamd.train.jobs import job_results, report_progress
-from streamd.train.manifest_lines import iter_audio_lines
+from streamd.manifest_lines import iter_audio_lines
 from streamd.train import rooms as R
 
 __all__ = ["AugmentChain", "stage_rngs", "active_power", "augment_one", "augment_manifest", "main", "STAGES"]

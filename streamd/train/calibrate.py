@@ -35,8 +35,8 @@ from streamd.model.checkpoint import copy_with_meta, load_checkpoint
 from streamd.paths import model_arg
 from streamd.evaluation.options import EvalOptions
 from streamd.evaluation.recognition import Evaluator
-from streamd.train.metrics import ReliabilityBins, confidence_scores, reliability
-from streamd.train.reliability import plot_reliability, require_matplotlib
+from streamd.scoring.metrics import ReliabilityBins, confidence_scores, reliability
+from streamd.scoring.reliability import plot_reliability, require_matplotlib
 
 __all__ = ["CalibrateOptions", "heldout_mask", "compare_fits", "calibrate", "format_report", "build_parser", "main"]
 

@@ -65,7 +65,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-from .manifest_lines import iter_json_lines, resolve_audio
+from ..manifest_lines import iter_json_lines, resolve_audio
 from .normalize import normalize_text
 
 __all__ = [

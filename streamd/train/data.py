@@ -52,7 +52,7 @@ from ..audio.pcm import load_audio
 from ..audio.resample import resample
 from ..config import FbankConfig, to_dict
 from ..tokens import TokenTable
-from .manifest_lines import iter_audio_lines
+from ..manifest_lines import iter_audio_lines
 
 __all__ = [
     "default_char_tokens",

@@ -41,8 +41,8 @@ Outputs (rewritten atomically at the end of every run, in manifest order):
 * ``DIR/rejected.jsonl``: the same fields without ``text``, with ``reason``;
 * ``DIR/summary.json`` and the printed summary: kept / rejected counts and
   hours, reasons, pairwise WER between teachers (the stronger one as
-  reference; :func:`~streamd.train.metrics.normalize_words` /
-  :func:`~streamd.train.metrics.align_words` on normalized texts), each
+  reference; :func:`~streamd.scoring.metrics.normalize_words` /
+  :func:`~streamd.scoring.metrics.align_words` on normalized texts), each
   teacher's WER against the kept labels, and, when the input had texts,
   the WER of each teacher and of the kept labels against them.
 """
@@ -61,8 +61,8 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from .manifest_lines import iter_json_lines, resolve_audio
-from .metrics import align_words, normalize_words
+from ..manifest_lines import iter_json_lines, resolve_audio
+from ..scoring.metrics import align_words, normalize_words
 
 __all__ = ["Item", "Decision", "RULES", "read_manifests", "agree_rule", "wer_rule", "decide", "RawCache", "label",
            "pair_wer", "main"]

@@ -75,7 +75,7 @@ from ..config import ConfigError, FbankConfig, ModelConfig, load_config
 from ..model.encoder import StreamingEncoder
 from ..model.transducer import Transducer
 from .data import AsrDataset, Batch, Utterance, _header_duration, default_char_tokens
-from .manifest_lines import iter_audio_lines
+from ..manifest_lines import iter_audio_lines
 from .trainer import (DataConfig, OptimConfig, RunConfig, SpecAugmentConfig, _adamw, _augment, _check_input, _check_run,
                       config_dict,
                       _eval_loader, _measure_feature_stats, _req, _resume, _resume_position, _resume_value, _run_data,

@@ -50,7 +50,7 @@ from pathlib import Path
 import numpy as np
 
 from streamd.train.augment import _rate, _signal
-from streamd.train.manifest_lines import iter_audio_lines
+from streamd.manifest_lines import iter_audio_lines
 
 __all__ = [
     "Rir",

@@ -21,7 +21,7 @@ from streamd.config import EngineConfig
 from streamd.decode.confidence import MEASURE_NAMES
 from streamd.engine import Recognizer
 from streamd.evaluation.sets import read_eval_set
-from streamd.train.metrics import normalize_words
+from streamd.scoring.metrics import normalize_words
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread_module")
 

@@ -17,7 +17,7 @@ from streamd.evaluation.decoding import Decoded
 from streamd.evaluation.options import EvalOptions
 from streamd.evaluation.sets import EvalEntry
 from streamd.evaluation.recognition import Evaluator
-from streamd.train.metrics import align_words, auc_roc, nce, reliability
+from streamd.scoring.metrics import align_words, auc_roc, nce, reliability
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread_module")
 

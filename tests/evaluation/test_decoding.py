@@ -11,7 +11,7 @@ from streamd.evaluation.decoding import Decoded, finals, record_decode, timed_de
 from streamd.events import Done, Final, Partial, WakeWord
 from streamd.feed import feed_streams
 from streamd.model.checkpoint import load_checkpoint
-from streamd.train.recording import KwsTrackRecorder, MeasureBank, recording_recognizer
+from streamd.scoring.recording import KwsTrackRecorder, MeasureBank, recording_recognizer
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread_module")
 

@@ -14,7 +14,7 @@ from streamd.evaluation.kws import (FA_BUDGETS, budget_key, det_curves, det_poin
                                   plot_det_panels)
 from streamd.evaluation.options import EvalOptions
 from streamd.evaluation.recognition import Evaluator
-from streamd.train.recording import KwsTrackRecorder, MeasureBank, recording_recognizer, replay_kws
+from streamd.scoring.recording import KwsTrackRecorder, MeasureBank, recording_recognizer, replay_kws
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread_module")
 

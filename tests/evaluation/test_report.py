@@ -4,7 +4,7 @@ the reliability curves for ``--reliability-plot``, on hand-made reports."""
 import copy
 
 from streamd.evaluation.report import format_keyword_report, format_report, reliability_curves
-from streamd.train.metrics import ReliabilityBins
+from streamd.scoring.metrics import ReliabilityBins
 
 
 def bins(counts=(2, 0, 1)) -> dict:

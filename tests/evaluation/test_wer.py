@@ -7,7 +7,7 @@ import pytest
 from helpers import levenshtein
 from streamd.evaluation.sets import EvalEntry
 from streamd.evaluation.wer import wer_figures
-from streamd.train.metrics import normalize_words
+from streamd.scoring.metrics import normalize_words
 
 
 def entry(text, voice="unknown", source=""):

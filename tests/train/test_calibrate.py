@@ -17,7 +17,7 @@ from streamd.model.checkpoint import load_checkpoint
 from streamd.train.calibrate import compare_fits, heldout_mask
 from streamd.evaluation.options import EvalOptions
 from streamd.evaluation.recognition import Evaluator
-from streamd.train.metrics import align_words, ece, normalize_words
+from streamd.scoring.metrics import align_words, ece, normalize_words
 from helpers import write_wav
 from helpers import write_eval_set as _write_set
 

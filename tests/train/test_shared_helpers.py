@@ -15,7 +15,7 @@ from streamd.evaluation.sets import read_eval_set
 from streamd.server.outbox import Outbox
 from streamd.server.protocol import Close
 from streamd.train.jobs import job_results, report_progress
-from streamd.train.manifest_lines import iter_json_lines, resolve_audio
+from streamd.manifest_lines import iter_json_lines, resolve_audio
 from streamd.train.trainer import _weighted_means
 
 

@@ -1,4 +1,4 @@
-"""streamd.train.recording: MeasureBank tags, tagged words, KWS track recording and replay, all via public hooks."""
+"""streamd.scoring.recording: MeasureBank tags, tagged words, KWS track recording and replay, all via public hooks."""
 
 import random
 
@@ -18,7 +18,7 @@ from streamd.engine import BatchView, Recognizer
 from streamd.events import Final
 from streamd.model.checkpoint import load_checkpoint
 from streamd.model.transducer import HeadOutputs
-from streamd.train.recording import (KwsTrackRecorder, MeasureBank, recording_recognizer, replay_kws,
+from streamd.scoring.recording import (KwsTrackRecorder, MeasureBank, recording_recognizer, replay_kws,
                                      tagged_words)
 
 

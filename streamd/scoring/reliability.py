@@ -1,6 +1,6 @@
 """Reliability diagrams of word confidence (``streamd calibrate --plot``, ``streamd eval --reliability-plot``).
 
-Each curve is a :class:`~streamd.train.metrics.ReliabilityBins`: the share of
+Each curve is a :class:`~streamd.scoring.metrics.ReliabilityBins`: the share of
 correct words against the mean confidence in each equal-width bin, drawn with
 the diagonal (perfect calibration) above a panel with the share of words per
 bin.  matplotlib (extra ``train``) is imported on use, through its
@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
-from streamd.train.metrics import ReliabilityBins
+from streamd.scoring.metrics import ReliabilityBins
 
 __all__ = ["require_matplotlib", "plot_reliability"]
 

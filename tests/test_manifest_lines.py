@@ -1,11 +1,11 @@
-"""streamd.train.manifest_lines: the one reader of JSON-lines audio manifests (paths, line numbers, errors that
+"""streamd.manifest_lines: the one reader of JSON-lines audio manifests (paths, line numbers, errors that
 name the file and line)."""
 
 import json
 
 import pytest
 
-from streamd.train.manifest_lines import iter_audio_lines
+from streamd.manifest_lines import iter_audio_lines
 
 
 def test_lines_in_order_with_resolved_audio(tmp_path):

@@ -1,4 +1,4 @@
-"""streamd.train.metrics: word normalization, WER alignment (vs a textbook edit distance), AUC-ROC, NCE, ECE."""
+"""streamd.scoring.metrics: word normalization, WER alignment (vs a textbook edit distance), AUC-ROC, NCE, ECE."""
 
 import math
 
@@ -8,7 +8,7 @@ import pytest
 from fractions import Fraction
 
 from helpers import levenshtein
-from streamd.train.metrics import (ReliabilityBins, align_words, auc_roc, confidence_scores, ece, nce, normalize_words,
+from streamd.scoring.metrics import (ReliabilityBins, align_words, auc_roc, confidence_scores, ece, nce, normalize_words,
                                    reliability)
 
 
@@ -100,7 +100,7 @@ def test_nce_hand_cases():
 
 
 def test_word_errors_sums_the_alignments():
-    from streamd.train.metrics import word_errors
+    from streamd.scoring.metrics import word_errors
 
     c = word_errors(["turn on the light", "volume up", ""], ["turn the lights", "volume up", "hello"])
     # utt 1: "on" deleted, light -> lights; utt 2 exact; utt 3 one insertion against no words

@@ -1,11 +1,11 @@
-"""streamd.train.reliability: reliability diagrams (PNG) of word confidence, and the matplotlib install hint."""
+"""streamd.scoring.reliability: reliability diagrams (PNG) of word confidence, and the matplotlib install hint."""
 
 import sys
 
 import pytest
 
-from streamd.train.metrics import ReliabilityBins, reliability
-from streamd.train.reliability import plot_reliability, require_matplotlib
+from streamd.scoring.metrics import ReliabilityBins, reliability
+from streamd.scoring.reliability import plot_reliability, require_matplotlib
 
 pytest.importorskip("matplotlib", reason="matplotlib is not installed (pip install 'streamd[train]')")
 
