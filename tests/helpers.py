@@ -708,3 +708,19 @@ def self_signed_cert(folder) -> tuple[str, str]:
                     str(cert), "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1"],
                    check=True, capture_output=True)
     return str(cert), str(key)
+
+
+@torch.no_grad()
+def offline_heads(rec, x):
+    """The reference for streaming: the whole utterance's fbank (the signal, then the engine's end-of-stream
+    flush), one encoder forward under the chunk mask, the heads.  Returns (HeadOutputs, enc_len (1,))."""
+    from streamd.audio.fbank import Fbank, FbankStream
+
+    fs = FbankStream(rec.model.cfg.fbank)
+    fs.accept(x)
+    fs.accept(rec.tail_padding)
+    fs.finish()
+    n = fs.frames_ready()
+    feats = Fbank(rec.model.cfg.fbank)(torch.from_numpy(fs.take(n))[None])
+    enc, enc_len = rec.model.encoder(feats, torch.tensor([n]))
+    return rec.model.heads(enc), enc_len

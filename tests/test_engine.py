@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import random_audio, write_checkpoint
+from helpers import offline_heads, random_audio, write_checkpoint
 from streamd.audio.fbank import Fbank, FbankStream
 from streamd.config import DecodingConfig, EndpointConfig, EngineConfig, KwsConfig
 from streamd.engine import Recognizer, StreamOptions
@@ -48,14 +48,7 @@ def offline_tokens(rec, x, method="greedy", beam=None):
     """Whole utterance: fbank of the signal and the engine's end-of-stream flush, encoder forward under the
     chunk mask, one search call (beam: the stream's, by default the config's for the method)."""
     beam = rec.config.decoding.beam_for(method) if beam is None else beam
-    fs = FbankStream(rec.model.cfg.fbank)
-    fs.accept(x)
-    fs.accept(rec.tail_padding)
-    fs.finish()
-    n = fs.frames_ready()
-    feats = Fbank(rec.model.cfg.fbank)(torch.from_numpy(fs.take(n))[None])
-    enc, enc_len = rec.model.encoder(feats, torch.tensor([n]))
-    heads = rec.model.heads(enc)
+    heads, enc_len = offline_heads(rec, x)
     search = rec.searches[method]
     if method in ("greedy", "ctc_greedy"):
         state = search.init_state(1)

@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import CHARS, random_audio
-from streamd.audio.fbank import Fbank, FbankStream
+from helpers import CHARS, offline_heads, random_audio
 from streamd.feed import transcribe_files
 from streamd.config import ConfidenceConfig, DecodingConfig, EngineConfig, KwsConfig
 from streamd.decode.confidence import MEASURE_NAMES, aggregate, frame_confidence
@@ -175,18 +174,10 @@ def test_recorded_confidences_equal_engine(request, wavs, method, ckpt, settings
 # --------------------------------------------------------------------------- KWS tracks
 
 
-@torch.no_grad()
 def _offline_kws(rec, x):
-    """Whole utterance: fbank of the padded signal (the engine's end-of-stream flush after it), encoder forward
-    under the chunk mask, KWS head."""
-    fs = FbankStream(rec.model.cfg.fbank)
-    fs.accept(x)
-    fs.accept(rec.tail_padding)
-    fs.finish()
-    n = fs.frames_ready()
-    feats = Fbank(rec.model.cfg.fbank)(torch.from_numpy(fs.take(n))[None])
-    enc, enc_len = rec.model.encoder(feats, torch.tensor([n]))
-    return rec.model.heads(enc).kws_probs[0, : int(enc_len[0])].double().numpy()
+    """Whole utterance (with the end-of-stream flush): the KWS head over the encoder's output."""
+    heads, enc_len = offline_heads(rec, x)
+    return heads.kws_probs[0, : int(enc_len[0])].double().numpy()
 
 
 @pytest.mark.parametrize("seed, max_batch", [(0, 256), (1, 2), (2, 3)])
