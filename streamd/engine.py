@@ -268,6 +268,7 @@ class Recognizer:
         self.frame_shift_s = mcfg.frame_shift_s
         self.chunk_frames = mcfg.encoder.chunk_size  # encoder frames per chunk
         self.chunk_fbank = 4 * self.chunk_frames
+        self.samples_per_frame = 4 * mcfg.fbank.frame_shift  # 16 kHz samples per encoder frame
         self.fbank = Fbank(mcfg.fbank).to(self.device)
         # on CUDA the recorded graph would meet TorchScript's GPU fusers, unmeasured (no GPU lent): eager there
         self.encoder = (TracedChunkEncoder(self.model.encoder, eager_calls=self.EAGER_STEPS)
@@ -578,15 +579,16 @@ class Recognizer:
         if x.size and not np.isfinite(x).all():
             return self._fail(sid, "bad_audio", f"{int((~np.isfinite(x)).sum())} non-finite samples (NaN/inf)")
         st.samples_in += x.size
-        if st.resampler is not None:
-            x = st.resampler.process(x)
+        self._take_in(st, st.resampler.process(x) if st.resampler is not None else x)
+        return []
+
+    def _take_in(self, st: _Stream, x: np.ndarray) -> None:
+        """16 kHz samples ``x`` of the stream's own audio (not the flush) to every consumer: the fbank cursor,
+        the second pass's segment audio, the trained wake models' pending audio."""
         self._keep_audio(st, x)
         st.fbank.accept(x)
         if st.wake_emb is not None and x.size:
             st.wake_audio.append(x)
-        return []
-
-    SAMPLES_PER_FRAME = 640  # 16 kHz samples per encoder frame (4 fbank frames of 10 ms)
 
     def _keep_audio(self, st: _Stream, x: np.ndarray) -> None:
         """Keep 16 kHz samples ``x`` for the second pass (streams that asked for one), as int16; drop what lies
@@ -596,14 +598,14 @@ class Recognizer:
         if x.size:
             st.audio.append(np.round(np.clip(x, -1.0, 1.0) * 32767.0).astype(np.int16))
             st.audio_in += x.size
-        limit = st.frames_done * self.SAMPLES_PER_FRAME - int(self.config.second_pass.max_segment_s * 16000)
+        limit = st.frames_done * self.samples_per_frame - int(self.config.second_pass.max_segment_s * 16000)
         while st.audio and st.audio_from + st.audio[0].size <= limit:
             st.audio_from += st.audio.pop(0).size
 
     def _segment_audio(self, st: _Stream) -> np.ndarray | None:
         """The closing segment's samples (int16, 16 kHz, from its start to the decoded point), or None when
         its beginning is no longer kept (longer than ``max_segment_s``); then drops what lies before the end."""
-        a, b = st.segment_start * self.SAMPLES_PER_FRAME, st.frames_done * self.SAMPLES_PER_FRAME
+        a, b = st.segment_start * self.samples_per_frame, st.frames_done * self.samples_per_frame
         kept = np.concatenate(st.audio) if st.audio else np.zeros(0, np.int16)
         out = kept[a - st.audio_from:max(a, min(b, st.audio_in)) - st.audio_from].copy() if a >= st.audio_from else None
         cut = min(max(b - st.audio_from, 0), kept.size)
@@ -635,11 +637,7 @@ class Recognizer:
         if st.finished:
             return
         if st.resampler is not None:
-            tail = st.resampler.flush()
-            self._keep_audio(st, tail)
-            st.fbank.accept(tail)
-            if st.wake_emb is not None and tail.size:
-                st.wake_audio.append(tail)
+            self._take_in(st, st.resampler.flush())
         if st.wake_emb is not None:  # a keyword said at the very end still gets its scores
             from .model.wake import TAIL_SAMPLES
             st.wake_audio.append(np.zeros(TAIL_SAMPLES, dtype=np.float32))
