@@ -24,11 +24,11 @@ Every file of the set (``streamd eval``'s JSON-lines format, read with
   the loop of ``streamd eval``); the hypothesis is every non-empty ``Final``
   joined, as in ``streamd eval``.
 * **teachers** (``whisper-base``, ``whisper-tiny.en``, ``moonshine-base``:
-  :data:`streamd.train.teachers.TEACHERS`, the models ``streamd label``
+  :data:`streamd.second_pass.models.TEACHERS`, the models ``streamd label``
   uses; pip extra ``teacher``): one model built once, ``transcribe(x)`` per
   file; their written-form output ("Set a timer for 5 minutes.") is turned
   into the references' spoken form with
-  :func:`streamd.train.normalize.normalize_text` before scoring.
+  :func:`streamd.text.normalize.normalize_text` before scoring.
 
 ``--systems`` picks the systems and their order (default
 ``pocketsphinx,streamd``).  A system whose package is not installed is
@@ -192,8 +192,8 @@ def streamd_decoder(rec, piece_seconds: float = 0.1, **stream_options) -> Decode
 
 def teacher_decoder(name: str, threads: int = 1) -> DecodeFn:
     """A ``streamd label`` teacher, its text normalized to spoken form; ImportError when its package is missing."""
-    from streamd.train.normalize import normalize_text
-    from streamd.train.teachers import load_teacher
+    from streamd.text.normalize import normalize_text
+    from streamd.second_pass.models import load_teacher
 
     teacher = load_teacher(name, cpu_threads=threads)
 
@@ -205,7 +205,7 @@ def teacher_decoder(name: str, threads: int = 1) -> DecodeFn:
 
 def system_names() -> list[str]:
     """Every system ``--systems`` accepts: pocketsphinx, streamd, then the teachers (strongest first)."""
-    from streamd.train.teachers import teacher_names
+    from streamd.second_pass.models import teacher_names
 
     return ["pocketsphinx", "streamd"] + teacher_names()
 

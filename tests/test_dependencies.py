@@ -1,7 +1,7 @@
 """Every third-party module the code imports is declared in pyproject.toml, and imports where it is installed.
 
 The code's imports are read from the source (streamd/, clients/, bench/: ``import`` statements at any depth,
-and the module names given to ``teachers._need``), so an import inside a function counts as well.  Two checks:
+and the module names given to ``streamd.second_pass.models._need``), so an import inside a function counts as well.  Two checks:
 
 * each top-level package belongs to a distribution that pyproject.toml declares (core or an extra);
 * each module the code imports (``lhotse.kaldi``, not only ``lhotse``), where its top-level package is

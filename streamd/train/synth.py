@@ -64,7 +64,7 @@ import numpy as np
 
 from streamd.train import augment as A
 from streamd.train.jobs import job_results, report_progress
-from streamd.train.normalize import normalize_text
+from streamd.text.normalize import normalize_text
 from streamd.train.text import KEYWORD, TextGenerator, spoken_form
 from streamd.train.tts import ENGINES, INSTALL, TTSError, Voice, list_voices, synthesize
 

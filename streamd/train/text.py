@@ -1,7 +1,7 @@
 """Random voice-assistant English text for the synthetic training corpus.
 
 :class:`TextGenerator`: a seeded template grammar (numbers are spelled by
-:mod:`streamd.train.numbers`, vocabulary is the data of :mod:`streamd.train.vocab`).  Each intent (lights,
+:mod:`streamd.text.numbers`, vocabulary is the data of :mod:`streamd.train.vocab`).  Each intent (lights,
   thermostat, timers, alarms, reminders, calendar, music, volume, playback,
   weather, calls, messages, shopping, numbers, dates, short answers, ...) has
   several templates in a tiny language -- ``(a|b)`` one alternative, ``[x]``
@@ -25,7 +25,7 @@ import functools
 import random
 import re
 
-from .numbers import cardinal, clock_time, decimal, digits, money, ordinal, percent, year
+from ..text.numbers import cardinal, clock_time, decimal, digits, money, ordinal, percent, year
 from .vocab import V
 
 __all__ = ["is_normalized", "spoken_form", "TextGenerator", "KEYWORD"]

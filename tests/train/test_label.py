@@ -16,7 +16,7 @@ import pytest
 from helpers import random_audio
 from streamd.cli import main as cli_main
 from streamd.train import label as lab
-from streamd.train import teachers
+from streamd.second_pass import models as teachers
 from streamd.train.label import Decision, agree_rule, decide, wer_rule
 from helpers import write_wav
 

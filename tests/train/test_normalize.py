@@ -2,8 +2,8 @@
 
 import pytest
 
-from streamd.train.normalize import normalize_text
-from streamd.train.numbers import cardinal, clock_time, money, ordinal, year
+from streamd.text.normalize import normalize_text
+from streamd.text.numbers import cardinal, clock_time, money, ordinal, year
 from streamd.train.text import is_normalized
 
 

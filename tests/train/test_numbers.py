@@ -1,10 +1,10 @@
-"""Tests for streamd.train.numbers: numbers spelled out in the spoken form, clear errors."""
+"""Tests for streamd.text.numbers: numbers spelled out in the spoken form, clear errors."""
 
 import re
 
 import pytest
 
-from streamd.train.numbers import cardinal, clock_time, decimal, digits, money, ordinal, percent, year
+from streamd.text.numbers import cardinal, clock_time, decimal, digits, money, ordinal, percent, year
 
 
 CARDINALS = {

@@ -1,4 +1,4 @@
-"""streamd.train.teachers: the teacher plumbing without the models (the Moonshine vocabulary, the Whisper base
+"""streamd.second_pass.models: the teacher plumbing without the models (the Moonshine vocabulary, the Whisper base
 folder assembled from its packages, audio checks, the registry), and no teacher runtime imported with streamd."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ import types
 import numpy as np
 import pytest
 
-from streamd.train import teachers
+from streamd.second_pass import models as teachers
 
 
 def test_no_teacher_runtime_is_imported_with_streamd():
-    code = ("import sys, streamd.cli, streamd.train.label, streamd.train.teachers; "
+    code = ("import sys, streamd.cli, streamd.train.label, streamd.second_pass.models; "
             "bad = [m for m in ('faster_whisper', 'onnxruntime', 'ctranslate2', 'onnx') if m in sys.modules]; "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)
