@@ -76,15 +76,9 @@ class EngineResult:
 
 def _load_audio(paths: Sequence[str], seconds: float) -> list[np.ndarray]:
     """16 kHz clips of ``seconds`` each, cut from the files (looped if short)."""
-    from .audio.pcm import load_audio
-    from .audio.resample import resample
+    from .audio.resample import load_audio_at
 
-    clips = []
-    for p in paths:
-        x, rate = load_audio(p)
-        if rate != 16000:
-            x = resample(x, rate, 16000)
-        clips.append(x.astype(np.float32))
+    clips = [load_audio_at(p, 16000) for p in paths]
     whole = np.concatenate(clips)
     n = int(seconds * 16000)
     out = []

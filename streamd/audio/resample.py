@@ -28,9 +28,9 @@ import math
 
 import numpy as np
 
-from .pcm import AudioError, check_sample_rate
+from .pcm import AudioError, check_sample_rate, load_audio
 
-__all__ = ["StreamingResampler", "resample"]
+__all__ = ["StreamingResampler", "resample", "load_audio_at"]
 
 _ZEROS = 32            # sinc zero crossings on each side of the kernel centre
 _ROLLOFF = 0.94        # cutoff as a fraction of the lower Nyquist frequency
@@ -198,3 +198,10 @@ def _check_any_rate(rate) -> int:
     if isinstance(rate, bool) or not isinstance(rate, (int, np.integer)) or rate < 1:
         raise AudioError(f"sample rate must be a positive integer, got {rate!r}", code="bad_sample_rate")
     return int(rate)
+
+
+def load_audio_at(path, rate: int) -> np.ndarray:
+    """A file's mono float32 samples (N,) at ``rate`` Hz (:func:`~streamd.audio.pcm.load_audio`, resampled
+    once where the file has another rate); AudioError as ``load_audio``'s."""
+    x, r = load_audio(path)
+    return (resample(x, r, rate) if r != rate else x).astype(np.float32, copy=False)

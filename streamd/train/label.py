@@ -61,6 +61,7 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
+from ..audio.resample import load_audio_at
 from ..manifest_lines import iter_json_lines, resolve_audio
 from ..scoring.metrics import align_words, normalize_words
 
@@ -281,14 +282,6 @@ class Summary:
         return d
 
 
-def _load16k(path: str) -> np.ndarray:
-    from ..audio.pcm import load_audio
-    from ..audio.resample import resample
-
-    x, rate = load_audio(path)
-    return resample(x, rate, RATE) if rate != RATE else x
-
-
 def _corpus_wer(pairs: Sequence[tuple[str, str]]) -> float | None:
     words = errors = 0
     for ref, hyp in pairs:
@@ -353,7 +346,7 @@ def label(items: Sequence[Item], teachers: Mapping[str, Callable[[], object]], o
     try:
         for k, it in enumerate(todo, 1):
             try:
-                x = _load16k(it.audio)
+                x = load_audio_at(it.audio, RATE)
             except ValueError as e:
                 failures[it.audio] = f"bad audio: {e}"
                 log(f"label: [{k}/{len(todo)}] {it.audio}: {e}")

@@ -314,8 +314,7 @@ def train_wake_model(keyword: str, out: str | Path | None = None, cfg: WakeTrain
                      log: Callable[[str], None] | None = None) -> Path:
     """Train a wake model for ``keyword`` from its text; write it to ``out`` (default ``<keyword>.wake.pt``)
     and return the path."""
-    from streamd.audio.pcm import load_audio
-    from streamd.audio.resample import resample
+    from streamd.audio.resample import load_audio_at
     from streamd.train import rooms as R
     from streamd.train.jobs import job_results
     from streamd.train.text import TextGenerator
@@ -362,8 +361,7 @@ def train_wake_model(keyword: str, out: str | Path | None = None, cfg: WakeTrain
         bar = _Bar("read real audio", len(todo) + len(noise_files) - len(noise_files) // 2)
         emb = load_speech_embedding()
         for path, name in todo:  # embeddings of real files are kept for the next keyword of this process
-            x, r = load_audio(path)
-            x = (resample(x, r, RATE) if r != RATE else x).astype(np.float32)
+            x = load_audio_at(path, RATE)
             t = torch.from_numpy(np.concatenate([np.zeros(PREFIX_SAMPLES, np.float32), x]))[None]
             with torch.no_grad():
                 _REAL_CACHE[name] = (emb(t)[0], len(x) / RATE)

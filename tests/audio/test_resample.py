@@ -172,3 +172,15 @@ def test_one_shot_resampling_takes_any_rate():
     assert resample(np.zeros(10, np.float32), 4000, 16000).shape == (40,)
     with pytest.raises(AudioError, match="positive integer"):
         resample(np.zeros(10, np.float32), 0, 16000)
+
+
+def test_load_audio_at_resamples_a_file_once_and_keeps_its_own_rate(tmp_path):
+    from helpers import random_audio, write_wav
+    from streamd.audio.pcm import load_audio
+    from streamd.audio.resample import load_audio_at
+
+    path = write_wav(tmp_path / "a.wav", random_audio(0.5, 8000, seed=3), 8000)
+    x, rate = load_audio(path)
+    y = load_audio_at(path, 16000)
+    assert y.dtype == np.float32 and np.array_equal(y, resample(x, rate, 16000).astype(np.float32))
+    assert np.array_equal(load_audio_at(path, 8000), x)
