@@ -65,12 +65,12 @@ def run(args: argparse.Namespace) -> int:
     from ..mic import run_console
 
     ns = argparse.Namespace(**{**vars(args), "device": compute})
-    from ..second_pass.calibration import load_second_pass
+    from ..second_pass.calibration import second_pass_for
 
     cfg = engine_config_from_args(ns)
     rec = Recognizer.from_checkpoint(model_arg(args.model), cfg)
     rec.warm_up()  # live audio: one-off costs (the encoder's recording) before the first word, as the daemon
-    second = load_second_pass(cfg.second_pass, [p.phrase for p in cfg.decoding.hotwords], rec.calibration is not None)
+    second = second_pass_for(cfg, rec.calibration is not None)
     auto = {"auto": None, "always": True, "never": False}
     return run_console(rec, capture, color=auto[args.color], partials=auto[args.partials], second=second)
 

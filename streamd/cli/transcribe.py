@@ -88,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
     if not audio:
         return status
     from ..engine import Recognizer
-    from ..second_pass.calibration import load_second_pass
+    from ..second_pass.calibration import second_pass_for
 
     rec = Recognizer.from_checkpoint(model_arg(args.model), cfg)
     files = list(audio)
@@ -96,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
     progress = (Progress(sys.stderr, len(files), sum(x.size / rate for x, rate in audio.values()))
                 if sys.stderr.isatty() and not args.no_progress else None)
 
-    second = load_second_pass(cfg.second_pass, [p.phrase for p in cfg.decoding.hotwords], rec.calibration is not None)
+    second = second_pass_for(cfg, rec.calibration is not None)
     same_screen = progress is not None and sys.stdout.isatty()  # lines printed over the progress line
 
     def on_event(i: int, ev) -> None:

@@ -16,7 +16,7 @@ from streamd.decode.confidence import MEASURE_NAMES
 from streamd.engine import Recognizer
 from streamd.events import Error, Event, Final, WakeWord
 from streamd.model.checkpoint import LoadedModel, load_checkpoint
-from streamd.second_pass.calibration import load_second_pass
+from streamd.second_pass.calibration import second_pass_for
 from streamd.scoring.metrics import align_words, normalize_words
 from streamd.scoring.recording import KwsTrackRecorder, MeasureBank, recording_recognizer
 
@@ -47,8 +47,7 @@ class Evaluator:
         self.recording = recording_recognizer(loaded, dataclasses.replace(config, second_pass=SecondPassConfig()),
                                               self.bank, self.kws_tracks)  # the first pass's words only
         self.keywords = self.plain.keywords
-        self.second = load_second_pass(config.second_pass, [p.phrase for p in config.decoding.hotwords],
-                                       self.plain.calibration is not None)
+        self.second = second_pass_for(config, self.plain.calibration is not None)
         self._warm = False
 
     # ---- decoding

@@ -13,7 +13,7 @@ Modules, from the bottom up:
   name or folder, with words and token probabilities (also the training "teachers");
 * :mod:`.align`: second-pass words on the first pass's time axis; where to cut long segments;
 * :mod:`.rescore`: :class:`~.rescore.SecondPass`, one Final in, the client's Final out (synchronous);
-* :mod:`.calibration`: the stored calibrations of the models' word probabilities, and :func:`load_second_pass`;
+* :mod:`.calibration`: the stored calibrations of the models' word probabilities, :func:`load_second_pass` and :func:`second_pass_for` (an engine config's);
 * :mod:`.worker`: :class:`~.worker.SecondPassWorker`, a thread with a bounded queue for servers, and
   :class:`~.worker.FinalGate`, which keeps each stream's events in order behind its pending Final.
 

@@ -19,14 +19,14 @@ import logging
 from pathlib import Path
 from typing import Sequence
 
-from streamd.config import SecondPassConfig
+from streamd.config import EngineConfig, SecondPassConfig
 from streamd.decode.calibration import Calibration, CalibrationError
 from streamd.paths import ASSETS
 
 from .models import load_recognizer
 from .rescore import SecondPass
 
-__all__ = ["ASSET", "FOLDER_FILE", "calibration_path", "read_calibration", "write_calibration", "load_second_pass"]
+__all__ = ["ASSET", "FOLDER_FILE", "calibration_path", "read_calibration", "write_calibration", "load_second_pass", "second_pass_for"]
 
 log = logging.getLogger("streamd.second_pass")
 
@@ -88,3 +88,9 @@ def load_second_pass(cfg: SecondPassConfig, hotwords: Sequence[str] = (), first_
         log.warning("second pass %s: no calibration stored (streamd calibrate --second-pass); conf is the model's "
                     "raw word probability", cfg.model)
     return SecondPass(model, cfg, cal, hotwords, first_calibrated)
+
+
+def second_pass_for(config: EngineConfig, first_calibrated: bool = False) -> SecondPass | None:
+    """:func:`load_second_pass` for an engine's config: its ``second_pass`` with its decoding hotwords (the
+    phrases go to Whisper's prompt)."""
+    return load_second_pass(config.second_pass, [p.phrase for p in config.decoding.hotwords], first_calibrated)

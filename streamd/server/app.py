@@ -637,13 +637,13 @@ class App:
         spc = self.engine_config.second_pass
         if not spc.enabled:
             return
-        from ..second_pass.calibration import load_second_pass
+        from ..second_pass.calibration import second_pass_for
         from ..second_pass.worker import FinalGate, SecondPassWorker
 
         t0 = time.perf_counter()
-        hot = [p.phrase for p in self.engine_config.decoding.hotwords]
         calibrated = bool(self.model_info.get("calibrated"))
-        second = self._second_given or await loop.run_in_executor(None, load_second_pass, spc, hot, calibrated)
+        second = self._second_given or await loop.run_in_executor(None, second_pass_for, self.engine_config,
+                                                                   calibrated)
         self.second_worker = SecondPassWorker(second, spc.max_queue, spc.max_batch, spc.max_wait_s)
 
         def done(key: Any, final: Final, seconds: float) -> None:  # in the worker thread

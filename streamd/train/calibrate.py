@@ -128,15 +128,16 @@ def calibrate_second_pass(model: str, sets: Sequence[str], config: EngineConfig,
     """
     import dataclasses
 
-    from streamd.second_pass.calibration import load_second_pass, write_calibration
+    from streamd.second_pass.calibration import second_pass_for, write_calibration
     from streamd.evaluation.decoding import timed_decode
     from streamd.evaluation.second import second_pass_words
     from streamd.evaluation.sets import load_entries, read_eval_set
     from streamd.engine import Recognizer
 
-    spc = dataclasses.replace(config.second_pass, calibrated=False, select="always")
-    second = load_second_pass(spc, [p.phrase for p in config.decoding.hotwords])
-    rec = Recognizer(load_checkpoint(model, "cpu"), dataclasses.replace(config, second_pass=spc))
+    config = dataclasses.replace(config, second_pass=dataclasses.replace(config.second_pass, calibrated=False,
+                                                                          select="always"))
+    second = second_pass_for(config)
+    rec = Recognizer(load_checkpoint(model, "cpu"), config)
     raws, oks, keys, info = [], [], [], []
     for path in sets:
         entries, _ = read_eval_set(path, options.limit)
@@ -150,8 +151,8 @@ def calibrate_second_pass(model: str, sets: Sequence[str], config: EngineConfig,
     cc = ConfidenceConfig(measure="max_prob", alpha=1.0, aggregation=second.model.aggregation, exclude_blank=True)
     figures, _ = compare_fits(raw, correct, heldout_mask(keys), cc)
     cal = fit_calibration(options.kind, raw, correct, cc)
-    dest = write_calibration(spc.model, cal, out)
-    return {"model": f"second pass {spc.model}", "out": str(dest), "plot": None, "calibration": cal.to_dict(),
+    dest = write_calibration(config.second_pass.model, cal, out)
+    return {"model": f"second pass {config.second_pass.model}", "out": str(dest), "plot": None, "calibration": cal.to_dict(),
             "sets": info, "method": config.decoding.method, "beam": config.decoding.beam_for(config.decoding.method),
             "kind": cal.kind, "heldout": figures}
 
