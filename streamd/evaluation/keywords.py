@@ -21,7 +21,7 @@ from .kws import FA_BUDGETS, budget_key, det_points, frr_at, kws_counts
 from .options import EvalOptions
 from .sets import EvalEntry, load_entries, read_eval_set
 
-__all__ = ["keyword_sweep", "KeywordEvaluator", "run_keywords"]
+__all__ = ["keyword_sweep", "KeywordEvaluator", "run_keywords", "phrase_key", "contains_phrase"]
 
 
 def keyword_sweep(decode: Callable[[list[int], list[float]], list[list[Any]]], n: int,
@@ -68,11 +68,13 @@ def keyword_sweep(decode: Callable[[list[int], list[float]], list[list[Any]]], n
     return dets, runs
 
 
-def _phrase_key(phrase: str) -> str:
+def phrase_key(phrase: str) -> str:
+    """A keyword as compared with a set's ``keyword`` field: whitespace folded, case folded."""
     return " ".join(phrase.split()).casefold()
 
 
-def _contains(words: Sequence[str], part: Sequence[str]) -> bool:
+def contains_phrase(words: Sequence[str], part: Sequence[str]) -> bool:
+    """``part`` (normalized words) occurs in ``words`` as a contiguous run."""
     k = len(part)
     return k > 0 and any(list(words[i:i + k]) == list(part) for i in range(len(words) - k + 1))
 
@@ -125,12 +127,12 @@ class KeywordEvaluator:
         """The keyword list, checked: not empty, no thresholds, no built-in keyword, spelled by the tokens."""
         if not specs:
             raise ValueError("keywords: no keywords to evaluate (give --keywords LIST or sets with 'keyword' fields)")
-        builtin = {_phrase_key(k) for k in self.rec.keywords}
+        builtin = {phrase_key(k) for k in self.rec.keywords}
         for i, s in enumerate(specs):
             if s.threshold is not None:
                 raise ValueError(f"keywords[{i}] {s.phrase!r}: the sweep sets every keyword's threshold; "
                                  "give no threshold")
-            if _phrase_key(s.phrase) in builtin:
+            if phrase_key(s.phrase) in builtin:
                 raise ValueError(f"keywords[{i}] {s.phrase!r} is the model's built-in KWS keyword, whose events "
                                  "cannot be told from a runtime keyword's; evaluate it without --keywords")
         self.rec.wake_word_set(specs, "keywords")  # spelled by the tokens: ValueError names the entry
@@ -162,19 +164,19 @@ class KeywordEvaluator:
             for es in entries:
                 for e in es:
                     if e.keyword is not None:
-                        seen.setdefault(_phrase_key(e.keyword), " ".join(e.keyword.split()))
+                        seen.setdefault(phrase_key(e.keyword), " ".join(e.keyword.split()))
             self.keywords = self._check(parse_phrases(list(seen.values()), "keywords"))
-        canon = {_phrase_key(s.phrase): s.phrase for s in self.keywords}
+        canon = {phrase_key(s.phrase): s.phrase for s in self.keywords}
         kw_words = [normalize_words(s.phrase) for s in self.keywords]
         files: list[_KwFile] = []
         for si, es in enumerate(entries):
             for e in es:
                 if e.keyword is not None:
-                    k = canon.get(_phrase_key(e.keyword))
+                    k = canon.get(phrase_key(e.keyword))
                     files.append(_KwFile(e, si, "positive" if k is not None else "ignored", k))
                 else:
                     words = normalize_words(e.text)
-                    files.append(_KwFile(e, si, "excluded" if any(_contains(words, k) for k in kw_words)
+                    files.append(_KwFile(e, si, "excluded" if any(contains_phrase(words, k) for k in kw_words)
                                          else "negative"))
         return files, [{"set": str(p), "utterances": len(es)} for p, es in zip(paths, entries)]
 

@@ -26,6 +26,7 @@ from streamd.decode.endpoint import seconds_to_frames
 from streamd.model.wake import TAIL_SAMPLES, WakeModel, WakeScorer
 from streamd.scoring.metrics import normalize_words
 
+from .keywords import contains_phrase, phrase_key
 from .kws import FA_BUDGETS, budget_key, det_points, frr_at, kws_counts
 from .sets import EvalEntry
 
@@ -68,15 +69,6 @@ def score_tracks(scorer: WakeScorer, audio: Sequence[tuple[np.ndarray, int]]) ->
     return out
 
 
-def _key(s: str) -> str:
-    return " ".join(s.split()).casefold()
-
-
-def _contains(words: Sequence[str], part: Sequence[str]) -> bool:
-    k = len(part)
-    return k > 0 and any(list(words[i:i + k]) == list(part) for i in range(len(words) - k + 1))
-
-
 def wake_model_figures(models: Sequence[WakeModel], entries: Sequence[EvalEntry], tracks: Sequence[np.ndarray],
                        seconds: Sequence[float], refractory_s: float, frame_shift_s: float,
                        thresholds: Sequence[float] = WAKE_THRESHOLDS) -> dict:
@@ -89,10 +81,10 @@ def wake_model_figures(models: Sequence[WakeModel], entries: Sequence[EvalEntry]
         sel, ents = [], []
         for i, e in enumerate(entries):
             if e.keyword is not None:
-                if _key(e.keyword) == _key(m.keyword):
+                if phrase_key(e.keyword) == phrase_key(m.keyword):
                     sel.append(i)
                     ents.append(dataclasses.replace(e, keyword=m.keyword))
-            elif not _contains(normalize_words(e.text), kw_words):
+            elif not contains_phrase(normalize_words(e.text), kw_words):
                 sel.append(i)
                 ents.append(e)
         neg_h = sum(seconds[i] for i, e in zip(sel, ents) if e.keyword is None) / 3600.0
