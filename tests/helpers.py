@@ -590,6 +590,19 @@ def pcm16(x) -> bytes:
     return (np.clip(x, -1, 1) * 32767).astype("<i2").tobytes()
 
 
+async def vosk_lockstep(ws, config: str, pcm: bytes, frame_bytes: int) -> list[dict]:
+    """vosk-server's test.py client on an open ``/vosk`` websocket: the ``config`` message, then ``pcm`` in
+    ``frame_bytes`` frames each waiting for its reply, then ``eof`` and its reply; the replies in order."""
+    await ws.send(config)
+    replies = []
+    for i in range(0, len(pcm), frame_bytes):
+        await ws.send(pcm[i:i + frame_bytes])
+        replies.append(json.loads(await ws.recv()))
+    await ws.send('{"eof" : 1}')
+    replies.append(json.loads(await ws.recv()))
+    return replies
+
+
 async def drain(ws) -> list[dict]:
     """Every message a websocket client receives until the server closes, as JSON objects."""
     from websockets.exceptions import ConnectionClosed

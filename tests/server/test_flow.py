@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from websockets.asyncio.client import connect
 
-from helpers import app_config, drain, make_app, pcm16, random_audio, run, write_wav
+from helpers import app_config, drain, make_app, pcm16, random_audio, run, vosk_lockstep, write_wav
 from streamd.client import transcribe_file
 from streamd.engine import Recognizer
 from streamd.events import Final
@@ -209,13 +209,7 @@ def test_vosk_lockstep_long_file(ckpt, long_wav, offline):
     async def body():
         async with make_app(ckpt) as app:
             async with connect(f"ws://127.0.0.1:{app.port}/vosk") as ws:
-                await ws.send('{ "config" : { "sample_rate" : 16000 } }')
-                replies = []
-                for i in range(0, len(pcm), 8000):
-                    await ws.send(pcm[i:i + 8000])
-                    replies.append(json.loads(await ws.recv()))
-                await ws.send('{"eof" : 1}')
-                replies.append(json.loads(await ws.recv()))
+                replies = await vosk_lockstep(ws, '{ "config" : { "sample_rate" : 16000 } }', pcm, 8000)
                 rest = await drain(ws)
             return replies, rest, ws.close_code
 

@@ -13,7 +13,8 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from helpers import TENTH, TIMEOUT, app_config, drain, error_of, pcm16, random_audio, slowed, write_wav
+from helpers import (TENTH, TIMEOUT, app_config, drain, error_of, pcm16, random_audio, slowed, vosk_lockstep,
+                     write_wav)
 from streamd.config import AppConfig, LimitsConfig, from_dict
 from streamd.engine import Recognizer
 from streamd.events import Done, Final, Partial, Word
@@ -312,14 +313,8 @@ def test_vosk_max_alternatives_end_to_end(ep_ckpt, tmp_path):
     async def body():
         async with make_app(ep_ckpt) as app:
             async with connect(f"ws://127.0.0.1:{app.port}/vosk") as ws:
-                await ws.send('{"config": {"sample_rate": 16000, "max_alternatives": 5}}')
-                replies = []
-                for i in range(0, len(pcm), 6400):
-                    await ws.send(pcm[i:i + 6400])
-                    replies.append(json.loads(await ws.recv()))
-                await ws.send('{"eof": 1}')
-                replies.append(json.loads(await ws.recv()))
-                return replies
+                return await vosk_lockstep(ws, '{"config": {"sample_rate": 16000, "max_alternatives": 5}}', pcm,
+                                           6400)
 
     replies = asyncio.run(asyncio.wait_for(body(), TIMEOUT))
     results = [r for r in replies if "alternatives" in r]
