@@ -83,8 +83,8 @@ class Evaluator:
             t0 = time.perf_counter()
             always = [[self.second.apply(e, choose=False) if isinstance(e, Final) else e for e in evs]
                       for evs in events]
-            seconds = time.perf_counter() - t0
-            second = second_pass_figures(entries, events, always, self.second, seconds, total)
+            spent = time.perf_counter() - t0  # not ``seconds``: those are the files' durations (kws figures)
+            second = second_pass_figures(entries, events, always, self.second, spent, total)
             events = [[self.second.choose(a, b) if isinstance(a, Final) else b for a, b in zip(evs, two)]
                       for evs, two in zip(events, always)]
         for d, evs in zip(out, events):

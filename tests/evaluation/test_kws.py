@@ -124,3 +124,22 @@ def test_plot_det_writes_a_png_and_refuses_nothing_to_draw(tmp_path):
         plot_det(tmp_path / "x.png", [], 1.0, "t")
     with pytest.raises(ValueError, match="negative_hours must be > 0, got 0.0"):
         plot_det(tmp_path / "x.png", [("k", [[0.0, 1.0]])], 0.0, "t")
+
+
+def test_kws_figures_with_a_second_pass(tiny_ckpt, wav_files, tmp_path):
+    """A wake-word set evaluated with a second pass: the second pass's figures and the KWS figures, whose
+    negative seconds are the negative files' durations (the second pass's own time is another figure)."""
+    from second_pass.fakes import FakeRecognizer
+    from streamd.audio.pcm import load_audio
+    from streamd.second_pass.rescore import SecondPass
+
+    keywords = ["hey stream", None, "hey stream", None]
+    jsonl = _write_set(tmp_path / "kws.jsonl", [str(w) for w in wav_files], ["a"] * 4, keywords)
+    for w in wav_files:
+        (tmp_path / w.rsplit("/", 1)[1]).write_bytes(open(w, "rb").read())
+    ev = Evaluator(load_checkpoint(tiny_ckpt), EngineConfig(device="cpu"), EvalOptions(batch_streams=4))
+    ev.second = SecondPass(FakeRecognizer("a"))
+    report = ev.evaluate(jsonl)
+    assert report["second_pass"] is not None and report["kws"]["positives"] == 2
+    negative = sum(load_audio(w)[0].size / load_audio(w)[1] for w, k in zip(wav_files, keywords) if k is None)
+    assert report["kws"]["negative_seconds"] == pytest.approx(negative, abs=1e-3)
