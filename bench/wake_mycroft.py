@@ -1,15 +1,24 @@
 #!/usr/bin/env python3
 """Trained wake models on Mycroft's real recordings: thresholds on the dev half, figures on the test half.
 
-    OMP_NUM_THREADS=1 python bench/wake_mycroft.py athena.wake.pt amelia.wake.pt ...
+    OMP_NUM_THREADS=1 python bench/wake_mycroft.py athena.wake.pt amelia.wake.pt ... [--oww [MODEL.onnx ...]]
 
 Halves by the parity of the SHA-1 of each file's name (the split of docs/benchmarks.md, "Runtime wake
 words"); positives: ``../shared/real/mycroft`` wake clips; negatives: Mycroft ``not_wake``, Speech Commands
 dev and the negatives of ``../shared/eval/dev/kws.jsonl``.  Printed: per model the test miss and FA/h at the
 model's own threshold, at the dev-chosen threshold (lowest dev miss at <= 0.5 FA/h) and the test half's
 own best at <= 0.5 FA/h; then a Markdown table.  The set files are written under ``/tmp/wake_mycroft_sets``.
+
+``--oww``: openWakeWord's pretrained models as peers (:mod:`streamd.evaluation.oww`; pip package
+``openwakeword``, models CC BY-NC-SA 4.0: measured, never shipped), by default the four wake-phrase models
+its package bundles (alexa, hey jarvis, hey mycroft, hey rhasspy), scored on the same files with the same
+counting (:func:`~streamd.evaluation.wake.wake_model_figures`, refractory 1 s in 80 ms frames).  Mycroft has
+no clip of these keywords, so a peer has no positives here: printed are its false alarms per hour on the
+test half at its default threshold 0.5 and at the dev-chosen threshold (the lowest with <= 0.5 FA/h on the
+dev half), on the negatives and on the negatives plus every Mycroft wake clip (943 real "athena", "hey
+computer", ... clips: none is a peer's keyword), and the test half's own lowest threshold at <= 0.5 FA/h.
 """
-import hashlib, json, os, sys, time
+import argparse, dataclasses, hashlib, json, os, sys, time
 from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 SHARED = Path(os.environ.get("STREAMD_SHARED") or Path(__file__).resolve().parents[2] / "shared")
@@ -38,48 +47,95 @@ from streamd.evaluation.sets import read_eval_set, load_entries
 from streamd.evaluation.wake import score_tracks, wake_model_figures, detect_frames
 from streamd.model.wake import load_wake_model, WakeScorer
 from streamd.decode.endpoint import seconds_to_frames
-models = [load_wake_model(p) for p in sys.argv[1:]]
-sc = WakeScorer(models)
-res = {}
+ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+ap.add_argument("models", nargs="*", metavar="MODEL.wake.pt", help="trained wake models (streamd wake train)")
+ap.add_argument("--oww", nargs="*", metavar="MODEL.onnx", help="openWakeWord models as peers (no file: the four "
+                "wake-phrase models of its package)")
+args = ap.parse_args()
+models = [load_wake_model(p) for p in args.models]
+res, peer_res = {}, {}
+if args.oww is not None:
+    from streamd.evaluation.oww import OwwScorer, PeerWakeModel, oww_keyword, peer_figures
+    if not args.oww:
+        import openwakeword
+        d = Path(openwakeword.__file__).parent / "resources" / "models"
+        args.oww = [str(d / f"{n}_v0.1.onnx") for n in ("alexa", "hey_jarvis", "hey_mycroft", "hey_rhasspy")]
+    peers = [PeerWakeModel(oww_keyword(p), p) for p in args.oww]
+    oww = OwwScorer(args.oww)
 for half in ("dev", "test"):
     ents = []
     for s in ("mycroft", "sc", "kwsdev"):
         ents += read_eval_set(SETS / f"{half}_{s}.jsonl")[0]
     audio = load_entries(ents, None)
-    t0 = time.time()
-    tracks = score_tracks(sc, audio)
     secs = [len(x) / r for x, r in audio]
-    res[half] = (ents, tracks, secs, wake_model_figures(models, ents, tracks, secs, 1.0, 0.08))
-    print(half, "scored", round(sum(secs)), "s audio in", round(time.time() - t0), "s", file=sys.stderr)
-out = {}
-tot_pos = tot_miss = 0
-for m in models:
-    d = res["dev"][3][m.keyword]; t = res["test"][3][m.keyword]
-    op = d["frr_at_0.5_fa_per_hour"]
-    thr = op["threshold"] if op else 0.9999
-    tp = next(s for s in t["sweep"] if s["threshold"] == thr)
-    own = next(s for s in t["sweep"] if s["threshold"] == m.threshold)
-    out[m.keyword] = {"dev_thr": thr, "dev_frr": op and op["frr"], "test_positives": t["positives"],
-                      "test_frr_at_dev_thr": tp["frr"], "test_fa_per_h_at_dev_thr": tp["fa_per_hour"],
-                      "test_frr_own_thr": own["frr"], "test_fa_own_thr": own["fa_per_hour"], "own_thr": m.threshold,
-                      **{k: t[k] for k in t if k.startswith("frr_at")}}
-    tot_pos += t["positives"]; tot_miss += tp["missed"]
-    print(f"{m.keyword:15s} dev thr {thr:.4f} dev miss {op and op['frr']}  TEST miss {tp['frr']*100:.1f} % FA/h {tp['fa_per_hour']:.2f} "
-          f"| own thr {m.threshold:.3f}: miss {own['frr']*100:.1f} % FA/h {own['fa_per_hour']:.2f} | test oracle 0.5: {t['frr_at_0.5_fa_per_hour']}")
-print("summed test miss at dev thresholds:", tot_miss, "/", tot_pos, f"{100*tot_miss/max(1,tot_pos):.1f} %")
-json.dump(out, open(SETS / "eval_out.json", "w"), indent=1)
-base = {"athena": 89.6, "amelia": 66.4, "hey savant": 56.6, "computer": 42.9, "hey chatterbox": 80.8, "hey computer": 25.0}
-print("| keyword | test positives | own threshold: miss / FA/h | dev threshold: miss / FA/h | test oracle <= 0.5 FA/h | runtime search (llr, same negatives) | training (wall) |")
-print("|---|---:|---|---|---|---:|---:|")
-sums = {"own": 0, "dev": 0, "orc": 0, "n": 0}
-for m in models:
-    o = out[m.keyword]; t = res["test"][3][m.keyword]
-    orc = o["frr_at_0.5_fa_per_hour"]
-    own_m = round(o["test_frr_own_thr"] * o["test_positives"]); dev_m = round(o["test_frr_at_dev_thr"] * o["test_positives"])
-    orc_m = round(orc["frr"] * o["test_positives"]) if orc else o["test_positives"]
-    sums["own"] += own_m; sums["dev"] += dev_m; sums["orc"] += orc_m; sums["n"] += o["test_positives"]
-    print(f"| {m.keyword} | {o['test_positives']} | {o['test_frr_own_thr']*100:.1f} % / {o['test_fa_own_thr']:.1f} ({m.threshold:g}) | "
-          f"{o['test_frr_at_dev_thr']*100:.1f} % / {o['test_fa_per_h_at_dev_thr']:.1f} ({o['dev_thr']:g}) | "
-          f"{(orc['frr']*100 if orc else 100):.1f} % ({orc['threshold'] if orc else '-'}) | {base.get(m.keyword, float('nan'))} % | {m.info.get('trained_s')} s |")
-n = max(1, sums["n"])
-print(f"| summed | {sums['n']} | {100*sums['own']/n:.1f} % | {100*sums['dev']/n:.1f} % | {100*sums['orc']/n:.1f} % | | |")
+    if models:
+        t0 = time.time()
+        tracks = score_tracks(WakeScorer(models), audio)
+        res[half] = (ents, tracks, secs, wake_model_figures(models, ents, tracks, secs, 1.0, 0.08))
+        print(half, "scored", round(sum(secs)), "s audio in", round(time.time() - t0), "s", file=sys.stderr)
+    if args.oww:
+        t0 = time.time()
+        tracks = oww.tracks(audio)
+        # the same files again with every wake clip a negative (none is a peer's keyword)
+        as_neg = [dataclasses.replace(e, keyword=None) for e in ents]
+        peer_res[half] = (peer_figures(peers, ents, tracks, secs, 1.0), peer_figures(peers, as_neg, tracks, secs, 1.0))
+        print(half, "openWakeWord scored", round(sum(secs)), "s audio in", round(time.time() - t0), "s",
+              file=sys.stderr)
+if models:
+    out = {}
+    tot_pos = tot_miss = 0
+    for m in models:
+        d = res["dev"][3][m.keyword]; t = res["test"][3][m.keyword]
+        op = d["frr_at_0.5_fa_per_hour"]
+        thr = op["threshold"] if op else 0.9999
+        tp = next(s for s in t["sweep"] if s["threshold"] == thr)
+        own = next(s for s in t["sweep"] if s["threshold"] == m.threshold)
+        out[m.keyword] = {"dev_thr": thr, "dev_frr": op and op["frr"], "test_positives": t["positives"],
+                          "test_frr_at_dev_thr": tp["frr"], "test_fa_per_h_at_dev_thr": tp["fa_per_hour"],
+                          "test_frr_own_thr": own["frr"], "test_fa_own_thr": own["fa_per_hour"], "own_thr": m.threshold,
+                          **{k: t[k] for k in t if k.startswith("frr_at")}}
+        tot_pos += t["positives"]; tot_miss += tp["missed"]
+        print(f"{m.keyword:15s} dev thr {thr:.4f} dev miss {op and op['frr']}  TEST miss {tp['frr']*100:.1f} % FA/h {tp['fa_per_hour']:.2f} "
+              f"| own thr {m.threshold:.3f}: miss {own['frr']*100:.1f} % FA/h {own['fa_per_hour']:.2f} | test oracle 0.5: {t['frr_at_0.5_fa_per_hour']}")
+    print("summed test miss at dev thresholds:", tot_miss, "/", tot_pos, f"{100*tot_miss/max(1,tot_pos):.1f} %")
+    json.dump(out, open(SETS / "eval_out.json", "w"), indent=1)
+    base = {"athena": 89.6, "amelia": 66.4, "hey savant": 56.6, "computer": 42.9, "hey chatterbox": 80.8, "hey computer": 25.0}
+    print("| keyword | test positives | own threshold: miss / FA/h | dev threshold: miss / FA/h | test oracle <= 0.5 FA/h | runtime search (llr, same negatives) | training (wall) |")
+    print("|---|---:|---|---|---|---:|---:|")
+    sums = {"own": 0, "dev": 0, "orc": 0, "n": 0}
+    for m in models:
+        o = out[m.keyword]; t = res["test"][3][m.keyword]
+        orc = o["frr_at_0.5_fa_per_hour"]
+        own_m = round(o["test_frr_own_thr"] * o["test_positives"]); dev_m = round(o["test_frr_at_dev_thr"] * o["test_positives"])
+        orc_m = round(orc["frr"] * o["test_positives"]) if orc else o["test_positives"]
+        sums["own"] += own_m; sums["dev"] += dev_m; sums["orc"] += orc_m; sums["n"] += o["test_positives"]
+        print(f"| {m.keyword} | {o['test_positives']} | {o['test_frr_own_thr']*100:.1f} % / {o['test_fa_own_thr']:.1f} ({m.threshold:g}) | "
+              f"{o['test_frr_at_dev_thr']*100:.1f} % / {o['test_fa_per_h_at_dev_thr']:.1f} ({o['dev_thr']:g}) | "
+              f"{(orc['frr']*100 if orc else 100):.1f} % ({orc['threshold'] if orc else '-'}) | {base.get(m.keyword, float('nan'))} % | {m.info.get('trained_s')} s |")
+    n = max(1, sums["n"])
+    print(f"| summed | {sums['n']} | {100*sums['own']/n:.1f} % | {100*sums['dev']/n:.1f} % | {100*sums['orc']/n:.1f} % | | |")
+
+if args.oww:
+    print("| openWakeWord model (peer) | test positives | FA/h at 0.5: negatives / + all Mycroft wake clips | "
+          "dev-chosen threshold (<= 0.5 FA/h on dev): FA/h, negatives / + wake clips | test's lowest threshold at <= 0.5 FA/h |")
+    print("|---|---:|---|---|---|")
+    peer_out = {}
+    for p in peers:
+        figs = {h: [f[p.keyword] for f in peer_res[h]] for h in ("dev", "test")}
+        dev_ok = [s for s in figs["dev"][0]["sweep"] if s["fa_per_hour"] <= 0.5]
+        thr = min(s["threshold"] for s in dev_ok) if dev_ok else None
+        row = {}
+        for i, key in enumerate(("negatives", "with_wake_clips")):
+            t = figs["test"][i]
+            at = lambda th: next(s for s in t["sweep"] if s["threshold"] == th)
+            ok = [s["threshold"] for s in t["sweep"] if s["fa_per_hour"] <= 0.5]
+            row[key] = {"negative_hours": t["negative_hours"], "positives": t["positives"],
+                        "at_0.5": at(0.5), "at_dev_thr": thr and at(thr), "test_lowest_thr": min(ok) if ok else None}
+        peer_out[p.keyword] = {"model": p.path, "dev_thr": thr, **row}
+        n, w = row["negatives"], row["with_wake_clips"]
+        fa = lambda r, k: f"{r[k]['fa_per_hour']:.1f} ({r[k]['false_alarms']})" if r[k] else "-"
+        print(f"| {p.keyword} ({Path(p.path).name}) | {n['positives']} | {fa(n, 'at_0.5')} / {fa(w, 'at_0.5')} | "
+              f"{thr}: {fa(n, 'at_dev_thr')} / {fa(w, 'at_dev_thr')} | {n['test_lowest_thr']} / {w['test_lowest_thr']} |")
+    print(f"test negatives {peer_out[peers[0].keyword]['negatives']['negative_hours']:.3f} h, with the wake clips "
+          f"{peer_out[peers[0].keyword]['with_wake_clips']['negative_hours']:.3f} h; cells: FA/h (false alarms)")
+    json.dump(peer_out, open(SETS / "oww_out.json", "w"), indent=1)

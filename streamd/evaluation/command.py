@@ -49,6 +49,10 @@ def build_parser() -> argparse.ArgumentParser:
                          "threshold sweep, and the miss rate at 1, 0.5 and 0.1 FA/h")
     ap.add_argument("--thresholds", metavar="LO:HI:STEP", type=_threshold_grid,
                     help="the threshold sweep (default 0.05:0.99:0.01), or a comma-separated list")
+    ap.add_argument("--peer-wake-model", nargs="+", metavar="MODEL.onnx", default=[],
+                    help="keyword mode: openWakeWord models (e.g. hey_mycroft_v0.1.onnx of the pip package "
+                         "openwakeword; non-commercial models: peers, never shipped) scored on the same sets with "
+                         "the trained models' rules, side by side")
     ap.add_argument("--det-plot", metavar="PNG", help="write a DET plot (miss rate against false alarms per hour, "
                     "log axis; one curve per keyword, or per set of the built-in head) to PNG (needs matplotlib)")
     return ap
@@ -81,6 +85,9 @@ def _run_keywords(args: argparse.Namespace, model: str, options: EvalOptions) ->
         raise ValueError("--reliability-plot is for recognition (word confidence), not keyword mode")
     if args.det_plot:
         require_matplotlib()
+    if args.peer_wake_model:
+        from .oww import require_openwakeword
+        require_openwakeword(args.peer_wake_model)
     cfg = engine_config_from_args(args)
     wake_models = cfg.kws.wake_models  # trained models: scored on their own, side by side
     cfg = dataclasses.replace(cfg, kws=dataclasses.replace(cfg.kws, wake_models=()))
@@ -88,10 +95,15 @@ def _run_keywords(args: argparse.Namespace, model: str, options: EvalOptions) ->
     if wake_models:
         from .wake import run_wake_models
         report["wake_models"] = run_wake_models(wake_models, args.sets, options, cfg.kws.refractory_s)
+    if args.peer_wake_model:
+        from .oww import run_peer_wake_models
+        report["peer_wake_models"] = run_peer_wake_models(args.peer_wake_model, args.sets, options,
+                                                          cfg.kws.refractory_s)
     if args.det_plot:
         plot_det(args.det_plot, det_curves(report), report["negative_hours"],
                  f"runtime wake words: {Path(model).name}, score {report['wake_score']}, "
                  + (f"{len(wake_models)} trained models, " if wake_models else "")
+                 + (f"{len(args.peer_wake_model)} openWakeWord peers, " if args.peer_wake_model else "")
                  + f"{report['negative_hours']:.2f} h of negatives")
     print(json.dumps(report) if args.json else format_keyword_report(report))
     for e in report["errors"]:
@@ -112,6 +124,8 @@ def _run(args: argparse.Namespace) -> int:
     if args.keywords is not None:
         return _run_keywords(args, model, EvalOptions(resample_to=args.resample_to, batch_streams=args.batch_streams,
                                                       limit=args.limit, **extra))
+    if args.peer_wake_model:
+        raise ValueError("--peer-wake-model is for keyword mode (--keywords)")
     if not args.sets:
         from streamd.paths import default_samples
 

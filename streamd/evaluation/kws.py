@@ -96,8 +96,11 @@ def det_curves(report: dict) -> list[tuple[str, list[list]]]:
     """(label, DET points) per keyword of a keyword-mode report, or per set with a KWS head of an evaluation."""
     if report.get("mode") == "keywords":
         trained = (report.get("wake_models") or {}).get("per_model", {})
+        peers = (report.get("peer_wake_models") or {}).get("per_model", {})
         return ([(f"{k} ({v['positives']} positives)", v["det"]) for k, v in report["per_keyword"].items()]
-                + [(f"{k}: trained model ({v['positives']} positives)", v["det"]) for k, v in trained.items()])
+                + [(f"{k}: trained model ({v['positives']} positives)", v["det"]) for k, v in trained.items()]
+                + [(f"{k}: openWakeWord peer ({v['positives']} positives)", v["det"]) for k, v in peers.items()
+                   if v["positives"]])
     return [(f"{'/'.join(Path(r['set']).parts[-2:])}: built-in head ({r['kws']['positives']} positives)",
              r["kws"]["det"]) for r in report["sets"] if r.get("kws")]
 

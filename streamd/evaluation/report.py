@@ -137,6 +137,8 @@ def format_keyword_report(report: dict) -> str:
     rows = list(report["per_keyword"].items()) + [("(all keywords)", report["all"])]
     trained = (report.get("wake_models") or {}).get("per_model", {})
     rows += [(f"{name} (trained, own thr {k['threshold']:g})", k) for name, k in trained.items()]
+    peers = (report.get("peer_wake_models") or {}).get("per_model", {})
+    rows += [(f"{name} (openWakeWord peer, thr {k['threshold']:g})", k) for name, k in peers.items()]
     for name, k in rows:
         cells = []
         for b in FA_BUDGETS:

@@ -109,6 +109,10 @@ def test_budget_keys_and_det_curves():
     keyword_mode = {"mode": "keywords", "per_keyword": {"rr": {"positives": 2, "det": [[0.0, 0.5]]},
                                                         "vv": {"positives": 1, "det": [[1.0, 0.0]]}}}
     assert det_curves(keyword_mode) == [("rr (2 positives)", [[0.0, 0.5]]), ("vv (1 positives)", [[1.0, 0.0]])]
+    peers = {"per_model": {"alexa": {"positives": 3, "det": [[0.5, 0.0]]},
+                           "hey mycroft": {"positives": 0, "det": [[2.0, None]]}}}  # no positives: no curve
+    assert det_curves(dict(keyword_mode, peer_wake_models=peers))[2:] == [
+        ("alexa: openWakeWord peer (3 positives)", [[0.5, 0.0]])]
     evaluation = {"sets": [{"set": "/data/a/kws.jsonl", "kws": {"positives": 3, "det": [[2.0, 0.25]]}},
                            {"set": "/data/b/plain.jsonl", "kws": None}]}
     assert det_curves(evaluation) == [("a/kws.jsonl: built-in head (3 positives)", [[2.0, 0.25]])]

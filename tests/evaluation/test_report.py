@@ -146,3 +146,13 @@ def test_keyword_report_without_negatives_and_with_errors():
     text = format_keyword_report(keyword_report(negative_hours=0.0, errors=["n1.wav: bad_audio: boom"]))
     assert "(one false alarm = n/a FA/h)" in text
     assert text.splitlines()[-1] == "  error: n1.wav: bad_audio: boom"
+
+
+def test_keyword_report_rows_of_openwakeword_peers():
+    """A peer (streamd eval --peer-wake-model) is a row after the runtime keywords, named as such."""
+    peer = {"positives": 0, "frr": None, "fa_per_hour": 4.0, "threshold": 0.5, "frr_at_1_fa_per_hour": None,
+            "frr_at_0.5_fa_per_hour": None, "frr_at_0.1_fa_per_hour": None}
+    lines = format_keyword_report(keyword_report(peer_wake_models={"per_model": {"hey mycroft": peer}})).splitlines()
+    assert lines[9].split() == ["hey", "mycroft", "(openWakeWord", "peer,", "thr", "0.5)", "0", "n/a", "4.00", "none",
+                                "none", "none"]
+    assert len(lines) == 10
