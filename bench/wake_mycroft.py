@@ -15,8 +15,9 @@ its package bundles (alexa, hey jarvis, hey mycroft, hey rhasspy), scored on the
 counting (:func:`~streamd.evaluation.wake.wake_model_figures`, refractory 1 s in 80 ms frames).  Mycroft has
 no clip of these keywords, so a peer has no positives here: printed are its false alarms per hour on the
 test half at its default threshold 0.5 and at the dev-chosen threshold (the lowest with <= 0.5 FA/h on the
-dev half), on the negatives and on the negatives plus every Mycroft wake clip (943 real "athena", "hey
-computer", ... clips: none is a peer's keyword), and the test half's own lowest threshold at <= 0.5 FA/h.
+dev half), on the negatives and on the negatives plus every Mycroft wake clip of the half (490 real "athena",
+"hey computer", ... clips on the test half: none is a peer's keyword), and the test half's own lowest
+threshold at <= 0.5 FA/h; the JSON lands in ``/tmp/wake_mycroft_sets/oww_out.json``.
 """
 import argparse, dataclasses, hashlib, json, os, sys, time
 from pathlib import Path
