@@ -6,12 +6,14 @@ shipped) is run as its own :class:`openwakeword.Model` runs a file: ``Model(wake
 inference_framework="onnx")``, ``predict_clip`` on 16-bit PCM at 16 kHz with 1 s of silence before and
 after, 1280-sample (80 ms) frames, one score per model per frame (its first 5 scores are 0 by its own rule).
 Every file starts from the state of a freshly built Model (the feature buffers openWakeWord keeps between
-calls are restored, so no file hears the one before).
+calls are restored, so no file hears the one before; the Model's start buffer, embeddings of random noise,
+is drawn with a fixed seed).
 
 The figures are :func:`~.wake.wake_model_figures`'s: the same roles (a positive is a file whose keyword is
 the model's, ``hey_mycroft_v0.1.onnx`` -> "hey mycroft"), the same detector (score >= threshold, refractory
 in 80 ms frames) and the same sweep, so a peer's row reads like a trained model's.  openwakeword is imported
-only by :class:`OwwScorer`; without it the error names the pip package.
+only by :func:`require_openwakeword` (for :class:`OwwScorer`, and by ``streamd eval`` before it decodes);
+without it the error names the pip package.
 """
 
 from __future__ import annotations
@@ -28,8 +30,7 @@ from .sets import EvalEntry
 from .wake import WAKE_THRESHOLDS, wake_model_figures
 
 __all__ = ["OWW_FRAME_SAMPLES", "OWW_FRAME_SHIFT_S", "OWW_THRESHOLD", "OWW_PIP", "PeerWakeModel", "OwwScorer",
-           "require_openwakeword",
-           "oww_keyword", "pcm16", "prediction_track", "peer_figures", "run_peer_wake_models"]
+           "require_openwakeword", "oww_keyword", "pcm16", "prediction_track", "peer_figures", "run_peer_wake_models"]
 
 OWW_FRAME_SAMPLES = 1280
 OWW_FRAME_SHIFT_S = 0.08
