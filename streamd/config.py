@@ -519,7 +519,9 @@ class SecondPassConfig:
     ``second_pass: first_pass_preferred``).  ``worker``: where a server (and ``mic``) runs the model:
     ``process`` (a child process: the engine's steps never wait for it) or ``thread`` (a thread of the
     server's process; it holds the interpreter lock between its native calls); ``transcribe`` and ``eval``
-    run it in line.
+    run it in line.  ``context_s``: a segment an endpoint split from the previous one is decoded with
+    that segment's audio before it when that is at most this long (models that take a context: Moonshine;
+    0: never).
     """
 
     model: str = SECOND_PASS_OFF
@@ -534,6 +536,7 @@ class SecondPassConfig:
     select: str = "confidence"
     select_margin: float = 0.05
     worker: str = "process"
+    context_s: float = 10.0
 
     def __post_init__(self) -> None:
         _check(isinstance(self.model, str) and self.model.strip() != "", "model",
@@ -549,6 +552,8 @@ class SecondPassConfig:
         _check(isinstance(self.calibrated, bool), "calibrated", f"must be true or false, got {self.calibrated!r}")
         _one_of(self.select, SECOND_PASS_SELECT, "select")
         _one_of(self.worker, SECOND_PASS_WORKERS, "worker")
+        _check(not isinstance(self.context_s, bool) and isinstance(self.context_s, (int, float))
+               and self.context_s >= 0.0, "context_s", f"must be a number >= 0, got {self.context_s!r}")
         _check(not isinstance(self.select_margin, bool) and isinstance(self.select_margin, (int, float))
                and -1.0 <= self.select_margin <= 1.0, "select_margin", f"must be a number in [-1, 1], got "
                f"{self.select_margin!r}")
