@@ -14,6 +14,7 @@ range), the engine, the v1 / Vosk / Wyoming protocols, admission and the benchma
   Wyoming's transcribe / detect map to), validated at construction; :class:`StreamDefaults` resolves a
   request's missing options from the engine's configuration (:meth:`StreamDefaults.resolve`) once, when the
   stream opens.
+* :class:`PhraseSpec`, :func:`parse_phrases`: a hotword or wake-word list, a stream's or the config's.
 * :class:`OptionError` the one error for an invalid option, whichever front end it came through (a YAML
   config: :class:`streamd.config.ConfigError` is this class; a flag; a start message: its ``code`` is the
   wire error code the protocol sends).
