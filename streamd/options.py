@@ -174,8 +174,8 @@ APPEND_ONLY_METHODS = tuple(m for m, s in METHODS.items() if not s.beam)
 SECOND_PASS_COST = 5.0
 """Added to a stream's cost when its finals get a second pass (:mod:`streamd.second_pass`): Moonshine base
 took 0.113 s per second of audio on speechocean762 dev where the greedy first pass took 0.020 at 16
-concurrent streams (5.6x; Speech Commands dev 5.8x; docs/benchmarks.md, "Second pass"); it runs in its own
-thread beside the engine, on the same cores."""
+concurrent streams (5.6x; Speech Commands dev 5.8x; docs/benchmarks.md, "Second pass"); it runs beside the
+engine (its own process or thread, ``engine.second_pass.worker``), on the same cores."""
 
 
 def default_beam(method: str, beam: int | None = None) -> int:
