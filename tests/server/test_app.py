@@ -505,9 +505,9 @@ def test_light_lane_serves_a_light_client_beside_a_slow_heavy_one(tiny_ckpt):
 def test_a_dead_light_lane_ends_its_streams_and_comes_back(tiny_ckpt, caplog, monkeypatch):
     """The lane's process killed mid-stream: its stream gets internal (1011), the main engine takes new
     streams meanwhile, and a new lane process is started (streamd_light_lane_streams -1 while it is down)."""
-    import streamd.server.app as app_module
+    import streamd.server.supervisor as supervisor_module
 
-    monkeypatch.setattr(app_module, "LANE_RESTART_DELAY", 0.5)
+    monkeypatch.setattr(supervisor_module, "LANE_RESTART_DELAY", 0.5)
     caplog.set_level(logging.INFO, logger="streamd.server")
     cfg = app_config(limits={"light_lane": 4})
     x = pcm16(random_audio(1.0, seed=9))
@@ -583,9 +583,9 @@ def test_the_main_engine_runs_in_a_nicer_process_of_its_own(tiny_ckpt):
 def test_a_dead_main_engine_ends_its_streams_and_comes_back(tiny_ckpt, caplog, monkeypatch):
     """The main engine's process killed mid-stream: its stream gets internal (1011); while a new process
     starts, /readyz answers 503 and new streams get ``loading``; then the new process serves."""
-    import streamd.server.app as app_module
+    import streamd.server.supervisor as supervisor_module
 
-    monkeypatch.setattr(app_module, "LANE_RESTART_DELAY", 0.5)
+    monkeypatch.setattr(supervisor_module, "LANE_RESTART_DELAY", 0.5)
     caplog.set_level(logging.INFO, logger="streamd.server")
     cfg = app_config()
     x = pcm16(random_audio(1.0, seed=11))
