@@ -1,4 +1,4 @@
-"""The daemon of ``streamd serve``: listeners, HTTP routes, the routing of engine results, lifecycle.
+"""The daemon of ``streamd serve``: listeners, websocket handlers, the routing of engine results, lifecycle.
 
 The server package by purpose, from the bottom up (lower modules never import higher ones):
 
@@ -11,6 +11,8 @@ The server package by purpose, from the bottom up (lower modules never import hi
   :mod:`.outbox`;
 * :mod:`.settings` (configuration, TLS), :mod:`.static` (the browser page), :mod:`.metrics`,
   :mod:`.notify`, :mod:`.exhaustion`;
+* :mod:`.routes` (the HTTP side of the listeners: header checks, probes, metrics, static files) and
+  :mod:`.supervisor` (an engine lane's process started again when it dies);
 * this module: the :class:`App` that ties them together; :mod:`.serve`: the commands.
 
 Threads and tasks
@@ -28,7 +30,9 @@ Threads and tasks
   ``server.engine_process`` (the default when a checkpoint is loaded) the
   runner lives in a child process (:class:`.lane.LaneProcess`) and the worker
   thread only sends it the commands and waits for the cycle's result.
-* Back on the loop, the cycle's results are routed (:meth:`App._route`): stream creations
+* Back on the loop, the cycle's results (:meth:`App._cycle_done`) are routed (:meth:`App._route`),
+  measured (:meth:`App._measure`), and a lane whose process died is restarted by its
+  :class:`~.supervisor.LaneSupervisor`.  Routing delivers stream creations
   (``ready``), then engine events (partial, final, wake, error, done), then
   acknowledgements of applied frames (Vosk lock-step replies).  Routing only
   appends to outboxes: a slow client never stalls the others; its partials
@@ -51,7 +55,6 @@ import functools
 import itertools
 import json
 import logging
-import math
 import secrets
 import socket
 import time
@@ -61,24 +64,24 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.exceptions import ConnectionClosed
-from websockets.http11 import Request, Response
 
 from ..config import AppConfig, ConfigError
 from ..events import Done, Error, Event, Final, Partial, WakeWord
 from .admission import SECOND_PASS_COST, Admission, Refusal, stream_cost
-from .auth import RequestInfo, authorize, check_wyoming_auth, load_tokens
+from .auth import RequestInfo, check_wyoming_auth, load_tokens
 from .commands import CloseStream, Command, OpenStream
 from .conn import Conn, MicStream, discard, run_mic
 from .drain import ThroughputWindow, cannot_finish_message, drain_plan, grace_over_message
 from .exhaustion import ACCEPT_ERROR_LOG_SECONDS, RESOURCE_ERRNOS, ResourceErrors
-from .guard import BadRequest, HostRule, RateLimitedLog, check_request
+from .guard import HostRule, RateLimitedLog
 from .lane import LaneProcess, drop_shared_folder, shared_folder
-from .metrics import CONTENT_TYPE, Metrics
+from .metrics import Metrics
 from .notify import Notifier, watchdog_interval
 from .protocol import CLOSE_CODES, V1Session, public_model_info
 from .runner import Batcher, CycleResult, EngineRunner, RouteTarget, release_memory
 from .settings import check_app_config, make_ssl_context, resolve_config
-from .static import StaticFiles, content_type, default_web_root
+from .routes import EVENTS_PATH, V1_PATH, VOSK_PATH, HttpRoutes
+from .static import StaticFiles, default_web_root
 from .supervisor import LaneSupervisor
 from .vosk import VoskSession
 
@@ -91,10 +94,6 @@ __all__ = ["App", "CycleResult", "EngineRunner", "Conn", "MicStream", "resolve_c
            "RESOURCE_ERRNOS", "ACCEPT_ERROR_LOG_SECONDS"]
 
 log = logging.getLogger("streamd.server")
-
-V1_PATH, VOSK_PATH, EVENTS_PATH = "/v1/stream", "/vosk", "/v1/events"
-PROBE_PATHS = ("/healthz", "/readyz")  # answered whatever the Host (load balancers probe by any name)
-
 
 class App:
     """One ``streamd serve`` instance: listeners, engine, connections, lifecycle.
@@ -129,6 +128,7 @@ class App:
         # the browser page: the package's own (importlib.resources), or server.web_root
         self.web_root = Path(config.server.web_root) if config.server.web_root else default_web_root()
         self.static = StaticFiles(self.web_root)
+        self.routes = HttpRoutes(self)  # the HTTP side of the listeners (.routes)
         self.executor = ThreadPoolExecutor(1, thread_name_prefix="streamd-engine")
         self.loading = True
         self.draining = False
@@ -342,92 +342,6 @@ class App:
         """A fresh engine command key (one per stream; Wyoming connections take one per stream they run)."""
         return next(self._keys)
 
-    # ------------------------------------------------------------------ HTTP
-
-    def _respond(self, conn: ServerConnection, status: int, body: bytes, ctype: str) -> Response:
-        r = conn.respond(status, "")
-        r.body = body
-        del r.headers["Content-Length"]
-        del r.headers["Content-Type"]
-        r.headers["Content-Length"] = str(len(body))
-        r.headers["Content-Type"] = ctype
-        r.headers["Cache-Control"] = "no-cache"
-        return r
-
-    def _ws_request(self, conn: ServerConnection, request: Request, route: str) -> Response | None:
-        """A websocket route after :func:`check_request`: HEAD refused, Origin allow-list, token (BadRequest)."""
-        if request.method != "GET":
-            raise BadRequest(405, "method_not_allowed", f"{request.method} cannot open a websocket (GET)",
-                             allow="GET")
-        peer = conn.remote_address
-        conn.streamd = authorize(route, request.path, request.headers,  # type: ignore[attr-defined]
-                                 str(peer[0]) if peer else "", self.tokens, self.config.auth.allowed_origins)
-        return None
-
-    def _bad_request(self, conn: ServerConnection, request: Request, e: BadRequest) -> Response:
-        """The HTTP answer to a request refused by the checks (counted in ``streamd_errors_total{code}``,
-        logged at debug level only: a flood of bad requests must not flood the log)."""
-        self.metrics.errors.labels(e.code).inc()
-        log.debug("refused %s %.80r: HTTP %d %s", request.method, request.path, e.status, e.message)
-        r = conn.respond(e.status, e.message + "\n")
-        if e.allow:
-            r.headers["Allow"] = e.allow
-        return self._head(request, r)
-
-    @staticmethod
-    def _head(request: Request, response: Response) -> Response:
-        """A HEAD answer: the GET answer's status and headers (Content-Length included), no body."""
-        if request.method == "HEAD":
-            response.body = b""
-        return response
-
-    async def _http(self, conn: ServerConnection, request: Request) -> Response | None:
-        """process_request of the main port: header checks (:mod:`.guard`), then websocket routes pass and
-        HTTP routes answer."""
-        ws_routes = {V1_PATH: "v1", VOSK_PATH: "vosk", EVENTS_PATH: "events"}
-        try:
-            path = check_request(request.method, request.path, request.headers, self.hosts, PROBE_PATHS)
-            if path in ws_routes:
-                return self._ws_request(conn, request, ws_routes[path])
-            return self._head(request, await self._http_route(conn, path))
-        except BadRequest as e:
-            return self._bad_request(conn, request, e)
-
-    async def _http_route(self, conn: ServerConnection, path: str) -> Response:
-        """The plain HTTP routes: probes, metrics, static files."""
-        if path == "/healthz":
-            return conn.respond(200, "ok\n")
-        if path == "/readyz":
-            if self.loading:
-                return conn.respond(503, "loading\n")
-            if self.draining:
-                return conn.respond(503, "draining\n")
-            over = self.admission.overloaded(time.monotonic())
-            if over is not None:  # a load balancer routes elsewhere meanwhile
-                r = conn.respond(503, "overloaded\n")
-                r.headers["Retry-After"] = str(math.ceil(over.retry_after))
-                return r
-            return conn.respond(200, "ready\n")
-        if path == "/metrics":
-            return self._respond(conn, 200, self.metrics.render(), CONTENT_TYPE)
-        file = self.static.find(path)
-        if file is None:
-            return conn.respond(404, f"not found: {path}\n")
-        try:
-            body = await asyncio.to_thread(file.read_bytes)
-        except OSError as e:  # e.g. out of file descriptors: an answer, not a traceback
-            self.resource_errors.report("reading a static file", e)
-            return conn.respond(503, f"cannot read {path}: {e.strerror or e}\n")
-        return self._respond(conn, 200, body, content_type(file.name))
-
-    async def _vosk_http(self, conn: ServerConnection, request: Request) -> Response | None:
-        """process_request of the Vosk port: every path is the Vosk protocol (after the header checks)."""
-        try:
-            check_request(request.method, request.path, request.headers, self.hosts)
-            return self._ws_request(conn, request, "vosk")
-        except BadRequest as e:
-            return self._bad_request(conn, request, e)
-
     # ------------------------------------------------------------------ websocket handlers
 
     def _refusal(self, info: RequestInfo, count: int) -> tuple[str, str] | tuple[str, str, dict] | None:
@@ -559,7 +473,7 @@ class App:
                       open_timeout=lim.open_timeout or None, ping_interval=s.ping_interval or None,
                       ping_timeout=s.ping_timeout or None, close_timeout=s.close_timeout, compression=None,
                       ssl=ssl_ctx)
-        main = await serve(self._handler, s.host, s.port, process_request=self._http, **common)
+        main = await serve(self._handler, s.host, s.port, process_request=self.routes.main, **common)
         self.servers.append(main)
         self.port = main.sockets[0].getsockname()[1]
         scheme = "wss" if ssl_ctx else "ws"
@@ -567,7 +481,7 @@ class App:
                  V1_PATH, VOSK_PATH, EVENTS_PATH)
         log.info("answering Host names: %s (server.allowed_hosts)", self.hosts.describe())
         if s.vosk_port is not None:
-            vs = await serve(self._handler, s.host, s.vosk_port, process_request=self._vosk_http, **common)
+            vs = await serve(self._handler, s.host, s.vosk_port, process_request=self.routes.vosk, **common)
             self.servers.append(vs)
             self.vosk_port = vs.sockets[0].getsockname()[1]
             log.info("vosk listening on %s://%s:%d (every path)", scheme, s.host, self.vosk_port)
