@@ -19,8 +19,9 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from helpers import (TIMEOUT, app_config, drain, http_get, make_app, pcm16, random_audio, raw_http, run, slowed,
-                     until, write_wav)
+from helpers import random_audio, write_wav
+from tests.server.wire import (TIMEOUT, app_config, drain, http_get, make_app, pcm16, raw_http, run, slowed,
+                               until)
 from streamd.config import AppConfig, from_dict
 from streamd.engine import Recognizer
 from streamd.feed import transcribe_files
