@@ -1,5 +1,6 @@
 """The daemon on loopback for wire tests: test app configs, a timed event loop, PCM, small HTTP and websocket
-clients, request-check helpers, a local websocket server and a self-signed certificate."""
+clients (one v1 session, a refused connection), request-check helpers, the offline reference of a stream, a
+local websocket server and a self-signed certificate."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from websockets.asyncio.client import connect
 
 
 def app_config(**sections):
@@ -169,3 +171,34 @@ def self_signed_cert(folder) -> tuple[str, str]:
                     str(cert), "-days", "1", "-subj", "/CN=localhost", "-addext", "subjectAltName=IP:127.0.0.1"],
                    check=True, capture_output=True)
     return str(cert), str(key)
+
+
+async def refused(url, **kw):
+    """Connect, expect one error message and the close: (error code, close code)."""
+    async with connect(url, **kw) as ws:
+        msgs = await drain(ws)
+    assert len(msgs) == 1 and msgs[0]["type"] == "error" and msgs[0]["message"], msgs
+    return msgs[0]["code"], ws.close_code
+
+
+async def session(port, start: dict | None, chunks: list, eof=True, path="/v1/stream"):
+    """Run one client: start, chunks (bytes or str), eof; returns (messages, close code, close reason)."""
+    async with connect(f"ws://127.0.0.1:{port}{path}") as ws:
+        if start is not None:
+            await ws.send(json.dumps({"type": "start", **start}))
+        for c in chunks:
+            await ws.send(c)
+        if eof:
+            await ws.send('{"type": "eof"}')
+        msgs = await drain(ws)
+        return msgs, ws.close_code, ws.close_reason
+
+
+def offline_finals(rec, x):
+    """The texts of the Finals of ``x`` decoded as one stream by ``rec`` with its default options."""
+    from streamd.events import Final
+
+    sid = rec.create_stream()
+    rec.accept_audio(sid, x)
+    rec.finish(sid)
+    return [e.text for e in rec.drain() if isinstance(e, Final)]
