@@ -1,4 +1,4 @@
-"""The daemon of ``streamd serve``: listeners, websocket handlers, the routing of engine results, lifecycle.
+"""The daemon of ``streamd serve``: listeners, the routing of engine results, lifecycle.
 
 The server package by purpose, from the bottom up (lower modules never import higher ones):
 
@@ -11,7 +11,8 @@ The server package by purpose, from the bottom up (lower modules never import hi
   :mod:`.outbox`;
 * :mod:`.settings` (configuration, TLS), :mod:`.static` (the browser page), :mod:`.metrics`,
   :mod:`.notify`, :mod:`.exhaustion`;
-* :mod:`.routes` (the HTTP side of the listeners: header checks, probes, metrics, static files) and
+* :mod:`.routes` (the HTTP side of the listeners: header checks, probes, metrics, static files),
+  :mod:`.handlers` (their websocket side: refusals, each connection's session and :class:`~.conn.Conn`) and
   :mod:`.supervisor` (an engine lane's process started again when it dies);
 * this module: the :class:`App` that ties them together; :mod:`.serve`: the commands.
 
@@ -53,37 +54,34 @@ import asyncio
 import dataclasses
 import functools
 import itertools
-import json
 import logging
-import secrets
 import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from websockets.asyncio.server import Server, ServerConnection, serve
-from websockets.exceptions import ConnectionClosed
+from websockets.asyncio.server import Server, serve
 
 from ..config import AppConfig, ConfigError
 from ..events import Done, Error, Event, Final, Partial, WakeWord
 from .admission import SECOND_PASS_COST, Admission, Refusal, stream_cost
-from .auth import RequestInfo, check_wyoming_auth, load_tokens
+from .auth import check_wyoming_auth, load_tokens
 from .commands import CloseStream, Command, OpenStream
-from .conn import Conn, MicStream, discard, run_mic
+from .conn import Conn, MicStream, run_mic
 from .drain import ThroughputWindow, cannot_finish_message, drain_plan, grace_over_message
 from .exhaustion import ACCEPT_ERROR_LOG_SECONDS, RESOURCE_ERRNOS, ResourceErrors
 from .guard import HostRule, RateLimitedLog
 from .lane import LaneProcess, drop_shared_folder, shared_folder
 from .metrics import Metrics
 from .notify import Notifier, watchdog_interval
-from .protocol import CLOSE_CODES, V1Session, public_model_info
+from .protocol import public_model_info
 from .runner import Batcher, CycleResult, EngineRunner, RouteTarget, release_memory
 from .settings import check_app_config, make_ssl_context, resolve_config
+from .handlers import WsHandlers
 from .routes import EVENTS_PATH, V1_PATH, VOSK_PATH, HttpRoutes
 from .static import StaticFiles, default_web_root
 from .supervisor import LaneSupervisor
-from .vosk import VoskSession
 
 if TYPE_CHECKING:
     from .wyoming_io import WyomingServer
@@ -129,6 +127,7 @@ class App:
         self.web_root = Path(config.server.web_root) if config.server.web_root else default_web_root()
         self.static = StaticFiles(self.web_root)
         self.routes = HttpRoutes(self)  # the HTTP side of the listeners (.routes)
+        self.handlers = WsHandlers(self)  # their websocket side (.handlers)
         self.executor = ThreadPoolExecutor(1, thread_name_prefix="streamd-engine")
         self.loading = True
         self.draining = False
@@ -342,93 +341,6 @@ class App:
         """A fresh engine command key (one per stream; Wyoming connections take one per stream they run)."""
         return next(self._keys)
 
-    # ------------------------------------------------------------------ websocket handlers
-
-    def _refusal(self, info: RequestInfo, count: int) -> tuple[str, str] | tuple[str, str, dict] | None:
-        if not info.authorized:
-            return ("unauthorized", "missing or invalid token: send 'Authorization: Bearer TOKEN' or ?token=TOKEN")
-        if self.draining:
-            return ("shutting_down", "server is shutting down; no new streams")
-        if self.loading:
-            return ("loading", "the model is still loading; try again shortly")
-        if count >= self.config.limits.max_streams:
-            return ("too_many_streams", f"server is at its limit of {self.config.limits.max_streams} "
-                                        "concurrent streams; try again later")
-        if info.route != "events":  # the cheapest stream (greedy) would not fit: refused before its start message
-            r = self.admission.check(time.monotonic(), 1.0, info.client, info.token)
-            if r is not None:
-                return (r.code, r.message, {"retry_after": r.retry_after})
-        return None
-
-    async def _refuse(self, ws: ServerConnection, code: str, message: str, extra: dict | None = None) -> None:
-        self.metrics.errors.labels(code).inc()
-        try:
-            await ws.send(json.dumps({"type": "error", "code": code, "message": message, **(extra or {})}))
-            await ws.close(CLOSE_CODES[code], code)
-        except ConnectionClosed:
-            pass
-
-    async def _handler(self, ws: ServerConnection) -> None:
-        info: RequestInfo = getattr(ws, "streamd", RequestInfo("vosk", False))
-        self.metrics.connections.labels(info.route).inc()
-        if info.route == "events":
-            await self._serve_events(ws, info)
-            return
-        refusal = self._refusal(info, self.stream_count())
-        if refusal:
-            await self._refuse(ws, *refusal)
-            return
-        key = self.new_key()
-        if info.route == "v1":
-            dec = self.engine_config.decoding
-            proto: V1Session | VoskSession = V1Session(secrets.token_hex(8), self.config.limits, self.model_info,
-                                                       dec.method, dec.beam)
-        else:
-            proto = VoskSession(self.config.limits, self.config.server.vosk_sample_rate,
-                                self.engine_config.decoding.beam)
-        conn = Conn(self, ws, key, proto)
-        self.conns[key] = conn
-        done = self.conn_done[key] = asyncio.Event()
-        self.streams_changed()
-        conn.start()
-        try:
-            if await conn.read_loop():
-                # input is over (eof, error, draining): keep reading and discarding, or a client that is
-                # still sending would block the closing handshake until close_timeout
-                rest = asyncio.ensure_future(discard(ws))
-                await asyncio.wait({conn.sender, rest}, return_when=asyncio.FIRST_COMPLETED)
-                rest.cancel()
-        finally:
-            if not conn.sender.done():
-                conn.sender.cancel()
-            self.submit(CloseStream(key))
-            del self.conns[key]
-            self.conn_done.pop(key, None)
-            done.set()
-            self.streams_changed()
-
-    async def _serve_events(self, ws: ServerConnection, info: RequestInfo) -> None:
-        refusal = self._refusal(info, len(self.subscribers))
-        if refusal is None and not self.config.mic.enabled:
-            refusal = ("no_mic", "no microphone stream: start the server with --mic (mic.enabled)")
-        if refusal:
-            await self._refuse(ws, *refusal)
-            return
-        sub = Conn(self, ws, -1, None)
-        self.subscribers.add(sub)
-        sub.start()
-        if self.mic_error is not None:  # a broken microphone: every subscriber hears why, not only the first
-            sub.send(self.mic_error)
-        try:
-            async for _ in ws:  # server-to-client only: client messages are ignored
-                pass
-        except ConnectionClosed:
-            pass
-        finally:
-            self.subscribers.discard(sub)
-            if not sub.sender.done():
-                sub.sender.cancel()
-
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
@@ -473,7 +385,7 @@ class App:
                       open_timeout=lim.open_timeout or None, ping_interval=s.ping_interval or None,
                       ping_timeout=s.ping_timeout or None, close_timeout=s.close_timeout, compression=None,
                       ssl=ssl_ctx)
-        main = await serve(self._handler, s.host, s.port, process_request=self.routes.main, **common)
+        main = await serve(self.handlers.connection, s.host, s.port, process_request=self.routes.main, **common)
         self.servers.append(main)
         self.port = main.sockets[0].getsockname()[1]
         scheme = "wss" if ssl_ctx else "ws"
@@ -481,7 +393,7 @@ class App:
                  V1_PATH, VOSK_PATH, EVENTS_PATH)
         log.info("answering Host names: %s (server.allowed_hosts)", self.hosts.describe())
         if s.vosk_port is not None:
-            vs = await serve(self._handler, s.host, s.vosk_port, process_request=self.routes.vosk, **common)
+            vs = await serve(self.handlers.connection, s.host, s.vosk_port, process_request=self.routes.vosk, **common)
             self.servers.append(vs)
             self.vosk_port = vs.sockets[0].getsockname()[1]
             log.info("vosk listening on %s://%s:%d (every path)", scheme, s.host, self.vosk_port)
