@@ -30,11 +30,14 @@ class Harness:
         self.draining = False
         self.fails = fails
         self.give_up = give_up
+        self.loading: list = []  # called while a new process loads
         self.pids = iter(range(2, 100))
         self.sup = LaneSupervisor("test lane", self.new, self.close, self.install, lambda: self.draining,
                                   on_death=self.died, clock=lambda: self.now, sleep=self.sleep)
 
     async def new(self, old: FakeLane) -> FakeLane | None:
+        for hook in self.loading:
+            hook()
         if self.give_up:
             return None
         if self.fails:
@@ -169,15 +172,28 @@ def test_no_restart_while_the_daemon_drains(when):
             assert h.sup.check() is None
             return
         task = h.sup.check()
-
-        async def new(old):  # the daemon starts draining while the new process loads
-            h.draining = True
-            return FakeLane(7)
-
-        h.sup._new = new
+        h.pids = iter([7])
+        h.loading.append(lambda: setattr(h, "draining", True))  # the daemon starts draining meanwhile
         await task
 
     run(body())
     assert not h.installed and h.sup.lane is first
     assert h.closed == ([] if when == "before" else [1, 7])  # one that came up meanwhile is closed at once
     assert h.deaths == (0 if when == "before" else 1)
+
+
+def test_the_delay_stops_doubling_at_its_most():
+    h = Harness()
+
+    async def body():
+        h.sup.started(FakeLane(1))
+        for _ in range(12):  # each process dies a second after its start
+            h.now += 1.0
+            h.sup.lane.alive = False
+            await h.sup.check()
+
+    run(body())
+    assert h.sup.quick_deaths == 12
+    assert h.sleeps[:3] == [LANE_RESTART_DELAY, 2 * LANE_RESTART_DELAY, 4 * LANE_RESTART_DELAY]
+    assert max(h.sleeps) == LANE_RESTART_MAX and h.sleeps[-3:] == [LANE_RESTART_MAX] * 3
+    assert all(b >= a for a, b in zip(h.sleeps, h.sleeps[1:]))
