@@ -711,39 +711,60 @@ class Recognizer:
             if st is not None:
                 setattr(st, attr, state.select(torch.tensor([j], device=self.device)))
 
-    def _stack(self, streams: list[_Stream], rows: list[int], attr: str) -> tuple[Tensor, Any]:
-        """(R,) row indices and the streams' ``attr`` states of ``rows`` concatenated into one batched state."""
-        states = [getattr(streams[r], attr) for r in rows]
-        return torch.tensor(rows, device=self.device), type(states[0]).cat(states)
+    def _stack(self, states: list[Any], rows: list[int]) -> tuple[Tensor, Any]:
+        """(R,) row indices and the states of ``rows`` (one per row) as one batched state.
 
-    def _init_search(self, st: _Stream) -> Any:
-        return self.searches[st.opts.method].new_state(st.opts.beam, self.device, graph=st.hot)
+        Runs of rows that share one state object (the fresh state of new streams, see :meth:`_gather`) are
+        repeated with one ``select`` each, not concatenated stream by stream."""
+        parts: list[Any] = []
+        k = 0
+        while k < len(states):
+            j = k + 1
+            while j < len(states) and states[j] is states[k]:
+                j += 1
+            parts.append(states[k].select(torch.zeros(j - k, dtype=torch.long, device=self.device))
+                         if j - k > 1 else states[k])
+            k = j
+        return torch.tensor(rows, device=self.device), type(parts[0]).cat(parts)
 
     def _gather(self, ids: tuple[int, ...]) -> _Batch:
         if self._batch is not None and self._batch.ids == ids:
             return self._batch
         self._drop_batch()
         streams = [self._streams[i] for i in ids]
+        fresh: dict[Any, Any] = {}  # new streams' initial states, one object per kind (and search options)
+
+        def new(key: tuple, make: Callable[[], Any]) -> Any:
+            if key not in fresh:
+                fresh[key] = make()
+            return fresh[key]
+
+        dev = self.device
+        enc, search, kws, kwsearch = [], [], [], []  # per row: the stream's state, or a fresh one (None: none)
         for st in streams:
-            if st.enc is None:
-                st.enc = self.model.encoder.init_cache(1, self.device)
-                st.search = self._init_search(st)
-                if self.kws is not None and st.opts.keywords:
-                    st.kws = self.kws.init_state(1, self.device)
-                if st.wake is not None:
-                    st.kwsearch = self.keyword_search.init_state(st.wake, self.device)
-        batch = _Batch(ids, EncoderCache.cat([st.enc for st in streams]))
+            if st.enc is not None:
+                enc.append(st.enc), search.append(st.search), kws.append(st.kws), kwsearch.append(st.kwsearch)
+                continue
+            o = st.opts
+            enc.append(new(("enc",), lambda: self.model.encoder.init_cache(1, dev)))
+            search.append(new(("search", o.method, o.beam, id(st.hot)), lambda: self.searches[o.method].new_state(
+                o.beam, dev, graph=st.hot)))
+            kws.append(new(("kws",), lambda: self.kws.init_state(1, dev))
+                       if self.kws is not None and o.keywords else None)
+            kwsearch.append(new(("wake", id(st.wake)), lambda: self.keyword_search.init_state(st.wake, dev))
+                            if st.wake is not None else None)
+        batch = _Batch(ids, self._stack(enc, list(range(len(ids))))[1])
         by_method: dict[str, list[int]] = {}
         for row, st in enumerate(streams):
             by_method.setdefault(st.opts.method, []).append(row)
         for method, rows in by_method.items():
-            batch.groups[method] = self._stack(streams, rows, "search")
-        kws_rows = [row for row, st in enumerate(streams) if st.kws is not None]
+            batch.groups[method] = self._stack([search[r] for r in rows], rows)
+        kws_rows = [row for row, x in enumerate(kws) if x is not None]
         if kws_rows:
-            batch.kws_rows, batch.kws = self._stack(streams, kws_rows, "kws")
-        wake_rows = [row for row, st in enumerate(streams) if st.kwsearch is not None]
+            batch.kws_rows, batch.kws = self._stack([kws[r] for r in kws_rows], kws_rows)
+        wake_rows = [row for row, x in enumerate(kwsearch) if x is not None]
         if wake_rows:
-            batch.wake_rows, batch.wake = self._stack(streams, wake_rows, "kwsearch")
+            batch.wake_rows, batch.wake = self._stack([kwsearch[r] for r in wake_rows], wake_rows)
         for st in streams:  # the batch owns the state now
             st.enc = st.search = st.kws = st.kwsearch = None
         self._batch = batch
