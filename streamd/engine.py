@@ -789,8 +789,9 @@ class Recognizer:
             ready = (ready[k:] + ready[:k])[: self.config.max_batch]
             self._rr += self.config.max_batch
         events: list[Event] = []
-        decode = tuple(sid for sid in ready if self._decodable(self._streams[sid]))
-        idle = tuple(sid for sid in ready if sid not in decode)  # only a segment/stream to close
+        decodable = [self._decodable(self._streams[sid]) for sid in ready]
+        decode = tuple(sid for sid, d in zip(ready, decodable) if d)
+        idle = tuple(sid for sid, d in zip(ready, decodable) if not d)  # only a segment/stream to close
         if decode:
             takes = {sid: min(self._streams[sid].fbank.frames_ready(), self.chunk_fbank) for sid in decode}
             windows = {sid: self._streams[sid].fbank.take(takes[sid]) for sid in decode}
