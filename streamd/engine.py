@@ -49,7 +49,7 @@ from .decode.confidence import make_measure
 from .decode.ctc import CtcGreedySearch, CtcPrefixBeamSearch
 from .decode.endpoint import Endpointer
 from .decode.greedy import GreedySearch
-from .decode.hyps import HypOut
+from .decode.hyps import HypBuffer, HypOut
 from .decode.context_graph import ContextGraph, phrase_graph, shared_boost
 from .decode.endpoint import seconds_to_frames
 from .decode.ctc_keyword_search import CtcKeywordSearch
@@ -241,6 +241,9 @@ class _Batch:
     kws: Any = None
     wake_rows: Tensor | None = None
     wake: KeywordState | None = None
+    # method (not append_only) -> each row's best hypothesis as last shown: lengths (R,), tokens, frames,
+    # confs (R, L) zero past the length; gone when it may differ from the streams' shown copies
+    shown: dict[str, tuple[Tensor, Tensor, Tensor, Tensor]] = field(default_factory=dict)
 
 
 class Recognizer:
@@ -966,7 +969,11 @@ class Recognizer:
                 continue
             buf = state.hyps
             lengths = buf.lengths.gather(1, slots[:, None])[:, 0]
-            n, tb = torch.stack([lengths, search.trailing_blanks(state).to(lengths.dtype)]).cpu().numpy()
+            summary = [lengths, search.trailing_blanks(state).to(lengths.dtype)]
+            if not search.append_only:  # which best hypotheses differ from the last shown (compared here)
+                summary.append(self._best_changed(batch, method, buf, slots, lengths).to(lengths.dtype))
+            host = torch.stack(summary).cpu().numpy()
+            n, tb = host[0], host[1]
             n_all[rl], tb_all[rl] = n, tb
             shown = [(j, streams[row]) for j, row in enumerate(rl) if streams[row].shown is not None]
             if not shown:
@@ -978,8 +985,8 @@ class Recognizer:
                 moved = np.flatnonzero(new != known)
                 keep = np.where(new[moved] > known[moved], known[moved], 0)  # shorter: a new segment
             else:
-                moved = np.arange(len(shown))
-                keep = np.zeros(len(shown), np.int64)
+                moved = np.flatnonzero(host[2][js])
+                keep = np.zeros(len(moved), np.int64)
             if not moved.size:
                 continue
             width = int((n[js[moved]] - keep).max())
@@ -990,6 +997,22 @@ class Recognizer:
                 d = int(n[j]) - int(keep[k])
                 self._show(st, toks[k, :d].tolist(), frames[k, :d].tolist(), confs[k, :d].tolist(), int(keep[k]))
         return n_all, tb_all
+
+    @staticmethod
+    def _best_changed(batch: _Batch, method: str, buf: HypBuffer, slots: Tensor, lengths: Tensor) -> Tensor:
+        """(R,) bool: rows whose best hypothesis (tokens, frames or confs) differs from the one recorded in
+        ``batch.shown`` at the last call (all rows without a record); records the current ones."""
+        rows = torch.arange(slots.shape[0], device=slots.device)
+        live = torch.arange(buf.capacity, device=slots.device) < lengths[:, None]  # (R, L)
+        now = (lengths, *(x[rows, slots].masked_fill(~live, 0) for x in (buf.tokens, buf.frames, buf.confs)))
+        before = batch.shown.get(method)
+        batch.shown[method] = now
+        if before is None or before[0].shape != lengths.shape:
+            return torch.ones_like(lengths, dtype=torch.bool)
+        width = max(before[1].shape[1], now[1].shape[1])
+        pad = [torch.nn.functional.pad(x, (0, width - x.shape[1])) for x in (*before[1:], *now[1:])]
+        return (before[0] != lengths) | (pad[0] != pad[3]).any(1) | (pad[1] != pad[4]).any(1) \
+            | (pad[2] != pad[5]).any(1)
 
     @staticmethod
     def _show(st: _Stream, tokens: Sequence[int], frames: Sequence[int], confs: Sequence[float], keep: int) -> None:
@@ -1156,6 +1179,7 @@ class Recognizer:
                 ended.append(sid)
             else:
                 reset_rows.append(batch.ids.index(sid))
+        batch.shown.clear()  # the shown copies of closed segments were cleared
         if reset_rows:
             for method, (rows, state) in batch.groups.items():
                 mask = torch.zeros(len(rows), dtype=torch.bool, device=self.device)
