@@ -15,7 +15,16 @@ features (or a finished stream with a tail), up to ``max_batch``, and runs
 fbank, encoder, every search method present and the KWS detector once each
 over that batch.  Per-stream state (fbank cursor, encoder cache, search and
 KWS state) is kept batched between steps when the next batch is the same set
-of streams, and re-gathered otherwise.
+of streams, and re-gathered otherwise (new streams' initial states are one
+state repeated, not built stream by stream).
+
+Partials cost Python only for the streams whose best hypothesis changed:
+each stream with partials keeps a host copy of it with its text and words
+(:class:`~streamd.decode.words.WordBuilder`, which reads only what changed);
+per step and search method one host transfer carries every row's token
+count and trailing blanks (and, for a beam search, whether its best
+hypothesis changed, compared on the device) and one more only the changed
+tokens; endpoint rules are evaluated as arrays.
 
 Events: :class:`~streamd.events.Partial` after every chunk (if the stream
 asked for partials), :class:`~streamd.events.Final` at endpoints, resets and
@@ -969,13 +978,13 @@ class Recognizer:
                 continue
             buf = state.hyps
             lengths = buf.lengths.gather(1, slots[:, None])[:, 0]
+            shown = [(j, streams[row]) for j, row in enumerate(rl) if streams[row].shown is not None]
             summary = [lengths, search.trailing_blanks(state).to(lengths.dtype)]
-            if not search.append_only:  # which best hypotheses differ from the last shown (compared here)
+            if shown and not search.append_only:  # which best hypotheses differ from the last shown
                 summary.append(self._best_changed(batch, method, buf, slots, lengths).to(lengths.dtype))
             host = torch.stack(summary).cpu().numpy()
             n, tb = host[0], host[1]
             n_all[rl], tb_all[rl] = n, tb
-            shown = [(j, streams[row]) for j, row in enumerate(rl) if streams[row].shown is not None]
             if not shown:
                 continue
             js = np.fromiter((j for j, _ in shown), np.int64, len(shown))
