@@ -18,7 +18,7 @@ import argparse
 import sys
 from typing import Sequence
 
-from ..engine_args import run_guarded
+from .engine_args import run_guarded
 from .mic import add_parser as _add_mic
 from .model_info import add_parser as _add_model_info
 from .transcribe import add_parser as _add_transcribe
@@ -32,16 +32,16 @@ DELEGATED = {
                                            "audio (configs/pretrain.yaml)"),
     "average": ("streamd.train.average", "average the last checkpoints of a training run"),
     "synth": ("streamd.train.synth", "synthesize the training corpus (TTS voices + augmentation)"),
-    "augment": ("streamd.train.augment_cli", "augmented copies of a manifest's audio (speaker, room, noise, channel)"),
-    "eval": ("streamd.evaluation.command", "evaluate a model through the streaming engine: WER, RTF, confidence, KWS"),
+    "augment": ("streamd.train.augment_manifest", "augmented copies of a manifest's audio (speaker, room, noise, channel)"),
+    "eval": ("streamd.cli.evaluate", "evaluate a model through the streaming engine: WER, RTF, confidence, KWS"),
     "calibrate": ("streamd.train.calibrate", "fit the word-confidence calibration (P(word correct)) on validation "
                                              "sets and store it in a copy of the model"),
     "lm": ("streamd.train.lm", "train the token n-gram for modified_beam shallow fusion"),
-    "bench": ("streamd.bench", "benchmarks: bench engine (streams in real time, latency, batching gain), bench server "
+    "bench": ("streamd.bench.engine", "benchmarks: bench engine (streams in real time, latency, batching gain), bench server "
                                "(a daemon under websocket clients)"),
     "label": ("streamd.train.label", "label untranscribed audio with real-speech teacher models"),
     "wake": ("streamd.train.wake", "wake words on the speech embedding: `streamd wake train KEYWORD` trains one from its text"),
-    "data": ("streamd.train.data_cli", "import real corpora into training manifests (Speech Commands, LibriSpeech, Common Voice, Kaldi, Asterisk, JSON lines)"),
+    "data": ("streamd.cli.data", "import real corpora into training manifests (Speech Commands, LibriSpeech, Common Voice, Kaldi, Asterisk, JSON lines)"),
 }
 
 

@@ -36,7 +36,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..config import HOTWORDS_HELP, SECOND_PASS_HELP, WAKE_WORDS_HELP
-from ..engine_args import WAKE_MODELS_HELP
+from ..cli.engine_args import WAKE_MODELS_HELP
 
 __all__ = ["add_subcommands"]
 

@@ -28,7 +28,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from streamd.engine_args import add_engine_args, engine_config_from_args, run_guarded
+from streamd.cli.engine_args import add_engine_args, engine_config_from_args, run_guarded
 from streamd.config import ConfidenceConfig, EngineConfig
 from streamd.decode.calibration import CALIBRATION_KINDS, META_KEY, fit_calibration
 from streamd.model.checkpoint import copy_with_meta, load_checkpoint

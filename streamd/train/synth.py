@@ -31,7 +31,7 @@ Pipeline (``streamd synth``):
 
 Optional speaker and channel diversity (all off by default, so corpora made
 before reproduce exactly), drawn from generators of their own seeded by
-``(seed, index)`` (:class:`streamd.train.augment_cli.AugmentChain`):
+``(seed, index)`` (:class:`streamd.train.augment_manifest.AugmentChain`):
 ``--voice-perturb P`` (WORLD speaker change, right after TTS), ``--real-rir P`` /
 ``--room-sim P`` (a real or simulated room instead of the synthetic
 reverberation), ``--real-noise P`` with ``--noise-manifest M`` (real noise
@@ -206,7 +206,7 @@ def render(plan: UttPlan, voices: list[Voice] | None = None, extras=None) -> tup
     Args:
         plan: from :func:`plan_corpus`.
         voices: candidates for fallbacks and babble (default: :func:`list_voices`).
-        extras: an optional :class:`streamd.train.augment_cli.AugmentChain` (voice, real / simulated
+        extras: an optional :class:`streamd.train.augment_manifest.AugmentChain` (voice, real / simulated
             room, real noise and channel stages; its other probabilities are not used here).
 
     Returns:
@@ -231,7 +231,7 @@ def render(plan: UttPlan, voices: list[Voice] | None = None, extras=None) -> tup
     aug: dict = {"tts_speed": plan.speed, "tts_pitch": plan.pitch}
     xr = None
     if extras is not None and extras.active:
-        from streamd.train.augment_cli import stage_rngs
+        from streamd.train.augment_manifest import stage_rngs
 
         xr = stage_rngs([plan.seed, plan.index, _EXTRAS_KEY])
         x = extras.apply_voice(x, xr["voice"], aug)
@@ -311,7 +311,7 @@ def synthesize_corpus(out_dir: str | os.PathLike, num_utts: int, seed: int = 0, 
 
     Same seed and same installed voices give the same texts and the same audio,
     whatever ``workers`` is.  ``engines`` restricts the TTS engines used.
-    ``extras``: optional :class:`streamd.train.augment_cli.AugmentChain` (see :func:`render`).
+    ``extras``: optional :class:`streamd.train.augment_manifest.AugmentChain` (see :func:`render`).
     ``texts`` / ``texts_share``: domain sentences (see :func:`plan_corpus`).
     """
     if workers < 1:
@@ -425,7 +425,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     extras = None
     if args.voice_perturb or args.real_rir or args.room_sim or args.real_noise or args.channel:
-        from streamd.train.augment_cli import build_chain
+        from streamd.train.augment_manifest import build_chain
 
         extras = build_chain(voice=args.voice_perturb, real_rir=args.real_rir, room_sim=args.room_sim,
                              noise=args.real_noise, channel=args.channel, snr=(0.0, 30.0),

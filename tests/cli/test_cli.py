@@ -33,7 +33,7 @@ def test_every_delegated_module_has_a_main():
 
     for name, (module, _) in DELEGATED.items():
         assert importlib.util.find_spec(module) is not None, name
-    from streamd.evaluation.command import main as eval_main
+    from streamd.cli.evaluate import main as eval_main
 
     assert callable(eval_main)
 

@@ -46,8 +46,8 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .config import SEARCH_METHODS, default_beam
-from .paths import default_bench_audio, model_arg
+from ..config import SEARCH_METHODS, default_beam
+from ..paths import default_bench_audio, model_arg
 
 __all__ = ["main", "bench_engine", "bench_host_overhead", "tiny_model", "HostOverheadResult"]
 
@@ -76,7 +76,7 @@ class EngineResult:
 
 def _load_audio(paths: Sequence[str], seconds: float) -> list[np.ndarray]:
     """16 kHz clips of ``seconds`` each, cut from the files (looped if short)."""
-    from .audio.resample import load_audio_at
+    from ..audio.resample import load_audio_at
 
     clips = [load_audio_at(p, 16000) for p in paths]
     whole = np.concatenate(clips)
@@ -91,8 +91,8 @@ def _load_audio(paths: Sequence[str], seconds: float) -> list[np.ndarray]:
 
 
 def _make_rec(model_path: str, device: str, max_batch: int, wake_words: Sequence[str] = (), trace: bool = True):
-    from .config import EndpointConfig, EngineConfig, KwsConfig
-    from .engine import Recognizer
+    from ..config import EndpointConfig, EngineConfig, KwsConfig
+    from ..engine import Recognizer
 
     rec = Recognizer.from_checkpoint(model_path, EngineConfig(device=device, max_batch=max_batch,
                                                               trace_encoder=trace,
@@ -232,10 +232,10 @@ def tiny_model(seed: int = 0, tokens=None):
     a trained model, so the step time is nearly all host overhead."""
     import torch
 
-    from .config import DecoderConfig, EncoderConfig, ModelConfig
-    from .model.checkpoint import LoadedModel, load_checkpoint
-    from .model.transducer import Transducer
-    from .paths import default_model_path
+    from ..config import DecoderConfig, EncoderConfig, ModelConfig
+    from ..model.checkpoint import LoadedModel, load_checkpoint
+    from ..model.transducer import Transducer
+    from ..paths import default_model_path
 
     if tokens is None:
         tokens = load_checkpoint(default_model_path()).tokens
@@ -278,8 +278,8 @@ def bench_host_overhead(streams: Sequence[int], methods: Sequence[str] = ("greed
 
     Every stream gets ``seconds`` of low-level noise (different per stream) up front; the steps run until no
     stream has a whole chunk left (no finish: finals and their words are not part of the figure)."""
-    from .config import EndpointConfig, EngineConfig
-    from .engine import Recognizer
+    from ..config import EndpointConfig, EngineConfig
+    from ..engine import Recognizer
 
     loaded = tiny_model(seed)
     rng = np.random.default_rng(seed)
@@ -343,13 +343,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "engine's Python per stream), for --method (default: greedy and modified_beam), "
                         "partials on and off; --seconds default 2")
     e.add_argument("--json", action="store_true")
-    from .bench_server import add_arguments as _server_arguments
+    from .server import add_arguments as _server_arguments
 
     s = sub.add_parser("server", help="the daemon under N real-time websocket clients: partial / final latency")
     _server_arguments(s)
     args = ap.parse_args(argv)
     if args.what == "server":
-        from .bench_server import run_from_args
+        from .server import run_from_args
 
         return run_from_args(args)
     if args.host_overhead:
@@ -359,7 +359,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("streamd bench: no audio files: pass --audio FILE...", file=sys.stderr)
         return 2
     streams = [int(s) for s in (args.streams or "1,8,32,128").split(",") if s.strip()]
-    from .config import parse_phrases
+    from ..config import parse_phrases
 
     wake_words = [s.phrase for s in parse_phrases(args.wake_words, "--wake-words")]
     if args.single_seconds is not None and not 0 < args.single_seconds <= args.seconds:

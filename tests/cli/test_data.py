@@ -1,4 +1,4 @@
-"""streamd.train.data_cli (``streamd data``): importing a corpus into manifests (whole, or split by a hashed id
+"""streamd.cli.data (``streamd data``): importing a corpus into manifests (whole, or split by a hashed id
 or speaker), the summary on stderr, manifest statistics, usage errors.  The importers themselves
 (streamd.train.corpora) are tested in test_corpora.py, some of them through this command."""
 
@@ -10,7 +10,7 @@ import pytest
 import soundfile as sf
 
 from streamd.cli import main as streamd_main
-from streamd.train import data_cli
+from streamd.cli import data as data_cli
 
 
 def test_cli_errors(tmp_path, capsys):

@@ -39,7 +39,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Sequence
 
-from . import corpora
+from ..train import corpora
 
 __all__ = ["main", "KINDS"]
 

@@ -12,7 +12,7 @@ import dataclasses
 import sys
 from typing import Callable
 
-from .config import (HOTWORD_METHODS, HOTWORDS_HELP, SEARCH_METHODS, SECOND_PASS_HELP, WAKE_WORDS_HELP, ConfigError,
+from ..config import (HOTWORD_METHODS, HOTWORDS_HELP, SEARCH_METHODS, SECOND_PASS_HELP, WAKE_WORDS_HELP, ConfigError,
                      EngineConfig,
                      load_yaml, parse_phrases)
 

@@ -10,14 +10,14 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from streamd.engine_args import add_engine_args, engine_config_from_args, run_guarded
+from streamd.cli.engine_args import add_engine_args, engine_config_from_args, run_guarded
 from streamd.scoring.reliability import plot_reliability, require_matplotlib
 
-from .keywords import run_keywords
-from .kws import det_curves, plot_det
-from .options import EvalOptions
-from .recognition import run
-from .report import format_keyword_report, format_report, reliability_curves
+from ..evaluation.keywords import run_keywords
+from ..evaluation.kws import det_curves, plot_det
+from ..evaluation.options import EvalOptions
+from ..evaluation.recognition import run
+from ..evaluation.report import format_keyword_report, format_report, reliability_curves
 
 __all__ = ["build_parser", "main"]
 
@@ -86,7 +86,7 @@ def _run_keywords(args: argparse.Namespace, model: str, options: EvalOptions) ->
     cfg = dataclasses.replace(cfg, kws=dataclasses.replace(cfg.kws, wake_models=()))
     report = run_keywords(model, args.sets, cfg, options, args.keywords or None)
     if wake_models:
-        from .wake import run_wake_models
+        from ..evaluation.wake import run_wake_models
         report["wake_models"] = run_wake_models(wake_models, args.sets, options, cfg.kws.refractory_s)
     if args.det_plot:
         plot_det(args.det_plot, det_curves(report), report["negative_hours"],

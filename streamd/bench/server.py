@@ -62,7 +62,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 
-from .config import SEARCH_METHODS, FbankConfig
+from ..config import SEARCH_METHODS, FbankConfig
 
 __all__ = ["ClientTrace", "ServerBenchResult", "partial_latency", "slope_per_minute", "third_p95s",
            "parse_metrics", "metrics_url", "summarize", "bench_server", "add_arguments", "run_from_args"]
@@ -285,8 +285,8 @@ class AudioLoop:
 
     @classmethod
     def from_files(cls, paths: Sequence[str]) -> "AudioLoop":
-        from .audio.pcm import load_audio
-        from .audio.resample import resample
+        from ..audio.pcm import load_audio
+        from ..audio.resample import resample
 
         parts = []
         for p in paths:
@@ -474,8 +474,8 @@ class InProcessServer:
         self.port: int | None = None
 
     async def _main(self) -> None:
-        from .config import AppConfig, from_dict
-        from .server.app import App
+        from ..config import AppConfig, from_dict
+        from ..server.app import App
 
         try:
             engine: dict[str, Any] = {"device": self.device}
@@ -585,7 +585,7 @@ def run_from_args(args: argparse.Namespace) -> int:
     """``streamd bench server`` with parsed flags; returns the exit status."""
     from pathlib import Path
 
-    from .paths import default_bench_audio
+    from ..paths import default_bench_audio
 
     err = _usage_error(args)
     if err:
@@ -613,7 +613,7 @@ def run_from_args(args: argparse.Namespace) -> int:
     if args.url:
         result = go(args.url)
     else:
-        from .paths import model_arg
+        from ..paths import model_arg
 
         try:
             with InProcessServer(model_arg(args.model), args.device, max(64, args.clients + 1),

@@ -1,4 +1,4 @@
-"""Tests for streamd augment (streamd.train.augment_cli) and the new streamd synth options."""
+"""Tests for streamd augment (streamd.train.augment_manifest) and the new streamd synth options."""
 
 import json
 import wave
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from streamd.train import augment_cli as C
+from streamd.train import augment_manifest as C
 from streamd.train import rooms as R
 from streamd.train import synth, tts
 from helpers import needs_espeak, speechlike
@@ -181,7 +181,7 @@ def test_cli_errors(corpus, capsys):
 def test_registered_in_streamd_cli():
     from streamd import cli
 
-    assert cli.DELEGATED["augment"][0] == "streamd.train.augment_cli"
+    assert cli.DELEGATED["augment"][0] == "streamd.train.augment_manifest"
 
 
 @needs_espeak
