@@ -4,7 +4,7 @@ import json
 from pathlib import Path
 
 from helpers import random_audio, write_wav
-from streamd.bench.engine import main
+from streamd.cli.bench import bench_main as main
 
 
 def test_bench_engine_json(tiny_ckpt, tmp_path, capsys):
