@@ -12,11 +12,16 @@ from typing import Sequence
 
 from ..config import SEARCH_METHODS
 
-__all__ = ["bench_main"]
+__all__ = ["bench_main", "bench_parser"]
 
 
 def bench_main(argv: Sequence[str] | None = None) -> int:
     """``streamd bench engine|server ...``."""
+    args = bench_parser().parse_args(argv)
+    return _run_server(args) if args.what == "server" else _run_engine(args)
+
+
+def bench_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="streamd bench", description="streamd benchmarks")
     sub = ap.add_subparsers(dest="what", required=True)
     e = sub.add_parser("engine", help="Recognizer throughput and chunk latency at N real-time streams")
@@ -44,9 +49,11 @@ def bench_main(argv: Sequence[str] | None = None) -> int:
     e.add_argument("--json", action="store_true")
     s = sub.add_parser("server", help="the daemon under N real-time websocket clients: partial / final latency")
     _server_arguments(s)
-    args = ap.parse_args(argv)
-    if args.what == "server":
-        return _run_server(args)
+    return ap
+
+
+def _run_engine(args: argparse.Namespace) -> int:
+    """``streamd bench engine`` with parsed flags; returns the exit status."""
     from ..bench.engine import bench_engine
     from ..paths import default_bench_audio, model_arg
 

@@ -168,6 +168,7 @@ def data_main(argv: Sequence[str] | None = None) -> int:
         print(f"streamd data: {e}", file=sys.stderr)
         return 2
 
+
 def _manifest_hours(path: str | Path) -> tuple[int, float]:
     """(lines, hours) of a written manifest (the sum of its ``duration`` fields)."""
     n, hours = 0, 0.0

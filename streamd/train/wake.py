@@ -57,6 +57,8 @@ _REAL_CACHE: dict[str, tuple[torch.Tensor, float]] = {}  # real file -> (embeddi
 EMB = 1280                   # samples per embedding / score
 POS_SPAN_S = 0.32            # positive windows end 0 .. this after the keyword's end
 REFRACTORY_S = 1.0
+
+
 def shared_root() -> Path:
     """The shared data folder: ``$STREAMD_SHARED``, else ``../shared`` beside the repository."""
     return Path(os.environ.get("STREAMD_SHARED") or Path(__file__).resolve().parents[2].parent / "shared")
