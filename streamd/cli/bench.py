@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from ..config import SEARCH_METHODS
+from ..options import BEAM_RANGE, SEARCH_METHODS, beam_ok
 
 __all__ = ["bench_main", "bench_parser"]
 
@@ -134,8 +134,8 @@ def _usage_error(args: argparse.Namespace) -> str | None:
         return f"--seconds must be > 0, got {args.seconds}"
     if args.duration_minutes is not None and not args.duration_minutes > 0:
         return f"--duration-minutes must be > 0, got {args.duration_minutes}"
-    if args.beam is not None and not 1 <= args.beam <= 64:
-        return f"--beam must be 1..64, got {args.beam}"
+    if args.beam is not None and not beam_ok(args.beam):
+        return f"--beam must be {BEAM_RANGE}, got {args.beam}"
     if args.url is not None and not args.url.startswith(("ws://", "wss://")):
         return f"--url must start with ws:// or wss://, got {args.url!r}"
     if args.threads is not None and args.threads < 0:

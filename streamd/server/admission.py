@@ -5,12 +5,10 @@ feeds measurements (each batch step's cost and wall time, with ``now`` from
 its monotonic clock) and asks for decisions.
 
 * **Cost.** A stream's cost is its share of a batch step in *units* of one
-  greedy stream (:func:`stream_cost`, by search method and beam).  The
-  relative costs were measured on the shipped model (one torch thread, steps
-  of 1 and 32-64 streams; docs/benchmarks.md "Overload"): modified beam search
-  with the fused LM costs about ``1 + 0.15 x beam`` greedy streams (beam 4:
-  1.6, beam 64: 10.6), the plain beam search grows with the square of the beam
-  (beam 16: 16, beam 64: ~230), CTC prefix beam ``1 + 0.015 x beam``.
+  greedy stream (:func:`stream_cost`, by search method and beam: the search
+  methods' table, :data:`streamd.options.METHODS`), plus
+  :data:`SECOND_PASS_COST` when its finals get a second pass
+  (:attr:`streamd.options.StreamOptions.cost`).
 * **Capacity.** :class:`CapacityModel`: one step's wall time is
   ``scale x (fixed + per_unit x cost)``.  ``fixed`` and ``per_unit`` come
   from a calibration at start (greedy steps of 1 and 16 throwaway streams);
@@ -94,9 +92,10 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-from ..config import LimitsConfig, default_beam
+from ..config import LimitsConfig
+from ..options import SECOND_PASS_COST, stream_cost
 
-__all__ = ["stream_cost", "CapacityModel", "Refusal", "RULES", "StreamLoad", "Admission", "Candidate", "fair_pick",
+__all__ = ["stream_cost", "SECOND_PASS_COST", "CapacityModel", "Refusal", "RULES", "StreamLoad", "Admission", "Candidate", "fair_pick",
            "BURST_STEP", "MIN_BATCH_UNITS", "RETRY_AFTER", "NEAR_LIMIT", "NEAR_WAITING", "NEAR_RETRY_AFTER",
            "REFILL_RETRY_AFTER", "REFILL_RETRIES", "WINDOW",
            "LAG_WINDOW", "LOOP_LAG_LIMIT", "LATE_CHUNKS",
@@ -122,28 +121,6 @@ HELD_WINDOW = 60.0  # seconds a demand seen on time is remembered: admitted agai
 HELD_RATE = 0.5  # ... at most half of it a second (streams admitted at one instant step in phase: a burst)
 HELD_CHUNKS = 0.5  # on time: live streams' partials at most this many chunks late (90th pct.)
 
-
-def stream_cost(method: str, beam: int | None = None) -> float:
-    """Cost of one stream in units of a greedy stream (its share of a batch step), by method and beam (None: the
-    method's default, :func:`~streamd.config.default_beam`, as the engine gives a stream that names none).
-
-    Measured on the shipped model, one torch thread (docs/benchmarks.md "Overload"); the beam searches
-    cost more per hypothesis kept."""
-    b = max(1, int(default_beam(method, beam)))
-    if method == "modified_beam":
-        return 1.0 + 0.15 * b
-    if method == "beam":
-        return 1.0 + 0.1 * b + 0.055 * b * b
-    if method == "ctc_prefix_beam":
-        return 1.0 + 0.015 * b
-    return 1.0  # greedy, ctc_greedy
-
-
-SECOND_PASS_COST = 5.0
-"""Added to a stream's cost when its finals get a second pass (:mod:`streamd.second_pass`): Moonshine base
-took 0.113 s per second of audio on speechocean762 dev where the greedy first pass took 0.020 at 16
-concurrent streams (5.6x; Speech Commands dev 5.8x; docs/benchmarks.md, "Second pass"); it runs in its own
-thread beside the engine, on the same cores."""
 
 # the most a light client's one stream costs: greedy, or modified beam at its default beam (8: 2.2 units)
 LIGHT_STREAM_COST = stream_cost("modified_beam")
