@@ -12,8 +12,8 @@ import pytest
 import torch
 import yaml
 
-from helpers import TINY_MODEL, make_corpus, tiny_config
 from streamd.cli.train import train_main as main
+from tests.train.corpus import TINY_MODEL, make_corpus, tiny_config
 from streamd.config import ConfigError, FbankConfig, ModelConfig, from_dict
 from streamd.tokens import TokenTable
 from streamd.model.checkpoint import load_checkpoint
