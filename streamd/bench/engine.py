@@ -262,6 +262,7 @@ class HostOverheadResult:
     steps: int
     stream_steps: int
     tokens_per_frame: float
+    cpu_us_per_stream_step: float = 0.0  # the same in CPU time of this process (robust on a shared machine)
 
     def to_json(self) -> dict:
         return {k: (round(v, 3) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
@@ -293,14 +294,15 @@ def bench_host_overhead(streams: Sequence[int], methods: Sequence[str] = ("greed
                 for sid, x in zip(sids, audio):
                     rec.accept_audio(sid, x)
                 steps = stream_steps = 0
-                spent = 0.0
+                spent = cpu = 0.0
                 while True:
                     ready = len(rec.ready_streams())
                     if not ready:
                         break
-                    t = time.perf_counter()
+                    t, c = time.perf_counter(), time.process_time()
                     rec.step()
                     spent += time.perf_counter() - t
+                    cpu += time.process_time() - c
                     steps += 1
                     stream_steps += min(ready, rec.config.max_batch)
                 frames = sum(rec._get(sid).frames_done for sid in sids)  # noqa: SLF001 - bench reads the count
@@ -308,7 +310,8 @@ def bench_host_overhead(streams: Sequence[int], methods: Sequence[str] = ("greed
                     rec.finish(sid)
                 emitted = sum(len(ev.text.replace(" ", "")) for ev in rec.drain() if type(ev).__name__ == "Final")
                 results.append(HostOverheadResult(method, n, part, spent / max(1, stream_steps) * 1e6, steps,
-                                                  stream_steps, emitted / max(1, frames)))
+                                                  stream_steps, emitted / max(1, frames),
+                                                  cpu / max(1, stream_steps) * 1e6))
                 if on_result is not None:
                     on_result(results[-1])
     return results

@@ -97,10 +97,10 @@ def _host_overhead_main(args: argparse.Namespace) -> int:
     if args.json:
         row = lambda r: print(json.dumps(r.to_json()), flush=True)  # noqa: E731
     else:
-        print(f"{'method':>14} {'streams':>7} {'partials':>8} {'us/stream-step':>14} {'steps':>6} {'tok/frame':>9}"
-              f"   (tiny random model, cpu, 1 thread, {seconds:g} s per stream)")
+        print(f"{'method':>14} {'streams':>7} {'partials':>8} {'us/stream-step':>14} {'cpu us':>8} {'steps':>6} "
+              f"{'tok/frame':>9}   (tiny random model, cpu, 1 thread, {seconds:g} s per stream)")
         row = lambda r: print(f"{r.method:>14} {r.streams:>7} {str(r.partials):>8} {r.us_per_stream_step:>14.1f} "  # noqa: E731
-                              f"{r.steps:>6} {r.tokens_per_frame:>9.3f}", flush=True)
+                              f"{r.cpu_us_per_stream_step:>8.1f} {r.steps:>6} {r.tokens_per_frame:>9.3f}", flush=True)
     bench_host_overhead(streams, methods, seconds, beam=args.beam, on_result=row)
     return 0
 
