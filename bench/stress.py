@@ -7,7 +7,7 @@
 
 Each scenario starts the daemon as a subprocess (``python -m streamd serve --config TMP.yaml``; its log
 goes to ``--out-dir``), drives it from this process with the load generator of ``streamd bench server``
-(:mod:`streamd.bench_server`: v1 clients sending 100 ms packets at real time, partial lag per chunk),
+(:mod:`streamd.bench.server`: v1 clients sending 100 ms packets at real time, partial lag per chunk),
 samples its RSS and file descriptors from /proc, and at the end prints one table and writes one JSON file.
 
 Scenarios (the issue's targets in brackets; docs/benchmarks.md "Overload" has the figures):
@@ -72,7 +72,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from streamd.bench_server import (PACKET_S, RATE, AudioLoop, ClientPlan, ClientTrace, _client,  # noqa: E402
+from streamd.bench.server import (PACKET_S, RATE, AudioLoop, ClientPlan, ClientTrace, _client,  # noqa: E402
                                   partial_latency)
 from streamd.config import ENGINE_POLICIES  # noqa: E402
 
@@ -151,7 +151,7 @@ class Daemon:
             return ""
 
     def metrics(self) -> dict[str, float]:
-        from streamd.bench_server import parse_metrics
+        from streamd.bench.server import parse_metrics
 
         text = self.metrics_text()
         return parse_metrics(text) if text else {}
@@ -249,7 +249,7 @@ class Sampler:
         return max(vals) if vals else None
 
 
-# =========================================================================== clients (streamd.bench_server)
+# =========================================================================== clients (streamd.bench.server)
 
 
 @dataclass

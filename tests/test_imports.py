@@ -1,6 +1,8 @@
 """The package's import order: no module imports in a circle (module-level or inside functions), and only
-``streamd.__main__`` imports the command-line front end.  Imports under ``if TYPE_CHECKING:`` never run and
-do not count."""
+``streamd.__main__`` imports the command-line front end, the leaf of the order: every argparse parser is in
+``streamd.cli`` and no library module imports argparse or the CLI.  Imports under ``if TYPE_CHECKING:`` never
+run and do not count; nor do those under ``if __name__ == "__main__":``, which run only when the module is
+the program (``python -m MODULE``), an entry point as ``streamd.__main__`` is."""
 
 from __future__ import annotations
 
@@ -21,10 +23,18 @@ def _modules() -> dict[str, Path]:
     return out
 
 
+def _is_main_guard(test: ast.expr) -> bool:
+    """``__name__ == "__main__"``."""
+    return (isinstance(test, ast.Compare) and getattr(test.left, "id", None) == "__name__"
+            and len(test.comparators) == 1 and getattr(test.comparators[0], "value", None) == "__main__")
+
+
 def _runtime_imports(tree: ast.AST):
-    """Import nodes that can run: everything but the bodies of ``if TYPE_CHECKING:``."""
+    """Import nodes that run when the module is imported: everything but the bodies of ``if TYPE_CHECKING:``
+    and ``if __name__ == "__main__":``."""
     for node in ast.walk(tree):
-        if isinstance(node, ast.If) and getattr(node.test, "id", getattr(node.test, "attr", None)) == "TYPE_CHECKING":
+        if isinstance(node, ast.If) and (getattr(node.test, "id", getattr(node.test, "attr", None)) == "TYPE_CHECKING"
+                                         or _is_main_guard(node.test)):
             node.body = []
     for node in ast.walk(tree):
         if isinstance(node, (ast.Import, ast.ImportFrom)):
@@ -87,13 +97,40 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_no_import_cycles():
     graph = import_graph()
-    assert len(graph) > 50 and "streamd.engine_args" in graph["streamd.cli"]  # the graph is read at all
+    assert len(graph) > 50 and "streamd.cli.engine_args" in graph["streamd.cli"]  # the graph is read at all
     assert _cycles(graph) == []
 
 
 def test_only_main_imports_the_cli():
     graph = import_graph()
     assert sorted(m for m, deps in graph.items() if "streamd.cli" in deps) == ["streamd.__main__"]
+
+
+def _imports_of(path: Path) -> set[str]:
+    """Top-level names of every module ``path`` imports at run time (``argparse``, ``streamd``, ...)."""
+    out = set()
+    for node in _runtime_imports(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            out |= {a.name.split(".")[0] for a in node.names}
+        elif not node.level and node.module:
+            out.add(node.module.split(".")[0])
+    return out
+
+
+def test_every_parser_is_in_the_cli():
+    """The command line is the leaf: library modules take plain arguments; argparse is the CLI's alone."""
+    owners = sorted(m for m, p in _modules().items()
+                    if not _within(m, "streamd.cli") and "argparse" in _imports_of(p))
+    assert owners == []
+
+
+def test_the_parser_checker_sees_argparse(tmp_path):
+    lib = tmp_path / "lib.py"
+    lib.write_text("import json\nfrom argparse import ArgumentParser\nif __name__ == '__main__':\n    import sys\n")
+    assert _imports_of(lib) == {"json", "argparse"}
+    script = tmp_path / "script.py"
+    script.write_text("if __name__ == '__main__':\n    import argparse\n")
+    assert _imports_of(script) == set()
 
 
 def test_the_checker_sees_cycles():
@@ -121,6 +158,8 @@ FORBIDDEN = (
     + [("streamd.client", "streamd.server"), ("streamd.server", "streamd.client")]
     + [("streamd.scoring", up) for up in ("streamd.train", "streamd.evaluation", "streamd.server")]
     + [("streamd.evaluation", "streamd.train")]  # training's calibration fits on an evaluation's decode
+    + [(room, "streamd.cli") for room in GROUND + RUNTIME + ("streamd.scoring", "streamd.train", "streamd.evaluation",
+                                                              "streamd.bench")]  # the CLI is the leaf
 )
 
 
@@ -141,7 +180,8 @@ def test_package_order():
     audio, text) imports no room above it; the runtime (model, searches, engine, server, second pass, client) imports no
     measuring, training or evaluation code; client and server share only the wire vocabulary; what training
     and evaluation both need is in :mod:`streamd.scoring`, below both, and evaluation imports no training
-    code (training's calibration decodes through evaluation: the one direction)."""
+    code (training's calibration decodes through evaluation: the one direction); nothing imports the command
+    line (:mod:`streamd.cli`, the leaf) but ``streamd.__main__``."""
     assert _violations(import_graph()) == []
 
 
@@ -154,3 +194,5 @@ def test_the_order_checker_sees_a_wrong_way_import():
     graph = {"streamd.config": {"streamd.server.guard"}, "streamd.evaluation.wer": {"streamd.scoring.metrics"},
              "streamd.client": {"streamd.wire"}, "streamd.configuration": {"streamd.server"}}
     assert _violations(graph) == [("streamd.config", "streamd.server.guard")]  # a prefix is a whole room
+    assert _violations({"streamd.train.lm": {"streamd.cli.engine_args"}, "streamd.cli.train": {"streamd.train.lm"}}
+                       ) == [("streamd.train.lm", "streamd.cli.engine_args")]

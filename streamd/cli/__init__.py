@@ -1,15 +1,22 @@
-"""Command-line front end: ``streamd <command> ...`` (imported only by ``streamd.__main__``).
+"""Command-line front end: ``streamd <command> ...`` (imported only by ``streamd.__main__``, the console
+script and the ``__main__`` blocks of script modules).
 
-A small dispatcher; each command is a thin wrapper, the work lives in the library:
+Every argparse parser of the package lives here, one module per command group; the library modules below
+take plain arguments (functions, dataclasses) and import nothing from this package:
 
-* ``transcribe FILE...`` (:mod:`.transcribe`): decode files through the streaming engine exactly
-  as the daemon does (chunked audio, batched steps, endpointing), all files
-  as concurrent streams of one Recognizer;
-* ``model-info PATH`` (:mod:`.model_info`): what a checkpoint holds;
-* ``mic`` (:mod:`.mic`): live transcription of the microphone in-process (:mod:`streamd.mic`);
-* ``serve``, ``check-config``: the daemon (:func:`streamd.server.add_subcommands`);
-* the commands of :data:`DELEGATED`, whose modules own their argument parsing
-  (``streamd NAME ARGS...`` -> ``module.main(ARGS)``).
+* :mod:`.transcribe` ``transcribe FILE...``: decode files through the streaming engine exactly as the daemon
+  does (chunked audio, batched steps, endpointing), all files as concurrent streams of one Recognizer;
+* :mod:`.model_info` ``model-info PATH``: what a checkpoint holds;
+* :mod:`.mic`        ``mic``: live transcription of the microphone in-process (:mod:`streamd.mic`);
+* :mod:`.serve`      ``serve``, ``check-config``: the daemon (:mod:`streamd.server.serve`);
+* :mod:`.train`      ``train``, ``pretrain``, ``average``, ``lm``;
+* :mod:`.data`       ``data``, ``synth``, ``augment``, ``label``;
+* :mod:`.evaluate`   ``eval``, ``calibrate``;
+* :mod:`.wake`       ``wake`` (and ``python -m streamd.model.speech_embedding_convert``);
+* :mod:`.bench`      ``bench engine``, ``bench server`` (:mod:`streamd.bench`);
+* :mod:`.engine_args` the engine flags every decoding command shares, and the ``PROG: message`` guard.
+
+The commands of :data:`DELEGATED` build their own parser (``streamd NAME ARGS...`` -> ``function(ARGS)``).
 """
 
 from __future__ import annotations
@@ -18,30 +25,35 @@ import argparse
 import sys
 from typing import Sequence
 
-from ..engine_args import run_guarded
+from .engine_args import run_guarded
 from .mic import add_parser as _add_mic
 from .model_info import add_parser as _add_model_info
+from .serve import add_subcommands as _add_serve
 from .transcribe import add_parser as _add_transcribe
 
 __all__ = ["main", "build_parser", "DELEGATED"]
 
-# Commands whose modules own their argument parsing: ``streamd NAME ARGS...`` -> module.main(ARGS).
+# Commands that build their own parser: ``streamd NAME ARGS...`` -> MODULE.FUNCTION(ARGS).
 DELEGATED = {
-    "train": ("streamd.train.trainer", "train the transducer (configs/train.yaml)"),
-    "pretrain": ("streamd.train.pretrain", "self-supervised data2vec-style encoder pretraining on untranscribed "
-                                           "audio (configs/pretrain.yaml)"),
-    "average": ("streamd.train.average", "average the last checkpoints of a training run"),
-    "synth": ("streamd.train.synth", "synthesize the training corpus (TTS voices + augmentation)"),
-    "augment": ("streamd.train.augment_cli", "augmented copies of a manifest's audio (speaker, room, noise, channel)"),
-    "eval": ("streamd.evaluation.command", "evaluate a model through the streaming engine: WER, RTF, confidence, KWS"),
-    "calibrate": ("streamd.train.calibrate", "fit the word-confidence calibration (P(word correct)) on validation "
-                                             "sets and store it in a copy of the model"),
-    "lm": ("streamd.train.lm", "train the token n-gram for modified_beam shallow fusion"),
-    "bench": ("streamd.bench", "benchmarks: bench engine (streams in real time, latency, batching gain), bench server "
-                               "(a daemon under websocket clients)"),
-    "label": ("streamd.train.label", "label untranscribed audio with real-speech teacher models"),
-    "wake": ("streamd.train.wake", "wake words on the speech embedding: `streamd wake train KEYWORD` trains one from its text"),
-    "data": ("streamd.train.data_cli", "import real corpora into training manifests (Speech Commands, LibriSpeech, Common Voice, Kaldi, Asterisk, JSON lines)"),
+    "train": ("streamd.cli.train", "train_main", "train the transducer (configs/train.yaml)"),
+    "pretrain": ("streamd.cli.train", "pretrain_main", "self-supervised data2vec-style encoder pretraining on "
+                                                       "untranscribed audio (configs/pretrain.yaml)"),
+    "average": ("streamd.cli.train", "average_main", "average the last checkpoints of a training run"),
+    "synth": ("streamd.cli.data", "synth_main", "synthesize the training corpus (TTS voices + augmentation)"),
+    "augment": ("streamd.cli.data", "augment_main", "augmented copies of a manifest's audio (speaker, room, noise, "
+                                                    "channel)"),
+    "eval": ("streamd.cli.evaluate", "eval_main", "evaluate a model through the streaming engine: WER, RTF, "
+                                                  "confidence, KWS"),
+    "calibrate": ("streamd.cli.evaluate", "calibrate_main", "fit the word-confidence calibration (P(word correct)) "
+                                                            "on validation sets and store it in a copy of the model"),
+    "lm": ("streamd.cli.train", "lm_main", "train the token n-gram for modified_beam shallow fusion"),
+    "bench": ("streamd.cli.bench", "bench_main", "benchmarks: bench engine (streams in real time, latency, batching "
+                                                 "gain), bench server (a daemon under websocket clients)"),
+    "label": ("streamd.cli.data", "label_main", "label untranscribed audio with real-speech teacher models"),
+    "wake": ("streamd.cli.wake", "wake_main", "wake words on the speech embedding: `streamd wake train KEYWORD` "
+                                              "trains one from its text"),
+    "data": ("streamd.cli.data", "data_main", "import real corpora into training manifests (Speech Commands, "
+                                              "LibriSpeech, Common Voice, Kaldi, Asterisk, JSON lines)"),
 }
 
 
@@ -54,12 +66,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_transcribe(sub)
     _add_model_info(sub)
     _add_mic(sub)
-    for name, (_module, helptext) in DELEGATED.items():
+    for name, (_module, _function, helptext) in DELEGATED.items():
         sub.add_parser(name, help=helptext + f" (streamd {name} --help)", add_help=False)
 
-    from ..server import add_subcommands  # serve, check-config (the daemon; websockets imported on use)
-
-    add_subcommands(sub)
+    _add_serve(sub)  # serve, check-config (the daemon; websockets imported on use)
     return ap
 
 
@@ -68,6 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv and argv[0] in DELEGATED:
         import importlib
 
-        return int(importlib.import_module(DELEGATED[argv[0]][0]).main(argv[1:]) or 0)
+        module, function, _ = DELEGATED[argv[0]]
+        return int(getattr(importlib.import_module(module), function)(argv[1:]) or 0)
     args = build_parser().parse_args(argv)
     return run_guarded("streamd", lambda: args.func(args))

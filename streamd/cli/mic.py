@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..engine_args import add_engine_args, engine_config_from_args
+from .engine_args import add_engine_args, engine_config_from_args
 from ..paths import model_arg
 
 __all__ = ["add_parser", "run", "WAV_HINT"]

@@ -17,7 +17,7 @@ import sys
 import time
 from typing import TextIO
 
-from ..engine_args import add_engine_args, engine_config_from_args
+from .engine_args import add_engine_args, engine_config_from_args
 from ..feed import feed_streams, load_stream_audio
 from ..paths import model_arg
 

@@ -61,5 +61,5 @@ Modules, by purpose (this package imports none of them: import the one you need)
 * :mod:`.recognition`: :class:`~.recognition.Evaluator`, one set's full report;
 * :mod:`.keywords`: keyword mode (runtime wake words, exact threshold sweep);
 * :mod:`.report`: the readable text of the reports;
-* :mod:`.command`: the ``streamd eval`` command line.
+* the ``streamd eval`` command line is :mod:`streamd.cli.evaluate`.
 """

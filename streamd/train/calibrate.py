@@ -18,27 +18,22 @@
 
 from __future__ import annotations
 
-import argparse
 import hashlib
-import json
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
-from streamd.engine_args import add_engine_args, engine_config_from_args, run_guarded
 from streamd.config import ConfidenceConfig, EngineConfig
 from streamd.decode.calibration import CALIBRATION_KINDS, META_KEY, fit_calibration
 from streamd.model.checkpoint import copy_with_meta, load_checkpoint
-from streamd.paths import model_arg
 from streamd.evaluation.options import EvalOptions
 from streamd.evaluation.recognition import Evaluator
 from streamd.scoring.metrics import ReliabilityBins, confidence_scores, reliability
 from streamd.scoring.reliability import plot_reliability, require_matplotlib
 
-__all__ = ["CalibrateOptions", "heldout_mask", "compare_fits", "calibrate", "format_report", "build_parser", "main"]
+__all__ = ["CalibrateOptions", "heldout_mask", "compare_fits", "calibrate", "format_report", "calibrate_second_pass"]
 
 
 @dataclass(frozen=True)
@@ -179,48 +174,3 @@ def format_report(report: dict) -> str:
     if report["plot"]:
         lines.append(f"reliability diagram (held-out words) -> {report['plot']}")
     return "\n".join(lines)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="streamd calibrate", description="Fit a calibration of word confidence "
-                                 "(the configured measure -> P(word correct)) on validation sets through the "
-                                 "streaming engine, report it on held-out words, and store it in a copy of the model.")
-    ap.add_argument("--model", help="checkpoint to calibrate (with --second-pass: the first pass's, default the "
-                                    "shipped model)")
-    ap.add_argument("--set", dest="sets", action="append", required=True, metavar="PATH.jsonl",
-                    help="validation set (JSON lines: audio, text), never the test set; repeatable")
-    ap.add_argument("--out", help="where the calibrated copy of the checkpoint goes (may be --model); with "
-                                  "--second-pass: where its calibration goes (default: the shipped "
-                                  "streamd/assets/second_pass.calibration.json for a name, the model folder's "
-                                  "streamd.calibration.json for a path)")
-    ap.add_argument("--kind", choices=CALIBRATION_KINDS, default="isotonic",
-                    help="calibration stored (default isotonic); both are reported on held-out words")
-    ap.add_argument("--plot", metavar="PNG", help="write the held-out reliability diagram to PNG (needs matplotlib)")
-    add_engine_args(ap)
-    ap.add_argument("--device", help="auto, cpu, cuda or cuda:N")
-    ap.add_argument("--batch-streams", type=int, default=16, metavar="N", help="concurrent streams (default 16)")
-    ap.add_argument("--limit", type=int, metavar="N", help="only the first N entries of each set")
-    ap.add_argument("--json", action="store_true", help="print the report as one JSON object")
-    return ap
-
-
-def _run(args: argparse.Namespace) -> int:
-    options = CalibrateOptions(kind=args.kind, limit=args.limit, batch_streams=args.batch_streams)
-    config = engine_config_from_args(args)
-    if config.second_pass.enabled:  # the second pass's word probability, not the checkpoint's measure
-        report = calibrate_second_pass(model_arg(args.model), args.sets, config, options, args.out)
-    elif not args.model or not args.out:
-        raise ValueError("--model and --out are required (unless --second-pass)")
-    else:
-        report = calibrate(args.model, args.sets, args.out, config, options, args.plot)
-    print(json.dumps(report) if args.json else format_report(report))
-    return 0
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return run_guarded("streamd calibrate", lambda: _run(args))
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -49,24 +49,19 @@ Outputs (rewritten atomically at the end of every run, in manifest order):
 
 from __future__ import annotations
 
-import argparse
 import json
-import math
 import os
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
-
-import numpy as np
 
 from ..audio.resample import load_audio_at
 from ..manifest_lines import iter_json_lines, resolve_audio
 from ..scoring.metrics import align_words, normalize_words
 
 __all__ = ["Item", "Decision", "RULES", "read_manifests", "agree_rule", "wer_rule", "decide", "RawCache", "label",
-           "pair_wer", "main"]
+           "pair_wer", "format_summary"]
 
 RATE = 16000
 RULES = ("agree", "wer")
@@ -499,74 +494,3 @@ def format_summary(s: Summary, out_dir: str | os.PathLike) -> str:
     if rtf:
         lines.append("decode RTF this run: " + ", ".join(f"{t} {v:.3f}" for t, v in rtf.items()))
     return "\n".join(lines)
-
-
-# --------------------------------------------------------------------------- CLI
-
-
-def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="streamd label", description="label untranscribed audio with real-speech "
-                                                                   "teacher models (see streamd.train.label)")
-    ap.add_argument("--manifest", action="append", required=True, metavar="IN.jsonl",
-                    help="input manifest (JSON lines with 'audio'); repeatable")
-    ap.add_argument("--out", required=True, metavar="DIR", help="output folder (raw caches, manifest.jsonl, ...)")
-    ap.add_argument("--teachers", default=",".join(DEFAULT_TEACHERS),
-                    help="comma-separated teacher names (default %(default)s)")
-    ap.add_argument("--rule", choices=RULES, default="agree",
-                    help="agree: >= --min-agree identical normalized texts (default); "
-                         "wer: the two strongest teachers within --max-wer, label = the strongest")
-    ap.add_argument("--min-agree", type=int, default=2, help="agree rule: teachers that must agree (default 2)")
-    ap.add_argument("--max-wer", type=float, default=0.1, help="wer rule: largest WER between the two strongest "
-                                                               "teachers (default 0.1)")
-    ap.add_argument("--limit", type=int, help="only the first N files")
-    ap.add_argument("--threads", type=int, default=2, help="CPU threads per teacher (default 2)")
-    return ap
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    from ..second_pass import models as tmod
-
-    args = build_parser().parse_args(argv)
-    err = lambda msg: print(f"streamd label: {msg}", file=sys.stderr) or 2  # noqa: E731
-    names = [n.strip() for n in args.teachers.split(",") if n.strip()]
-    unknown = [n for n in names if n not in tmod.TEACHERS]
-    if unknown:
-        return err(f"unknown teacher(s) {', '.join(unknown)}; known: {', '.join(tmod.teacher_names())}")
-    if len(set(names)) != len(names):
-        return err(f"a teacher is listed twice in --teachers {args.teachers}")
-    if not names:
-        return err("--teachers is empty")
-    if args.limit is not None and args.limit < 1:
-        return err(f"--limit must be >= 1, got {args.limit}")
-    if args.threads < 1:
-        return err(f"--threads must be >= 1, got {args.threads}")
-    if args.min_agree < 2:
-        return err(f"--min-agree must be >= 2, got {args.min_agree}")
-    if not (0 <= args.max_wer < 1) or math.isnan(args.max_wer):
-        return err(f"--max-wer must be in [0, 1), got {args.max_wer}")
-    names.sort(key=lambda n: tmod.TEACHERS[n].strength)
-    try:
-        items, dups = read_manifests(args.manifest)
-    except ValueError as e:
-        return err(str(e))
-    if args.limit is not None:
-        items = items[:args.limit]
-    if not items:
-        return err("the manifests list no audio")
-    print(f"label: {len(items)} files ({sum(i.duration or 0 for i in items) / 3600:.3f} h listed)"
-          + (f", {dups} duplicate(s) skipped" if dups else "") + f"; teachers {', '.join(names)}; rule {args.rule}",
-          flush=True)
-    factories = {n: (lambda n=n: tmod.load_teacher(n, args.threads)) for n in names}
-    log = lambda m: print(m, flush=True)  # noqa: E731
-    try:
-        s = label(items, factories, args.out, args.rule, args.min_agree, args.max_wer, log=log)
-    except tmod.TeacherUnavailable as e:
-        return err(str(e))
-    except (ValueError, OSError) as e:
-        return err(str(e))
-    print(format_summary(s, args.out))
-    return 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -4,7 +4,7 @@ The text is the corpus text generator's (:class:`~streamd.train.text.TextGenerat
 mixed like ``streamd synth``: wake-word positives, confusable negatives and
 plain sentences), drawn with its own seed, so the LM sees far more sentences
 than the speech corpus holds (hundreds of thousands against a few thousand);
-``--text FILE`` adds lines of your own domain text (normalized like the
+``--text FILE`` (``text_files``) adds lines of your own domain text (normalized like the
 model's tokens: the same characters, numbers spelled out).  Nothing is read
 from the evaluation sets.
 
@@ -16,11 +16,9 @@ sentences of another seed.
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
 import random
-import sys
 import time
 from pathlib import Path
 from typing import Iterable, Sequence
@@ -30,7 +28,7 @@ from streamd.tokens import TokenTable
 from streamd.train.synth import choose_text
 from streamd.train.text import TextGenerator
 
-__all__ = ["generated_sentences", "encode_all", "perplexity", "main"]
+__all__ = ["generated_sentences", "encode_all", "perplexity", "train_lm"]
 
 
 def generated_sentences(n: int, seed: int, kws_fraction: float = 0.25, negatives_fraction: float = 0.15,
@@ -63,44 +61,22 @@ def perplexity(lm: NgramLM, seqs: Sequence[Sequence[int]]) -> float:
     return math.exp(-total / max(n, 1))
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="streamd lm", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", required=True, help="LM file to write (for a model x.pt, x.lm.pt is found by "
-                                                 "decoding.lm: auto)")
-    ap.add_argument("--model", help="checkpoint whose token table the LM uses (default: the shipped model)")
-    ap.add_argument("--sentences", type=int, default=300000, help="generated sentences (default 300000)")
-    ap.add_argument("--seed", type=int, default=7, help="text generator seed (default 7)")
-    ap.add_argument("--slot-focus", type=float, default=0.0,
-                    help="share of name/place/grocery/artist drill sentences, as streamd synth (default 0)")
-    ap.add_argument("--text", action="append", default=[], metavar="FILE", help="extra text, one sentence per line")
-    ap.add_argument("--order", type=int, default=8, help="n-gram order (default 8)")
-    ap.add_argument("--min-count", type=int, default=5, help="prune histories seen fewer times (default 5)")
-    args = ap.parse_args(argv)
-    from streamd.paths import model_arg
-    from streamd.model.checkpoint import load_checkpoint
-
+def train_lm(tokens: TokenTable, out: str | os.PathLike, *, sentences: int = 300000, seed: int = 7,
+             slot_focus: float = 0.0, text_files: Sequence[str | os.PathLike] = (), order: int = 8,
+             min_count: int = 5) -> str:
+    """Build the n-gram over ``sentences`` generated sentences (seed ``seed``) and the lines of ``text_files``
+    in ``tokens``' ids, write it to ``out`` with its metadata; returns the one-line summary.  A line that
+    cannot be encoded raises ValueError naming it; an unreadable file OSError."""
     t0 = time.monotonic()
-    tokens = load_checkpoint(model_arg(args.model)).tokens
-    try:
-        seqs = encode_all(tokens, generated_sentences(args.sentences, args.seed, slot_focus=args.slot_focus),
-                          "generated")
-        for path in args.text:
-            with open(path, encoding="utf-8") as f:
-                seqs += encode_all(tokens, f, path)
-        lm = build_ngram(seqs, len(tokens), tokens.blank_id, args.order, args.min_count, tokens.to_lines())
-    except (ValueError, OSError) as e:
-        print(f"streamd lm: {e}", file=sys.stderr)
-        return 2
-    held = encode_all(tokens, generated_sentences(2000, args.seed + 1_000_003))
+    seqs = encode_all(tokens, generated_sentences(sentences, seed, slot_focus=slot_focus), "generated")
+    for path in text_files:
+        with open(path, encoding="utf-8") as f:
+            seqs += encode_all(tokens, f, str(path))
+    lm = build_ngram(seqs, len(tokens), tokens.blank_id, order, min_count, tokens.to_lines())
+    held = encode_all(tokens, generated_sentences(2000, seed + 1_000_003))
     ppl = perplexity(lm, held)
-    meta = {"order": args.order, "min_count": args.min_count, "sentences": len(seqs), "seed": args.seed,
-            "slot_focus": args.slot_focus,
-            "text_files": [Path(p).name for p in args.text], "held_out_perplexity": round(ppl, 4)}
-    save_lm(lm, args.out, meta)
-    print(f"wrote {args.out}: order {args.order}, {lm.num_states} states, {os.path.getsize(args.out) / 1e6:.1f} MB, "
-          f"{len(seqs)} sentences, held-out perplexity {ppl:.3f} per token, {time.monotonic() - t0:.0f} s")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    meta = {"order": order, "min_count": min_count, "sentences": len(seqs), "seed": seed, "slot_focus": slot_focus,
+            "text_files": [Path(p).name for p in text_files], "held_out_perplexity": round(ppl, 4)}
+    save_lm(lm, out, meta)
+    return (f"wrote {out}: order {order}, {lm.num_states} states, {os.path.getsize(out) / 1e6:.1f} MB, "
+            f"{len(seqs)} sentences, held-out perplexity {ppl:.3f} per token, {time.monotonic() - t0:.0f} s")

@@ -62,7 +62,6 @@ from __future__ import annotations
 import copy
 import logging
 import math
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -79,13 +78,13 @@ from ..manifest_lines import iter_audio_lines
 from .trainer import (DataConfig, OptimConfig, RunConfig, SpecAugmentConfig, _adamw, _augment, _check_input, _check_run,
                       config_dict,
                       _eval_loader, _measure_feature_stats, _req, _resume, _resume_position, _resume_value, _run_data,
-                      _run_main, _run_steps, _save_step, _start_run, _state_path, _step_seed, _update,
+                      _run_steps, _save_step, _start_run, _state_path, _step_seed, _update,
                       _weighted_means, _write_run_files)
 
 __all__ = ["MaskConfig", "EmaConfig", "TargetConfig", "RegressionLossConfig", "PretrainConfig",
            "load_pretrain_config", "AudioDataset", "sample_time_masks", "instance_norm", "build_targets",
            "regression_loss", "masked_variance", "ema_decay", "Data2VecStudent", "EmaTeacher", "PretrainParts",
-           "pretrain_losses", "PretrainStep", "PretrainResult", "pretrain", "main", "PRETRAIN_METHOD"]
+           "pretrain_losses", "PretrainStep", "PretrainResult", "pretrain", "PRETRAIN_METHOD"]
 
 log = logging.getLogger("streamd.pretrain")
 
@@ -579,19 +578,3 @@ def pretrain(cfg: PretrainConfig, stop: Callable[[int], bool] | None = None) -> 
     return _run_steps(cfg, PretrainResult(step=step, history=[], valid=[], checkpoint=None), (step, epoch, index),
                       train_set, sampler, valid_sets, device, opt, ("loss", "target_var", "pred_var", "mask_frac"),
                       take_step, log_line, validate_sets, report_valid, save, stop, log)
-
-
-# --------------------------------------------------------------------------- CLI
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``streamd pretrain --config configs/pretrain.yaml [--resume] [--set KEY=VALUE ...]``."""
-    return _run_main(argv, "streamd pretrain",
-                     "Self-supervised data2vec-style pretraining of the streaming encoder on audio with or "
-                     "without transcripts; fine-tune with `streamd train --set init_from=CHECKPOINT`.",
-                     "pretraining YAML (see configs/pretrain.yaml)", "mask.prob=0.5", load_pretrain_config,
-                     pretrain, (ConfigError, ValueError, FileNotFoundError), log)
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

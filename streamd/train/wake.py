@@ -31,7 +31,6 @@ Data, all made or read here (nothing downloaded), seeded by ``seed``:
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import math
@@ -48,7 +47,7 @@ import torch
 from streamd.model.speech_embedding import load_speech_embedding
 from streamd.model.wake import PREFIX_SAMPLES, WINDOW, WakeHead, save_wake_model
 
-__all__ = ["WakeTrainConfig", "train_wake_model", "confusable_phrases", "real_negative_files", "main"]
+__all__ = ["WakeTrainConfig", "train_wake_model", "confusable_phrases", "real_negative_files"]
 
 RATE = 16000
 THRESHOLDS = sorted({round(float(t), 3) for t in np.linspace(0.05, 0.95, 19)}
@@ -58,6 +57,8 @@ _REAL_CACHE: dict[str, tuple[torch.Tensor, float]] = {}  # real file -> (embeddi
 EMB = 1280                   # samples per embedding / score
 POS_SPAN_S = 0.32            # positive windows end 0 .. this after the keyword's end
 REFRACTORY_S = 1.0
+
+
 def shared_root() -> Path:
     """The shared data folder: ``$STREAMD_SHARED``, else ``../shared`` beside the repository."""
     return Path(os.environ.get("STREAMD_SHARED") or Path(__file__).resolve().parents[2].parent / "shared")
@@ -553,48 +554,3 @@ def _fit(head: WakeHead, X_pos: torch.Tensor, X_neg: torch.Tensor, cfg: WakeTrai
             tot += float(loss.detach()) * len(idx)
         bar.update()
     log(f"head: {len(X_pos)} positive and {len(X_neg)} negative windows, last epoch loss {tot / len(X):.4f}")
-
-
-# ---------------------------------------------------------------------- CLI
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``streamd wake train KEYWORD [--out FILE] ...``."""
-    ap = argparse.ArgumentParser(prog="streamd wake", description="trained wake words on the speech embedding")
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    t = sub.add_parser("train", help="train a wake model from the keyword's text (TTS + real negatives)")
-    t.add_argument("keyword", nargs="+", help="one or more keywords (several share the real negatives' embeddings)")
-    t.add_argument("--out", default=None, help="model file, one keyword only (default: KEYWORD.wake.pt, spaces as _)")
-    t.add_argument("--out-dir", default=".", help="folder of the model files when --out is not given")
-    d = WakeTrainConfig()
-    t.add_argument("--tts-positives", type=int, default=d.tts_positives)
-    t.add_argument("--copies", type=int, default=d.copies)
-    t.add_argument("--tts-negatives", type=int, default=d.tts_negatives)
-    t.add_argument("--real-negatives", type=int, default=d.real_negatives)
-    t.add_argument("--epochs", type=int, default=d.epochs)
-    t.add_argument("--target-fa-per-h", type=float, default=d.target_fa_per_h)
-    t.add_argument("--seed", type=int, default=d.seed)
-    t.add_argument("--workers", type=int, default=d.workers)
-    a = ap.parse_args(argv)
-    for name in ("tts_positives", "copies", "tts_negatives", "epochs", "workers"):
-        if getattr(a, name) < 1:
-            ap.error(f"--{name.replace('_', '-')} must be >= 1")
-    if a.real_negatives < 0 or not a.target_fa_per_h > 0:
-        ap.error("--real-negatives must be >= 0 and --target-fa-per-h > 0")
-    cfg = WakeTrainConfig(tts_positives=a.tts_positives, copies=a.copies, tts_negatives=a.tts_negatives,
-                          real_negatives=a.real_negatives, epochs=a.epochs, target_fa_per_h=a.target_fa_per_h,
-                          seed=a.seed, workers=a.workers)
-    if a.out is not None and len(a.keyword) > 1:
-        ap.error("--out names one file: give --out-dir with several keywords")
-    try:
-        for kw in a.keyword:
-            out = a.out or Path(a.out_dir) / (" ".join(kw.casefold().split()).replace(" ", "_") + ".wake.pt")
-            train_wake_model(kw, out, cfg)
-    except (ValueError, RuntimeError, FileNotFoundError) as e:
-        print(f"streamd wake train: {e}", file=sys.stderr)
-        return 2
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

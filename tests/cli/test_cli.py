@@ -27,13 +27,15 @@ def test_version(capsys):
 
 
 def test_every_delegated_module_has_a_main():
+    import importlib
     import importlib.util
 
     from streamd.cli import DELEGATED
 
-    for name, (module, _) in DELEGATED.items():
+    for name, (module, function, _) in DELEGATED.items():
         assert importlib.util.find_spec(module) is not None, name
-    from streamd.evaluation.command import main as eval_main
+        assert callable(getattr(importlib.import_module(module), function)), name
+    from streamd.cli.evaluate import eval_main
 
     assert callable(eval_main)
 

@@ -2,7 +2,7 @@
 words, the report by hand, and the sweep against engine runs.
 
 The engine's keyword search is tested in tests/decode; here it is only run through ``streamd eval``
-(its CLI: tests/evaluation/test_command.py)."""
+(its CLI: tests/cli/test_evaluate.py)."""
 
 import random
 

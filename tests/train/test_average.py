@@ -10,7 +10,7 @@ from streamd.tokens import TokenTable
 from streamd.model.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from streamd.model.transducer import Transducer
 from streamd.train.average import average_checkpoints, list_checkpoints, write_averaged_checkpoint
-from streamd.train.average import main as average_main
+from streamd.cli.train import average_main
 from streamd.train.data import default_char_tokens
 
 

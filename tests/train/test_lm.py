@@ -1,7 +1,8 @@
 """streamd.train.lm (streamd lm): the fusion n-gram trained from the domain text generator."""
 
 from streamd.decode.lm import load_lm
-from streamd.train.lm import generated_sentences, main, perplexity
+from streamd.cli.train import lm_main as main
+from streamd.train.lm import generated_sentences, perplexity
 from streamd.train.text import KEYWORD
 
 

@@ -15,13 +15,14 @@ import yaml
 
 from helpers import random_audio, speechlike
 from streamd.cli import main as cli_main
+from streamd.cli.train import pretrain_main as main
 from streamd.config import ConfigError, EncoderConfig, from_dict
 from streamd.model.checkpoint import load_checkpoint
 from streamd.model.encoder import StreamingEncoder
 from streamd.model.transducer import Transducer
 from streamd.train.average import list_checkpoints, write_averaged_checkpoint
 from streamd.train.pretrain import (AudioDataset, EmaConfig, EmaTeacher, PretrainConfig, build_targets, ema_decay,
-                                    instance_norm, load_pretrain_config, main, pretrain, regression_loss,
+                                    instance_norm, load_pretrain_config, pretrain, regression_loss,
                                     sample_time_masks)
 from streamd.train.trainer import is_pretrain_checkpoint, load_train_config, train
 from tests.train.corpus import TINY_MODEL, make_corpus, set_nested, tiny_config

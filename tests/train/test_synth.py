@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from helpers import needs_espeak
+from streamd.cli.data import synth_main
 from streamd.train import synth, tts
 from streamd.train.text import KEYWORD
 
@@ -70,7 +71,7 @@ def test_plan_corpus_domain_texts_replace_only_a_share_of_plain_sentences(tmp_pa
     with pytest.raises(ValueError, match="bad.txt:2: no words left"):
         synth.read_texts(bad)
     with pytest.raises(SystemExit):
-        synth.main(["--out", str(tmp_path / "o"), "--texts-share", "0.3"])
+        synth_main(["--out", str(tmp_path / "o"), "--texts-share", "0.3"])
 
 
 @needs_espeak
@@ -105,7 +106,7 @@ def test_synth_names_the_package_of_a_missing_engine(monkeypatch, capsys):
     assert set(tts.INSTALL) == set(tts.ENGINES)
     monkeypatch.setattr(synth, "list_voices", lambda engines=None: [])  # nothing installed
     with pytest.raises(SystemExit):
-        synth.main(["--engines", "flite,festival"])
+        synth_main(["--engines", "flite,festival"])
     err = capsys.readouterr().err
     assert "engine flite is not installed" in err and "apt-get install flite" in err
     assert "festvox-us-slt-hts" in err

@@ -12,6 +12,7 @@ import pytest
 import torch
 import yaml
 
+from streamd.cli.train import train_main as main
 from tests.train.corpus import TINY_MODEL, make_corpus, tiny_config
 from streamd.config import ConfigError, FbankConfig, ModelConfig, from_dict
 from streamd.tokens import TokenTable
@@ -20,7 +21,7 @@ from streamd.model.transducer import Transducer
 from streamd.train.average import list_checkpoints
 from streamd.train.data import Batch, default_char_tokens
 from streamd.train.losses import rnnt_loss
-from streamd.train.trainer import (LossConfig, OptimConfig, compute_losses, learning_rate, load_train_config, main,
+from streamd.train.trainer import (LossConfig, OptimConfig, compute_losses, learning_rate, load_train_config,
                                    train)
 
 REPO = Path(__file__).resolve().parents[2]

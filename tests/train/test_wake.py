@@ -10,6 +10,7 @@ import pytest
 
 from helpers import write_wav
 from streamd.model.wake import load_wake_model
+from streamd.cli.wake import wake_main
 from streamd.train import wake as W
 
 
@@ -74,7 +75,7 @@ def test_train_end_to_end(tmp_path, monkeypatch):
     _fake_real(tmp_path / "shared" / "real")
     W._REAL_CACHE.clear()
     out = tmp_path / "m.wake.pt"
-    rc = W.main(["train", "hey jarvis", "--out", str(out), "--tts-positives", "4", "--copies", "1",
+    rc = wake_main(["train", "hey jarvis", "--out", str(out), "--tts-positives", "4", "--copies", "1",
                  "--tts-negatives", "4", "--real-negatives", "3", "--epochs", "1", "--workers", "1"])
     assert rc == 0
     m = load_wake_model(out)
@@ -85,6 +86,6 @@ def test_train_end_to_end(tmp_path, monkeypatch):
 
 def test_cli_rejects_bad_arguments(capsys):
     with pytest.raises(SystemExit):
-        W.main(["train", "a", "b", "--out", "x.pt"])
+        wake_main(["train", "a", "b", "--out", "x.pt"])
     assert "--out names one file" in capsys.readouterr().err
-    assert W.main(["train", "hey 7"]) == 2
+    assert wake_main(["train", "hey 7"]) == 2

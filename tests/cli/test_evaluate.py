@@ -1,4 +1,4 @@
-"""streamd.evaluation.command: ``streamd eval`` end to end through the CLI (``streamd.cli.main``): the report's
+"""streamd.cli.evaluate: ``streamd eval`` end to end through the CLI (``streamd.cli.main``): the report's
 figures vs direct engine runs (text and JSON, one and several sets), keyword mode, DET plots, usage errors.
 
 Metrics are tested in tests/train/test_metrics.py, the recording machinery in tests/train/test_recording.py."""

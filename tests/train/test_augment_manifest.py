@@ -1,4 +1,4 @@
-"""Tests for streamd augment (streamd.train.augment_cli) and the new streamd synth options."""
+"""Tests for streamd augment (streamd.train.augment_manifest) and the new streamd synth options."""
 
 import json
 import wave
@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from streamd.train import augment_cli as C
+from streamd.cli.data import augment_main, synth_main
+from streamd.train import augment_manifest as C
 from streamd.train import rooms as R
 from streamd.train import synth, tts
 from helpers import needs_espeak, speechlike
@@ -79,9 +80,9 @@ def _args(tmp_path, out, workers, extra=()):
 @needs_all
 def test_augment_cli_deterministic_across_workers_and_well_formed(corpus, capsys):
     tmp_path, rows = corpus
-    assert C.main(_args(tmp_path, tmp_path / "a", 1)) == 0
+    assert augment_main(_args(tmp_path, tmp_path / "a", 1)) == 0
     assert "wrote" in capsys.readouterr().out
-    assert C.main(_args(tmp_path, tmp_path / "b", 2)) == 0
+    assert augment_main(_args(tmp_path, tmp_path / "b", 2)) == 0
     la = (tmp_path / "a" / "manifest.jsonl").read_text().splitlines()
     lb = (tmp_path / "b" / "manifest.jsonl").read_text().splitlines()
     assert la == lb and len(la) == 12
@@ -115,7 +116,7 @@ def test_augment_cli_deterministic_across_workers_and_well_formed(corpus, capsys
     assert any(a.get("rir") == "room.wav" for a in augs) and any("channel" in a for a in augs)
     assert all(5 <= a["snr"] <= 20 and a["noise"].startswith("real:n") for a in augs if "snr" in a)
     # another seed, other audio
-    assert C.main(_args(tmp_path, tmp_path / "c", 1)[:-2] + ["--shard-size", "5", "--seed", "6"]) == 0
+    assert augment_main(_args(tmp_path, tmp_path / "c", 1)[:-2] + ["--shard-size", "5", "--seed", "6"]) == 0
     lc = [json.loads(x) for x in (tmp_path / "c" / "manifest.jsonl").read_text().splitlines()]
     assert [o["aug"] for o in lc] != augs
 
@@ -166,22 +167,22 @@ def test_chain_validation(kw, msg):
 def test_cli_errors(corpus, capsys):
     tmp_path, _ = corpus
     base = ["--manifest", str(tmp_path / "src" / "manifest.jsonl"), "--out", str(tmp_path / "o")]
-    assert C.main(base + ["--noise", "0.5"]) == 2
+    assert augment_main(base + ["--noise", "0.5"]) == 2
     assert "noise manifest" in capsys.readouterr().err
-    assert C.main(["--manifest", str(tmp_path / "none.jsonl"), "--out", str(tmp_path / "o")]) == 2
+    assert augment_main(["--manifest", str(tmp_path / "none.jsonl"), "--out", str(tmp_path / "o")]) == 2
     assert "no such file" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        C.main(base + ["--snr", "5"])
+        augment_main(base + ["--snr", "5"])
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"audio": "missing.wav", "text": "x"}\n')
-    assert C.main(["--manifest", str(bad), "--out", str(tmp_path / "o")]) == 2
+    assert augment_main(["--manifest", str(bad), "--out", str(tmp_path / "o")]) == 2
     assert "line 1: audio file" in capsys.readouterr().err
 
 
 def test_registered_in_streamd_cli():
     from streamd import cli
 
-    assert cli.DELEGATED["augment"][0] == "streamd.train.augment_cli"
+    assert cli.DELEGATED["augment"][:2] == ("streamd.cli.data", "augment_main")
 
 
 @needs_espeak
@@ -190,7 +191,7 @@ def test_synth_defaults_reproduce_and_options_change_only_audio(tmp_path, corpus
     kw = dict(seed=3, kws_fraction=0.3, negatives_fraction=0.2, engines=("espeak",))
     m0 = synth.synthesize_corpus(tmp_path / "plain", 3, **kw)
     m1 = synth.synthesize_corpus(tmp_path / "inactive", 3, extras=C.AugmentChain(), **kw)
-    assert synth.main(["--out", str(tmp_path / "cli"), "--num-utts", "3", "--seed", "3", "--kws-fraction", "0.3",
+    assert synth_main(["--out", str(tmp_path / "cli"), "--num-utts", "3", "--seed", "3", "--kws-fraction", "0.3",
                        "--negatives-fraction", "0.2", "--engines", "espeak", "--workers", "1"]) == 0
     lines = m0.read_text().splitlines()
     assert m1.read_text().splitlines() == lines

@@ -1,4 +1,4 @@
-"""streamd.engine_args: the engine options every decoding command shares (a YAML file, then flags over it,
+"""streamd.cli.engine_args: the engine options every decoding command shares (a YAML file, then flags over it,
 validated again) and the guard that turns bad input into ``PROG: message`` and status 2."""
 
 import argparse
@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from streamd.config import ConfigError, EngineConfig, parse_phrases
-from streamd.engine_args import add_engine_args, engine_config_from_args, run_guarded
+from streamd.cli.engine_args import add_engine_args, engine_config_from_args, run_guarded
 
 
 def parse(*argv):

