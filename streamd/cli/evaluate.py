@@ -91,7 +91,7 @@ def _run_keywords(args: argparse.Namespace, model: str, options: EvalOptions) ->
     if args.det_plot:
         require_matplotlib()
     if args.peer_wake_model:
-        from .oww import require_openwakeword
+        from ..evaluation.oww import require_openwakeword
         require_openwakeword(args.peer_wake_model)
     cfg = engine_config_from_args(args)
     wake_models = cfg.kws.wake_models  # trained models: scored on their own, side by side
@@ -101,7 +101,7 @@ def _run_keywords(args: argparse.Namespace, model: str, options: EvalOptions) ->
         from ..evaluation.wake import run_wake_models
         report["wake_models"] = run_wake_models(wake_models, args.sets, options, cfg.kws.refractory_s)
     if args.peer_wake_model:
-        from .oww import run_peer_wake_models
+        from ..evaluation.oww import run_peer_wake_models
         report["peer_wake_models"] = run_peer_wake_models(args.peer_wake_model, args.sets, options,
                                                           cfg.kws.refractory_s)
     if args.det_plot:
