@@ -299,6 +299,8 @@ class App:
             self.metrics.load.set(model.load(self.admission.demand(now), now))
         if res.audio_seconds:
             self.metrics.audio_seconds.inc(res.audio_seconds)
+        for keyword, n in res.wake_suppressed.items():
+            self.metrics.wake_suppressed.labels(keyword).inc(n)
 
     def _deliver(self, key: int, ev: Event, targets: dict[int, RouteTarget]) -> None:
         """One engine event of stream ``key`` to its target (the admission sees the stream end with it)."""

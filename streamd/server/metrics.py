@@ -34,6 +34,8 @@ class Metrics:
                                       buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
                                       registry=r)
         self.wake_events = Counter("streamd_wake_events", "Wake-word detections", ["keyword"], registry=r)
+        self.wake_suppressed = Counter("streamd_wake_suppressed", "Wake-model firings held back by the refractory "
+                                       "window after a detection (not sent as events)", ["keyword"], registry=r)
         self.errors = Counter("streamd_errors", "Error events sent to clients, by code", ["code"], registry=r)
         self.backlog = Histogram("streamd_backlog_seconds",
                                  "Audio accepted but not yet decoded when a partial was made, by stream class "

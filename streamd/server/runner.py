@@ -68,6 +68,8 @@ class CycleResult:
     audio_seconds: float = 0.0  # accepted this cycle
     pending: bool = False  # the engine still has ready chunks
     decoded: dict[int, float] = field(default_factory=dict)  # key -> seconds of its audio decoded so far (flow)
+    wake_suppressed: dict[str, int] = field(default_factory=dict)  # wake model keyword -> firings the refractory
+    # window held back this cycle (the engine's wake_stats)
 
 
 class RouteTarget(Protocol):
@@ -183,6 +185,7 @@ class EngineRunner:
             if isinstance(c, FeedPcm) and c.ack:
                 res.acks[c.key] = res.acks.get(c.key, 0) + 1
         rec = self.rec
+        held = {k: v["suppressed"] for k, v in getattr(rec, "wake_stats", {}).items()}
         for _ in range(self.max_steps):
             if not rec.pending():
                 break
@@ -207,6 +210,9 @@ class EngineRunner:
             if only is not None:  # behind: let the queued commands (a real-time stream's audio) in before more
                 break
         res.pending = rec.pending()
+        for k, v in getattr(rec, "wake_stats", {}).items():
+            if v["suppressed"] > held.get(k, 0):
+                res.wake_suppressed[k] = v["suppressed"] - held.get(k, 0)
         self._progress(res)
         return res
 

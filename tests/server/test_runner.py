@@ -130,3 +130,28 @@ def test_a_stream_behind_by_its_own_choice_is_owed_no_step():
     runner._fed[2] = (now - 3.0, 6.0)  # 2x over 3 s: fast, owed nothing
     assert runner._fast(2, time.perf_counter())
     assert [runner._pick() for _ in range(3)] == [[1], [1], [1]]
+
+
+def test_a_cycle_carries_the_wake_firings_the_refractory_window_held_back(rec):
+    """The engine counts a trained wake model's firings inside a refractory window (wake_stats); the cycle
+    reports this cycle's new ones per keyword, which the daemon adds to streamd_wake_suppressed_total."""
+    runner = EngineRunner(rec, max_steps=4)
+    rec.wake_stats = {"computer": {"detections": 0, "suppressed": 3}, "athena": {"detections": 1, "suppressed": 0}}
+    real_step = rec.step
+
+    def step(*a):
+        rec.wake_stats["computer"]["suppressed"] += 2
+        return real_step(*a)
+
+    rec.step = step
+    res = runner.cycle([OpenStream(1, {"sample_rate": 16000}), FeedPcm(1, pcm16(random_audio(0.5, seed=1)), "s16le")])
+    assert len(res.steps) >= 1 and res.wake_suppressed == {"computer": 2 * len(res.steps)}
+    assert runner.cycle([]).wake_suppressed == {}  # nothing new
+
+
+def test_the_suppressed_counter_is_exported():
+    from prometheus_client import generate_latest
+    from streamd.server.metrics import Metrics
+    m = Metrics()
+    m.wake_suppressed.labels("computer").inc(3)
+    assert 'streamd_wake_suppressed_total{keyword="computer"} 3.0' in generate_latest(m.registry).decode()
