@@ -91,8 +91,8 @@ HOTWORD_METHODS = ("modified_beam",)
 """The searches that take hotwords (a context graph's boosts are beam-search scores)."""
 
 # The beam of a stream that names none, when the config's decoding.beam is null (its default): modified beam
-# 8 (chosen on the validation sets with the stage-25 release: 308 errors against 329 at 4, model card "Language
-# model"), 4 for every other method that has a beam (beam, ctc_prefix_beam)
+# 8 (chosen on the validation sets: 308 errors against 329 at 4, docs/model_history.md "Language model"), 4 for
+# every other method that has a beam (beam, ctc_prefix_beam)
 METHOD_BEAMS = {"modified_beam": 8}
 DEFAULT_BEAM = 4
 
@@ -619,7 +619,7 @@ class ServerConfig:
     CPU time no other process wants (``engine_nice`` then has no effect): for
     a desktop where the recognizer must never slow anything else down, at the
     price of capacity whenever anything else runs (measured under overload:
-    docs/benchmarks.md "Scheduling policy").  Where a policy is not
+    docs/benchmarks.md "Settings and the measurements behind them").  Where a policy is not
     available, the process keeps its own and the daemon logs a warning.
     ``nice``: the nice value (-20..19) ``streamd serve`` asks for at start when
     it was started at 0 (one started otherwise, by ``nice -n`` or a unit's

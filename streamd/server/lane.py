@@ -3,9 +3,8 @@
 Two lanes use it.  **The main engine** (``server.engine_process``, on by default when ``streamd serve``
 loads a checkpoint): the daemon's event loop then shares its process with no model thread.  In one
 process the engine thread and the event loop take turns on the interpreter lock at every tensor operation,
-so each slows the other down: at 10x overload on this 2-core machine the daemon admitted 65-75 streams in
-real time with the engine in a thread and 103-137 with it in a process, at the same accepted p95
-(docs/benchmarks.md "Overload").  Its process runs ``server.engine_nice`` steps nicer (or under another CPU
+so each slows the other down (the streams held in real time either way: docs/benchmarks.md, "Settings and
+the measurements behind them").  Its process runs ``server.engine_nice`` steps nicer (or under another CPU
 scheduling policy, ``server.engine_policy``), so that on a busy CPU the event loop (every client's I/O) and the
 light lane come before the bulk of the decoding.
 
