@@ -12,7 +12,7 @@ light lane come before the bulk of the decoding.
 client's partial waits for the step in progress (a heavy client's batch) and then for its own.  The daemon
 gives the only stream of a light client (:meth:`.admission.Admission.light`) to a second engine: this one,
 with its own Recognizer on the same checkpoint and config.  Not a thread, for the reason above (a second
-engine thread made the main lane's accepted streams slower: 5x / 10x overload p95 148-248 -> 200-1560 ms).
+engine thread slows the main lane's accepted streams: docs/benchmarks_history.md, "the light lane").
 
 :class:`LaneProcess` has the runner's interface (:meth:`cycle`, :attr:`budget`, :meth:`calibrate`,
 :attr:`model_info`), so a :class:`~.runner.Batcher` drives it from its one worker thread exactly as it drives
