@@ -7,8 +7,11 @@ thread as the daemon's engine thread does; the second pass runs in its worker th
 (:class:`streamd.second_pass.worker.SecondPassWorker`) with each stream's events kept in order
 (:class:`~streamd.second_pass.worker.FinalGate`), as in ``streamd serve``.
 
-Per utterance: the time from its last sample (the ``finish``) to its client-visible Final; per partial:
-its lag from the arrival of the audio that completed its chunk.  The same utterances run twice in one
+Per utterance that ends in speech (its last Final has words): the time from its last sample (the
+``finish``) to its client-visible Final (``final_latency_s``); per Final (also those an endpoint ended
+inside an utterance): the time from the engine's Final to the client's (``added_s``: what the second pass
+adds); per partial: its lag from the arrival of the audio that completed its chunk.  ``--worker`` runs the
+second model in the server's worker thread or in its own process (``engine.second_pass.worker``).  The same utterances run twice in one
 process, without and with the second pass, side by side::
 
     nice -n 5 python3 bench/second_pass_latency.py --set ../shared/real/speechocean762/dev/manifest.jsonl \\
@@ -37,6 +40,7 @@ from streamd.evaluation.sets import load_entries, read_eval_set  # noqa: E402
 from streamd.events import Done, Final, Partial  # noqa: E402
 from streamd.paths import default_model_path  # noqa: E402
 from streamd.second_pass.calibration import load_second_pass  # noqa: E402
+from streamd.second_pass.process import SecondPassProcess  # noqa: E402
 from streamd.second_pass.worker import FinalGate, SecondPassWorker  # noqa: E402
 
 PIECE = 0.1
@@ -58,7 +62,8 @@ def run(rec: Recognizer, clips: list[list[np.ndarray]], second, spc: SecondPassC
     # per client: index of the current utterance, its stream, samples sent, when each piece arrived
     state = [{"u": 0, "sid": None, "pos": 0, "next": 0.37 * i, "arrivals": [], "ended": None} for i in range(n)]
     owner: dict[int, int] = {}
-    final_lat, lags, outcomes, durations = [], [], {}, []
+    final_lat, added, lags, outcomes, durations = [], [], [], {}, []
+    emitted: dict[tuple[int, int], float] = {}
     t0 = time.perf_counter()
     open_streams = 0
 
@@ -71,10 +76,12 @@ def run(rec: Recognizer, clips: list[list[np.ndarray]], second, spc: SecondPassC
             arr = [t for t, e in c["arrivals"] if e >= need - 1e-9] if c["sid"] == sid else []
             if arr:
                 lags.append(now - arr[0])
-        elif isinstance(ev, Final) and ev.reason == "eos":
-            final_lat.append(now - ends[sid])
-            key = ev.second_pass or "first pass only"
+        elif isinstance(ev, Final):
+            added.append(now - emitted.pop((sid, ev.segment)))
+            key = f"{'eos' if ev.reason == 'eos' else 'endpoint'}: {ev.second_pass or 'first pass only'}"
             outcomes[key] = outcomes.get(key, 0) + 1
+            if ev.reason == "eos" and (ev.first_pass_text if ev.first_pass_text is not None else ev.text):
+                final_lat.append(now - ends[sid])
         elif isinstance(ev, Done):
             open_streams -= 1
 
@@ -105,6 +112,8 @@ def run(rec: Recognizer, clips: list[list[np.ndarray]], second, spc: SecondPassC
             busy = True
         if rec.pending():
             for ev in rec.step():
+                if isinstance(ev, Final):
+                    emitted[(ev.stream, ev.segment)] = time.perf_counter() - t0
                 for sid, e in (gate.route(ev.stream, ev) if gate is not None else [(ev.stream, ev)]):
                     deliver(sid, e)
             busy = True
@@ -123,6 +132,7 @@ def run(rec: Recognizer, clips: list[list[np.ndarray]], second, spc: SecondPassC
         worker.close()
     return {"finals": len(final_lat), "final_latency_s": {"p50": pct(final_lat, 50), "p95": pct(final_lat, 95),
                                                            "max": max(final_lat) if final_lat else None},
+            "added_s": {"p50": pct(added, 50), "p95": pct(added, 95), "max": max(added) if added else None},
             "partial_lag_s": {"p50": pct(lags, 50), "p95": pct(lags, 95), "partials": len(lags)},
             "outcomes": outcomes, "utterance_s": {"mean": float(np.mean(durations)), "max": float(max(durations))}}
 
@@ -135,6 +145,9 @@ def main() -> int:
     ap.add_argument("--utterances", type=int, default=15, help="per client")
     ap.add_argument("--max-seconds", type=float, default=10.0, help="longest utterance used")
     ap.add_argument("--cpu-threads", type=int, default=1, help="the second model's threads")
+    ap.add_argument("--worker", nargs="+", choices=("thread", "process"), default=["thread", "process"],
+                    help="where the second model runs (engine.second_pass.worker); several: one run each, side "
+                         "by side after the first pass alone")
     args = ap.parse_args()
     entries, _ = read_eval_set(args.set)
     audio = [x for x, _ in load_entries(entries, 16000) if x.size <= args.max_seconds * 16000]
@@ -144,10 +157,18 @@ def main() -> int:
     spc = SecondPassConfig(model=args.second_pass, cpu_threads=args.cpu_threads)
     rec = Recognizer.from_checkpoint(default_model_path(), EngineConfig(device="cpu", second_pass=spc))
     rec.warm_up()
-    second = load_second_pass(spc, first_calibrated=rec.calibration is not None)
-    second.apply(Final(0, 0, "", start=0.0, end=1.0, second_pass="pending", audio=np.zeros(16000, np.int16)))
     out = {"streams": args.streams, "utterances": args.streams * args.utterances, "second_pass": args.second_pass,
-           "first_pass_only": run(rec, clips, None, spc), "with_second_pass": run(rec, clips, second, spc)}
+           "first_pass_only": run(rec, clips, None, spc)}
+    for kind in args.worker:
+        if kind == "process":
+            second = SecondPassProcess(EngineConfig(device="cpu", second_pass=spc), rec.calibration is not None)
+        else:
+            second = load_second_pass(spc, first_calibrated=rec.calibration is not None)
+        second.apply(Final(0, 0, "warm up", start=0.0, end=1.0, second_pass="pending",
+                           audio=(np.random.default_rng(0).standard_normal(16000) * 300).astype(np.int16)))
+        out[f"second_pass_{kind}"] = run(rec, clips, second, spc)
+        if kind == "process":
+            second.close()
     print(json.dumps(out, indent=1))
     return 0
 

@@ -496,6 +496,7 @@ class DecodingConfig:
 
 SECOND_PASS_OFF = "none"
 SECOND_PASS_SELECT = ("confidence", "always")
+SECOND_PASS_WORKERS = ("process", "thread")
 
 
 @dataclass(frozen=True)
@@ -515,7 +516,10 @@ class SecondPassConfig:
     ``select``: ``always`` (the second pass's text whenever it ran) or ``confidence``: the first pass's
     text stays when the second pass wrote nothing, or when the mean calibrated ``conf`` of its words
     exceeds the second pass's by more than ``select_margin`` (both passes non-empty and both calibrated;
-    ``second_pass: first_pass_preferred``).
+    ``second_pass: first_pass_preferred``).  ``worker``: where a server (and ``mic``) runs the model:
+    ``process`` (a child process: the engine's steps never wait for it) or ``thread`` (a thread of the
+    server's process; it holds the interpreter lock between its native calls); ``transcribe`` and ``eval``
+    run it in line.
     """
 
     model: str = SECOND_PASS_OFF
@@ -529,6 +533,7 @@ class SecondPassConfig:
     calibrated: bool = True
     select: str = "confidence"
     select_margin: float = 0.05
+    worker: str = "process"
 
     def __post_init__(self) -> None:
         _check(isinstance(self.model, str) and self.model.strip() != "", "model",
@@ -543,6 +548,7 @@ class SecondPassConfig:
         _check(self.window_s <= self.max_segment_s, "window_s", f"must be <= max_segment_s ({self.max_segment_s})")
         _check(isinstance(self.calibrated, bool), "calibrated", f"must be true or false, got {self.calibrated!r}")
         _one_of(self.select, SECOND_PASS_SELECT, "select")
+        _one_of(self.worker, SECOND_PASS_WORKERS, "worker")
         _check(not isinstance(self.select_margin, bool) and isinstance(self.select_margin, (int, float))
                and -1.0 <= self.select_margin <= 1.0, "select_margin", f"must be a number in [-1, 1], got "
                f"{self.select_margin!r}")

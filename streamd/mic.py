@@ -98,7 +98,8 @@ def run_console(rec: Any, capture: MicCapture, out: TextIO | None = None, color:
     """``streamd mic``: live results on ``out`` until the source ends or Ctrl-C.  ``partials`` (None: when
     ``out`` is a terminal): the live partial line, rewritten in place; a pipe gets finals and wake words only.
 
-    ``second``: a :class:`~streamd.second_pass.rescore.SecondPass` run over each final in a worker thread
+    ``second``: a :class:`~streamd.second_pass.rescore.SecondPass` (or its
+    :class:`~streamd.second_pass.process.SecondPassProcess`) run over each final by a worker thread
     (:class:`~streamd.second_pass.worker.SecondPassWorker`), the events after a final waiting behind it.
     Returns 0, 1 if the engine reported an error, 2 on MicError.
     """

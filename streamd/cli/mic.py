@@ -65,12 +65,12 @@ def run(args: argparse.Namespace) -> int:
     from ..mic import run_console
 
     ns = argparse.Namespace(**{**vars(args), "device": compute})
-    from ..second_pass.calibration import second_pass_for
+    from ..second_pass.process import second_pass_runner
 
     cfg = engine_config_from_args(ns)
     rec = Recognizer.from_checkpoint(model_arg(args.model), cfg)
     rec.warm_up()  # live audio: one-off costs (the encoder's recording) before the first word, as the daemon
-    second = second_pass_for(cfg, rec.calibration is not None)
+    second = second_pass_runner(cfg, rec.calibration is not None)
     auto = {"auto": None, "always": True, "never": False}
     return run_console(rec, capture, color=auto[args.color], partials=auto[args.partials], second=second)
 

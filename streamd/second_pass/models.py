@@ -424,8 +424,11 @@ class MoonshineTeacher:
     def recognize(self, audio: np.ndarray, hotwords: Sequence[str] = ()) -> Recognized:
         """The text and its words, each with the minimum of its tokens' probabilities (the softmax of the
         chosen token, greedy); no times (the caller places the words).  ``hotwords`` are ignored: Moonshine
-        has no prompt."""
-        ids, probs = self._greedy(audio)
+        has no prompt.  The caller has heard speech in ``audio`` (the second pass decodes segments where the
+        first pass wrote words), so the search may not end before its first token: Moonshine's greedy
+        search otherwise ends at once on many read digit strings (Whisper's ``suppress_blank`` does the
+        same); the first token's probability keeps the end token's share in its softmax."""
+        ids, probs = self._greedy(audio, min_tokens=1)
         words: list[RecognizedWord] = []
         group: list[int] = []
         gp: list[float] = []
@@ -441,8 +444,9 @@ class MoonshineTeacher:
                 gp.append(p)
         return Recognized(self.tokenizer.decode(ids), tuple(words))
 
-    def _greedy(self, audio: np.ndarray) -> tuple[list[int], list[float]]:
-        """Greedy token ids (BOS / EOS dropped) and each one's softmax probability."""
+    def _greedy(self, audio: np.ndarray, min_tokens: int = 0) -> tuple[list[int], list[float]]:
+        """Greedy token ids (BOS / EOS dropped) and each one's softmax probability; the end token is not
+        chosen before ``min_tokens`` tokens."""
         x = _check_audio(audio)
         if x.size == 0:
             return [], []
@@ -463,7 +467,10 @@ class MoonshineTeacher:
             feed["use_cache_branch"] = np.array([step > 0])
             outs = dict(zip(self._out_names, self._dec.run(None, feed)))
             logits = outs["logits"][0, -1].astype(np.float64)
-            token = int(np.argmax(logits))
+            allowed = logits.copy()
+            if step < min_tokens:
+                allowed[MoonshineTokenizer.EOS] = -np.inf
+            token = int(np.argmax(allowed))
             if token == MoonshineTokenizer.EOS:
                 break
             ids.append(token)

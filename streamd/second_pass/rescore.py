@@ -4,8 +4,9 @@
 (its segment's 16 kHz samples in ``audio``) into the Final a client gets:
 
 * ``pass_no`` 2, ``second_pass`` ``done``: the text is the model's, written English turned into the
-  model's spoken form word by word (:func:`streamd.text.normalize.normalize_text`: lower case, numbers
-  spelled, punctuation gone), so that it reads like the first pass; ``first_pass_text`` keeps the
+  model's spoken form word by word (:func:`streamd.text.normalize.readings`: lower case, numbers
+  spelled, punctuation gone; a digit string read as the first pass heard it), so that it reads like the
+  first pass; ``first_pass_text`` keeps the
   streaming model's text; the words are dated on the stream's time axis (:mod:`.align`) and carry
   ``conf`` = the calibrated probability that the word is right (``conf_raw``: the model's word
   probability, its tokens' softmax probabilities aggregated);
@@ -22,6 +23,7 @@ call it in line.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import logging
 from typing import Sequence
@@ -31,7 +33,7 @@ import numpy as np
 from streamd.config import SecondPassConfig
 from streamd.decode.calibration import Calibration
 from streamd.events import Event, Final, Word
-from streamd.text.normalize import normalize_text
+from streamd.text.normalize import readings
 
 from .align import anchor_times, cut_points, offset_times
 from .models import Recognized, RecognizedWord, WordRecognizer
@@ -50,12 +52,26 @@ def fallback(final: Final, why: str) -> Final:
                                else final.text)
 
 
-def spoken_words(words: Sequence[RecognizedWord]) -> list[tuple[str, int]]:
+def spoken_words(words: Sequence[RecognizedWord], heard: Sequence[str] = ()) -> list[tuple[str, int]]:
     """The model's written words in spoken form: (spoken word, index of the written word it came from);
-    one written word may give several ("$5" -> "five dollars") or none (a lone "-")."""
+    one written word may give several ("$5" -> "five dollars") or none (a lone "-").  A written word with
+    several readings (:func:`streamd.text.normalize.readings`: "2648" said as a number or digit by digit)
+    takes the one that ``heard`` (the first pass's words of the segment: what the streaming model heard)
+    supports best (score: its words heard - its words not heard); the usual reading when no reading has a
+    word heard, or on a tie."""
+    bag = collections.Counter(heard)
+
+    def support(r: str) -> tuple[bool, int]:
+        ws = r.split()
+        hits = sum((collections.Counter(ws) & bag).values())
+        return hits > 0, 2 * hits - len(ws)
+
     out = []
     for i, w in enumerate(words):
-        out += [(s, i) for s in normalize_text(w.word).split()]
+        options = readings(w.word)
+        scored = [(support(r), -k, r) for k, r in enumerate(options)]
+        best = max(scored)[2] if any(heard_any for (heard_any, _), _, _ in scored) else options[0]
+        out += [(s, i) for s in best.split()]
     return out
 
 
@@ -113,6 +129,7 @@ class SecondPass:
         x = audio.astype(np.float32) / 32768.0 if audio.dtype == np.int16 else audio.astype(np.float32)
         duration = x.size / RATE
         first = [(w.word, w.start, w.end) for w in final.words]
+        heard = [w for w, _, _ in first]
         gaps = [(a[2] + b[1]) / 2 - final.start for a, b in zip(first, first[1:]) if b[1] > a[2]]
         bounds = [0.0] + cut_points(duration, self.window_s, gaps) + [duration]
         spoken: list[str] = []
@@ -123,7 +140,7 @@ class SecondPass:
             if piece.size < RATE // 20:  # under 50 ms: nothing a word fits in
                 continue
             rec: Recognized = self.model.recognize(piece, self.hotwords)
-            sw = spoken_words(rec.words)
+            sw = spoken_words(rec.words, heard)
             start, end = final.start + lo, min(final.start + hi, final.end)
             if rec.words and all(w.start is not None for w in rec.words):
                 span = offset_times([(w.start, w.end) for w in rec.words], start, start, end)

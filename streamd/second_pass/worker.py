@@ -1,11 +1,12 @@
 """Running the second pass beside a server: a worker thread with a bounded queue, and each stream's order.
 
-* :class:`SecondPassWorker`: one thread decodes pending Finals (:class:`~.rescore.SecondPass`), up to
+* :class:`SecondPassWorker`: one thread decodes pending Finals (:class:`~.rescore.SecondPass`, or its
+  :class:`~.process.SecondPassProcess` that runs the model in a child process), up to
   ``max_batch`` per round, from a queue of at most ``max_queue`` segments.  :meth:`~SecondPassWorker.submit`
   refuses when the queue is full, and a segment that waited more than ``max_wait_s`` is not decoded: both
   give the first pass's Final with ``second_pass: "skipped_overload"`` (counted by the caller), never a lost
-  final.  The model runs in native code (onnxruntime, CTranslate2) that releases the GIL, so the event loop
-  and the engine's steps go on meanwhile: partials of other streams never wait for it.
+  final.  The event loop and the engine's steps go on meanwhile; with the model in a child process they
+  share no interpreter lock with it either.
 * :class:`FinalGate` (sans-I/O): a stream's events after a pending Final wait behind it, so every client
   sees its segments' events in order (a Vosk client has no segment numbers); other streams pass freely.
 
@@ -97,9 +98,12 @@ class SecondPassWorker:
             log.exception("second pass: delivering the final of %r failed", job.key)
 
     def close(self, timeout: float = 5.0) -> None:
-        """Finish the queued segments, then stop the thread."""
+        """Finish the queued segments, then stop the thread (and the second pass's process, if it has one)."""
         self._q.put(None)
         self._thread.join(timeout)
+        stop = getattr(self.second, "close", None)
+        if callable(stop):
+            stop()
 
 
 class FinalGate:

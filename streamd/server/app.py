@@ -633,16 +633,17 @@ class App:
         self.page_url = f"{scheme}://{socket.gethostname() if wildcard else host}:{self.port}/"
 
     async def _start_second_pass(self, loop: asyncio.AbstractEventLoop) -> None:
-        """engine.second_pass: load its model (beside the engine) and start its worker thread and gate."""
+        """engine.second_pass: load its model (in its own process or beside the engine, ``worker``) and start
+        its worker thread and gate."""
         spc = self.engine_config.second_pass
         if not spc.enabled:
             return
-        from ..second_pass.calibration import second_pass_for
+        from ..second_pass.process import second_pass_runner
         from ..second_pass.worker import FinalGate, SecondPassWorker
 
         t0 = time.perf_counter()
         calibrated = bool(self.model_info.get("calibrated"))
-        second = self._second_given or await loop.run_in_executor(None, second_pass_for, self.engine_config,
+        second = self._second_given or await loop.run_in_executor(None, second_pass_runner, self.engine_config,
                                                                    calibrated)
         self.second_worker = SecondPassWorker(second, spc.max_queue, spc.max_batch, spc.max_wait_s)
 

@@ -34,6 +34,11 @@ same functions:
   that is not a letter is dropped.
 
 The result is "" when no word remains (a transcript of non-speech).
+
+:func:`readings` gives one written word's possible spoken forms, :func:`normalize_text`'s first: a bare
+digit string of two or more digits ("2648", "802.") may also have been said digit by digit ("two six four
+eight", with "zero" or "oh"), which the written form no longer tells (the second pass picks the reading the
+streaming model heard).
 """
 
 from __future__ import annotations
@@ -43,7 +48,7 @@ import unicodedata
 
 from .numbers import cardinal, clock_time, decimal, digits, money, ordinal, percent, year
 
-__all__ = ["normalize_text"]
+__all__ = ["normalize_text", "readings"]
 
 _CURRENCY = {"$": "dollar", "£": "pound", "€": "euro"}
 _SYMBOLS = {"&": " and ", "+": " plus ", "=": " equals ", "@": " at ", "#": " pound ", "*": " star "}
@@ -145,3 +150,26 @@ def normalize_text(written: str) -> str:
     t = "".join(c if ("a" <= c <= "z") or c == "'" else " " for c in t)
     words = (w.strip("'") for w in t.split())
     return " ".join(w for w in words if w)
+
+
+_BARE_DIGITS = re.compile(r"[^\w]*(\d{2,})[^\w]*")
+
+
+def readings(word: str) -> list[str]:
+    """The spoken forms of one written ``word``: :func:`normalize_text`'s first, then, for a bare digit
+    string of two or more digits (punctuation around it allowed, no commas inside), its digit-by-digit
+    readings with "zero" and with "oh" when they differ from the first.
+
+    >>> readings("2648,")
+    ['two thousand six hundred forty eight', 'two six four eight']
+    >>> readings("hello")
+    ['hello']
+    """
+    out = [normalize_text(word)]
+    m = _BARE_DIGITS.fullmatch(word)
+    if m:
+        for oh in (False, True):
+            r = digits(m.group(1), oh_for_zero=oh)
+            if r not in out:
+                out.append(r)
+    return out

@@ -39,3 +39,26 @@ class FakeRecognizer:
         words = tuple(RecognizedWord(w, self.prob, 0.3 * i if self.times else None,
                                      0.3 * i + 0.2 if self.times else None) for i, w in enumerate(self.text.split()))
         return Recognized(self.text, words)
+
+
+FOLDER_TEXT = "Hello, world 3."
+
+
+class DyingRecognizer(FakeRecognizer):
+    """A FakeRecognizer whose process exits when given exactly ``DIE_SAMPLES`` samples (a crash in native code)."""
+
+    DIE_SAMPLES = 8000
+
+    def recognize(self, audio: np.ndarray, hotwords=()) -> Recognized:
+        if audio.size == self.DIE_SAMPLES:
+            import os
+            os._exit(3)
+        return super().recognize(audio, hotwords)
+
+
+def make_second_pass(cfg, hotwords=(), first_calibrated=False):
+    """A SecondPass over a DyingRecognizer (a factory a child process can import: SecondPassProcess tests)."""
+    from streamd.second_pass.rescore import SecondPass
+    if cfg.model.endswith("missing"):
+        raise ValueError(f"no such model: {cfg.model}")
+    return SecondPass(DyingRecognizer(FOLDER_TEXT), cfg, None, hotwords, first_calibrated)

@@ -111,3 +111,14 @@ def test_select_confidence_keeps_the_first_pass_when_the_second_hears_nothing():
     assert (kept.pass_no, kept.second_pass, kept.text, kept.second_pass_text) == (1, "first_pass_preferred", "go", "")
     always = SecondPass(FakeRecognizer(""), SecondPassConfig(model="f", select="always"))
     assert always.apply(pending(words=first, text="go")).text == ""  # always: the second pass, even empty
+
+
+def test_a_digit_string_is_read_as_the_first_pass_heard_it():
+    ws = [RecognizedWord(w, 0.5) for w in ("Call", "2648.")]
+    assert spoken_words(ws) == [("call", 0), ("two", 1), ("thousand", 1), ("six", 1), ("hundred", 1),
+                                ("forty", 1), ("eight", 1)]  # nothing heard: the usual reading
+    heard = ["call", "to", "six", "for", "eight"]
+    assert [s for s, _ in spoken_words(ws, heard)] == ["call", "two", "six", "four", "eight"]
+    assert [s for s, _ in spoken_words([RecognizedWord("802", 0.5)], ["eight", "oh", "two"])] == ["eight", "oh", "two"]
+    assert [s for s, _ in spoken_words([RecognizedWord("1999", 0.5)], ["nineteen", "ninety"])] == [
+        "nineteen", "ninety", "nine"]

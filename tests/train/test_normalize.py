@@ -66,3 +66,13 @@ def test_output_is_normalized(written):
 def test_type_error():
     with pytest.raises(TypeError, match="str"):
         normalize_text(5)
+
+
+def test_readings_of_a_written_word():
+    from streamd.text.normalize import readings
+    assert readings("2648,") == ["two thousand six hundred forty eight", "two six four eight"]
+    assert readings("0800") == ["zero eight zero zero", "oh eight oh oh"]  # already digit by digit
+    assert readings("802.") == ["eight hundred two", "eight zero two", "eight oh two"]
+    assert readings("7,") == ["seven"] and readings("1,000") == ["one thousand"] and readings("Hi!") == ["hi"]
+    for w in ("2648,", "0800", "802.", "1999", "hello"):
+        assert readings(w)[0] == normalize_text(w)

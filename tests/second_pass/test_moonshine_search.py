@@ -1,0 +1,56 @@
+"""MoonshineTeacher's greedy search on a scripted decoder: the second pass (``recognize``) may not end before
+its first token; ``transcribe`` (the teacher, Moonshine's own greedy search) may."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from streamd.second_pass.models import MoonshineTeacher, MoonshineTokenizer
+
+
+class _Session:
+    def __init__(self, run):
+        self.run = run
+
+
+def scripted(steps: list[dict[int, float]]) -> MoonshineTeacher:
+    """A MoonshineTeacher whose decoder's logits at step k favour ``steps[k]`` (token -> logit; 0 elsewhere)."""
+    t = MoonshineTeacher.__new__(MoonshineTeacher)
+    vocab = [b"<unk>", b"<s>", b"</s>"] + [bytes([b]) for b in range(256)] + ["\u2581one".encode(), "\u2581two".encode()]
+    t.tokenizer = MoonshineTokenizer(b"".join(bytes([len(p)]) + p for p in vocab))
+    t._enc_in, t._heads, t._head_dim, t._past = "x", 1, 2, []
+    t._out_names = ["logits"]
+    t._enc = _Session(lambda names, feed: [np.zeros((1, 4, 8), np.float32)])
+    calls = []
+
+    def dec(names, feed):
+        if not feed["use_cache_branch"][0]:  # a new search starts
+            calls.clear()
+        k = len(calls)
+        calls.append(int(feed["input_ids"][0, 0]))
+        logits = np.zeros((1, 1, len(vocab)), np.float32)
+        for tok, v in steps[min(k, len(steps) - 1)].items():
+            logits[0, 0, tok] = v
+        return [logits]
+
+    t._dec = _Session(dec)
+    return t
+
+
+ONE, TWO, EOS = 259, 260, MoonshineTokenizer.EOS
+
+
+def test_the_second_pass_reads_past_an_end_token_first():
+    t = scripted([{EOS: 5.0, ONE: 4.0}, {EOS: 5.0}])
+    assert t.transcribe(np.zeros(16000, np.float32)) == ""  # the teacher: Moonshine's own greedy search
+    rec = t.recognize(np.zeros(16000, np.float32))
+    assert rec.text == "one" and [w.word for w in rec.words] == ["one"]
+    # the first token's probability keeps the end token's share: e^4 / (e^5 + e^4 + 259 e^0)
+    z = np.exp(5.0) + np.exp(4.0) + (len(t.tokenizer.pieces) - 2)
+    assert rec.words[0].prob == pytest.approx(np.exp(4.0) / z, rel=1e-5)
+
+
+def test_a_search_that_starts_with_a_word_is_unchanged():
+    t = scripted([{ONE: 6.0}, {TWO: 6.0}, {EOS: 6.0}])
+    assert t.transcribe(np.zeros(16000, np.float32)) == t.recognize(np.zeros(16000, np.float32)).text == "one two"

@@ -1,0 +1,74 @@
+"""SecondPassProcess: the second pass in a child process gives what the in-process SecondPass gives, keeps the
+first pass when its child dies (and starts a new one), and refuses to start with the loader's error."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import numpy as np
+import pytest
+
+from streamd.config import EngineConfig, SecondPassConfig
+from streamd.events import Final, Word
+from streamd.second_pass.process import SecondPassProcess, second_pass_runner
+from streamd.second_pass.rescore import SecondPass
+
+import fakes  # noqa: F401  (tests/second_pass on sys.path via conftest)
+
+
+def pending(text="hallo wold", seconds=1.0):
+    audio = (np.sin(np.arange(int(seconds * 16000)) / 9) * 8000).astype(np.int16)
+    words = (Word("hallo", 0.2, 0.5, 0.4), Word("wold", 0.6, 0.9, 0.3))
+    return Final(1, 0, text, words, 0.0, seconds, first_pass_text=text, second_pass="pending", audio=audio)
+
+
+@pytest.fixture
+def folder(tmp_path):
+    return tmp_path / "fake-model"
+
+
+def start(cfg, **kw):
+    return SecondPassProcess(cfg, factory=fakes.make_second_pass, start_timeout_s=120, **kw)
+
+
+def test_the_child_gives_what_the_in_process_second_pass_gives(folder):
+    cfg = EngineConfig(second_pass=SecondPassConfig(model=str(folder), calibrated=False))
+    proc = start(cfg)
+    try:
+        inline = SecondPass(fakes.FakeRecognizer(fakes.FOLDER_TEXT), cfg.second_pass)
+        finals = [pending(), pending(text="")]
+        assert proc.apply_all(finals) == inline.apply_all(finals)
+        assert proc.apply(pending()).second_pass == "done"
+    finally:
+        proc.close()
+
+
+def test_a_dead_child_keeps_the_first_pass_and_is_replaced(folder):
+    cfg = EngineConfig(second_pass=SecondPassConfig(model=str(folder), calibrated=False))
+    proc = start(cfg)
+    try:
+        first = proc.pid
+        crash = pending(seconds=fakes.DyingRecognizer.DIE_SAMPLES / 16000)
+        out = proc.apply_all([crash, pending()])  # the child dies on the first: both keep the first pass
+        assert [f.second_pass for f in out] == ["failed", "failed"] and out[0].text == "hallo wold"
+        assert all(f.pass_no == 1 and f.audio is None for f in out)
+        assert proc.apply(pending()).second_pass == "done" and proc.pid not in (None, first)  # a new child
+        os.kill(proc.pid, signal.SIGKILL)  # killed between calls
+        proc._proc.join(10)
+        assert proc.apply(pending()).second_pass == "done"
+    finally:
+        proc.close()
+
+
+def test_a_model_that_cannot_load_is_refused_at_start(tmp_path):
+    cfg = EngineConfig(second_pass=SecondPassConfig(model=str(tmp_path / "missing"), calibrated=False))
+    with pytest.raises(RuntimeError, match="second pass: "):
+        start(cfg)
+
+
+def test_the_worker_setting(folder):
+    assert second_pass_runner(EngineConfig()) is None  # off
+    assert SecondPassConfig().worker == "process"
+    with pytest.raises(ValueError, match="worker"):
+        SecondPassConfig(model=str(folder), worker="fork")
