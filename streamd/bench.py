@@ -46,7 +46,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .config import SEARCH_METHODS, default_beam
+from .options import SEARCH_METHODS, default_beam
 from .paths import default_bench_audio, model_arg
 
 __all__ = ["main", "bench_engine", "bench_host_overhead", "tiny_model", "HostOverheadResult"]
@@ -183,7 +183,7 @@ def bench_engine(model: str, streams: Sequence[int], method: str, device: str, s
                  on_result: Callable[[EngineResult], None] | None = None) -> tuple[list[EngineResult], dict]:
     """Run the engine benchmark; returns per-N results and a summary dict.
 
-    beam: the beam searches' beam (None: the method's default, :func:`streamd.config.default_beam`).
+    beam: the beam searches' beam (None: the method's default, :func:`streamd.options.default_beam`).
     wake_words: runtime wake words of every stream (the keyword search runs beside recognition).
     trace_encoder: the engine's ``trace_encoder`` (false: the eager encoder, for side-by-side runs).
     single_seconds: audio seconds per stream of the two throughput runs (default ``seconds``): the unbatched

@@ -62,7 +62,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import numpy as np
 
-from .config import SEARCH_METHODS, FbankConfig
+from .config import FbankConfig
+from .options import BEAM_RANGE, SEARCH_METHODS, beam_ok
 
 __all__ = ["ClientTrace", "ServerBenchResult", "partial_latency", "slope_per_minute", "third_p95s",
            "parse_metrics", "metrics_url", "summarize", "bench_server", "add_arguments", "run_from_args"]
@@ -572,8 +573,8 @@ def _usage_error(args: argparse.Namespace) -> str | None:
         return f"--seconds must be > 0, got {args.seconds}"
     if args.duration_minutes is not None and not args.duration_minutes > 0:
         return f"--duration-minutes must be > 0, got {args.duration_minutes}"
-    if args.beam is not None and not 1 <= args.beam <= 64:
-        return f"--beam must be 1..64, got {args.beam}"
+    if args.beam is not None and not beam_ok(args.beam):
+        return f"--beam must be {BEAM_RANGE}, got {args.beam}"
     if args.url is not None and not args.url.startswith(("ws://", "wss://")):
         return f"--url must start with ws:// or wss://, got {args.url!r}"
     if args.threads is not None and args.threads < 0:

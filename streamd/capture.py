@@ -39,6 +39,8 @@ from typing import Any, AsyncIterator, Callable, Iterable, Protocol
 
 import numpy as np
 
+from .options import check_sample_rate
+
 __all__ = ["MicError", "AudioSource", "DeviceSource", "ReplaySource", "WavSource", "MicCapture",
            "list_devices", "format_devices", "PORTAUDIO_MISSING", "SOUNDDEVICE_MISSING", "NO_INPUT_DEVICE"]
 
@@ -311,8 +313,7 @@ class MicCapture:
 
     def __init__(self, device: int | str | None = None, sample_rate: int = 16000, block_seconds: float = 0.1,
                  source: Any = None, queue_seconds: float = 5.0, stall_seconds: float | None = 5.0):
-        if isinstance(sample_rate, bool) or not isinstance(sample_rate, int) or not 8000 <= sample_rate <= 48000:
-            raise ValueError(f"sample_rate must be an integer 8000..48000, got {sample_rate!r}")
+        check_sample_rate(sample_rate)
         if not 0.001 <= block_seconds <= 2.0:
             raise ValueError(f"block_seconds must be 0.001..2.0, got {block_seconds!r}")
         if queue_seconds < block_seconds:

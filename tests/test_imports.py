@@ -110,7 +110,7 @@ def test_the_model_room_does_not_import_the_searches():
                                                           "streamd.train"))}, mod
 
 
-GROUND = ("streamd.config", "streamd.events", "streamd.tokens", "streamd.paths", "streamd.wire",
+GROUND = ("streamd.options", "streamd.config", "streamd.events", "streamd.tokens", "streamd.paths", "streamd.wire",
           "streamd.manifest_lines", "streamd.audio", "streamd.text")
 RUNTIME = ("streamd.model", "streamd.decode", "streamd.engine", "streamd.feed", "streamd.server",
            "streamd.second_pass", "streamd.capture", "streamd.mic", "streamd.client")
@@ -124,13 +124,21 @@ FORBIDDEN = (
 )
 
 
+def test_stream_options_are_the_bottom_floor():
+    """:mod:`streamd.options` (the search methods' table, the ranges, a stream's options) imports nothing of
+    streamd: the configuration, the audio front end and every protocol read it."""
+    graph = import_graph()
+    assert graph["streamd.options"] == set()
+    assert "streamd.options" in graph["streamd.config"] and "streamd.options" in graph["streamd.audio.pcm"]
+
+
 def _within(mod: str, room: str) -> bool:
     return mod == room or mod.startswith(room + ".")
 
 
 def test_package_order():
-    """The rooms' order: the ground floor (config, events, tokens, wire vocabulary, manifests, audio, text)
-    imports no room above it; the runtime (model, searches, engine, server, second pass, client) imports no
+    """The rooms' order: the ground floor (stream options, config, events, tokens, wire vocabulary, manifests,
+    audio, text) imports no room above it; the runtime (model, searches, engine, server, second pass, client) imports no
     measuring, training or evaluation code; client and server share only the wire vocabulary; what training
     and evaluation both need is in :mod:`streamd.scoring`, below both, and evaluation imports no training
     code (training's calibration decodes through evaluation: the one direction)."""

@@ -10,12 +10,13 @@ transport layer forwards both to the client.
 
 from __future__ import annotations
 
-import numbers
 import os
 import wave
 from typing import Any
 
 import numpy as np
+
+from ..options import MAX_SAMPLE_RATE, MIN_SAMPLE_RATE, OptionError, check_stream_rate
 
 __all__ = [
     "AudioError",
@@ -30,9 +31,6 @@ __all__ = [
 
 SUPPORTED_FORMATS = ("s16le", "f32le")
 """Raw PCM encodings accepted by :func:`decode_pcm` (little-endian, mono)."""
-
-MIN_SAMPLE_RATE = 8000
-MAX_SAMPLE_RATE = 48000
 
 _SAMPLE_WIDTH = {"s16le": 2, "f32le": 4}
 _MAX_ABS_F32 = 1e3  # beyond this a float sample is garbage, not a slightly hot signal
@@ -208,20 +206,16 @@ def wav_truncation(path: str | os.PathLike) -> str | None:
 
 
 def check_sample_rate(rate: Any) -> int:
-    """Validate a client-declared sample rate (Hz).
+    """Validate a client-declared sample rate (Hz): :func:`streamd.options.check_stream_rate`.
 
     Returns:
         the rate as a Python int.
 
     Raises:
         AudioError: ``bad_sample_rate`` unless ``rate`` is an integer in
-            8000..48000 inclusive.
+            :data:`~streamd.options.SAMPLE_RATE_RANGE` inclusive.
     """
-    if isinstance(rate, bool) or not isinstance(rate, numbers.Integral):
-        raise AudioError(f"sample_rate must be an integer {MIN_SAMPLE_RATE}..{MAX_SAMPLE_RATE}, "
-                         f"got {rate!r} ({type(rate).__name__})", code="bad_sample_rate")
-    rate = int(rate)
-    if not MIN_SAMPLE_RATE <= rate <= MAX_SAMPLE_RATE:
-        raise AudioError(f"sample_rate must be {MIN_SAMPLE_RATE}..{MAX_SAMPLE_RATE}, got {rate}",
-                         code="bad_sample_rate")
-    return rate
+    try:
+        return check_stream_rate(rate)
+    except OptionError as e:
+        raise AudioError(str(e), code=e.code) from None

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from streamd.config import BEAM_METHODS
+from streamd.options import BEAM_METHODS
 from streamd.scoring.metrics import ReliabilityBins
 
 from .kws import FA_BUDGETS, budget_key

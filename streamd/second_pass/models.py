@@ -50,7 +50,7 @@ import numpy as np
 
 __all__ = ["Teacher", "TeacherSpec", "TeacherUnavailable", "TEACHERS", "load_teacher", "teacher_names",
            "WhisperTeacher", "MoonshineTeacher", "MoonshineTokenizer", "whisper_base_dir", "cache_root", "RATE",
-           "Recognized", "RecognizedWord", "WordRecognizer", "load_recognizer"]
+           "Recognized", "RecognizedWord", "Context", "WordRecognizer", "load_recognizer"]
 
 RATE = 16000
 
@@ -69,10 +69,23 @@ class RecognizedWord:
 
 @dataclass(frozen=True)
 class Recognized:
-    """A model's reading of one piece of audio: the written text and its words."""
+    """A model's reading of one piece of audio: the written text and its words; ``ids``: the model's own
+    tokens for them where it takes a context (:class:`Context`), else ()."""
 
     text: str
     words: tuple[RecognizedWord, ...] = ()
+    ids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a model hears before a piece of audio: the audio just before it ((M,) float32, 16 kHz) and the
+    tokens the model wrote for that audio (:attr:`Recognized.ids`).  A model that takes one
+    (``takes_context``) decodes the context's audio and the piece as one, its decoder forced through the
+    context's tokens, and returns only the piece's words."""
+
+    audio: np.ndarray
+    ids: tuple[int, ...]
 
 
 @runtime_checkable
@@ -81,15 +94,17 @@ class WordRecognizer(Protocol):
 
     ``window_s``: the longest audio it decodes well in one piece (longer segments are split by the caller);
     ``aggregation``: how a word's token probabilities become its ``prob`` (``min`` or ``mean``);
-    ``recognize(audio, hotwords)``: (N,) float32 16 kHz samples -> :class:`Recognized`; ``hotwords``: phrases
-    to favour, where the model can (Whisper's ``hotwords`` prompt), else ignored.
+    ``recognize(audio, hotwords, context)``: (N,) float32 16 kHz samples -> :class:`Recognized`; ``hotwords``:
+    phrases to favour, where the model can (Whisper's ``hotwords`` prompt), else ignored; ``context``: a
+    :class:`Context` where the model ``takes_context``, else ignored.
     """
 
     name: str
     window_s: float
     aggregation: str
 
-    def recognize(self, audio: np.ndarray, hotwords: Sequence[str] = ()) -> Recognized: ...
+    def recognize(self, audio: np.ndarray, hotwords: Sequence[str] = (), context: Context | None = None
+                  ) -> Recognized: ...
 
 
 @runtime_checkable
@@ -238,11 +253,14 @@ class WhisperTeacher:
             condition_on_previous_text=False, vad_filter=False, without_timestamps=True)
         return " ".join(s.text.strip() for s in segments if s.text.strip())
 
-    def recognize(self, audio: np.ndarray, hotwords: Sequence[str] = ()) -> Recognized:
+    takes_context = False
+
+    def recognize(self, audio: np.ndarray, hotwords: Sequence[str] = (), context: Context | None = None
+                  ) -> Recognized:
         """The text with word timestamps (cross-attention alignment) and word probabilities.
 
         The same decoding options as :meth:`transcribe`; ``hotwords`` go to faster-whisper's ``hotwords``
-        prompt (a prefix of previous-text tokens the decoder conditions on).
+        prompt (a prefix of previous-text tokens the decoder conditions on); ``context`` is ignored.
         """
         x = _check_audio(audio)
         if x.size == 0:
@@ -421,14 +439,24 @@ class MoonshineTeacher:
     def transcribe(self, audio: np.ndarray) -> str:
         return self.tokenizer.decode(self._greedy(audio)[0])
 
-    def recognize(self, audio: np.ndarray, hotwords: Sequence[str] = ()) -> Recognized:
+    takes_context = True
+
+    def recognize(self, audio: np.ndarray, hotwords: Sequence[str] = (), context: Context | None = None
+                  ) -> Recognized:
         """The text and its words, each with the minimum of its tokens' probabilities (the softmax of the
         chosen token, greedy); no times (the caller places the words).  ``hotwords`` are ignored: Moonshine
         has no prompt.  The caller has heard speech in ``audio`` (the second pass decodes segments where the
         first pass wrote words), so the search may not end before its first token: Moonshine's greedy
         search otherwise ends at once on many read digit strings (Whisper's ``suppress_blank`` does the
-        same); the first token's probability keeps the end token's share in its softmax."""
-        ids, probs = self._greedy(audio, min_tokens=1)
+        same); the first token's probability keeps the end token's share in its softmax.  With a
+        ``context``, the encoder hears its audio and then ``audio``, the decoder is forced through its
+        tokens, and the words and ``ids`` are those written after them."""
+        x = _check_audio(audio)
+        prefix: tuple[int, ...] = ()
+        if context is not None and context.ids and x.size:
+            x = np.concatenate([_check_audio(context.audio), x])
+            prefix = tuple(int(i) for i in context.ids)
+        ids, probs = self._greedy(x, min_tokens=1, prefix=prefix)
         words: list[RecognizedWord] = []
         group: list[int] = []
         gp: list[float] = []
@@ -442,11 +470,12 @@ class MoonshineTeacher:
             if i >= 0:
                 group.append(i)
                 gp.append(p)
-        return Recognized(self.tokenizer.decode(ids), tuple(words))
+        return Recognized(self.tokenizer.decode(ids), tuple(words), tuple(ids))
 
-    def _greedy(self, audio: np.ndarray, min_tokens: int = 0) -> tuple[list[int], list[float]]:
-        """Greedy token ids (BOS / EOS dropped) and each one's softmax probability; the end token is not
-        chosen before ``min_tokens`` tokens."""
+    def _greedy(self, audio: np.ndarray, min_tokens: int = 0, prefix: Sequence[int] = ()
+                ) -> tuple[list[int], list[float]]:
+        """Greedy token ids (BOS / EOS dropped) and each one's softmax probability, after the decoder was fed
+        the forced ``prefix`` (not returned); the end token is not chosen before ``min_tokens`` tokens."""
         x = _check_audio(audio)
         if x.size == 0:
             return [], []
@@ -456,28 +485,32 @@ class MoonshineTeacher:
         states = self._enc.run(None, {self._enc_in: x[None]})[0]
         empty = np.zeros((1, self._heads, 0, self._head_dim), dtype=np.float32)
         cache = {p.name: empty for p in self._past}
-        max_tokens = int(math.ceil(self.TOKENS_PER_SECOND * seconds)) + 10
+        max_tokens = int(math.ceil(self.TOKENS_PER_SECOND * seconds)) + 10 + len(prefix)
         ids: list[int] = []
         probs: list[float] = []
         token = MoonshineTokenizer.BOS
+        forced = list(prefix)
         for step in range(max_tokens):
             feed = dict(cache)
             feed["input_ids"] = np.array([[token]], dtype=np.int64)
             feed["encoder_hidden_states"] = states
             feed["use_cache_branch"] = np.array([step > 0])
             outs = dict(zip(self._out_names, self._dec.run(None, feed)))
+            for p in self._past:  # the decoder cache grows each step; the encoder (cross) cache is set once
+                if step == 0 or ".decoder." in p.name:
+                    cache[p.name] = outs["present." + p.name[len("past_key_values."):]]
+            if forced:
+                token = forced.pop(0)
+                continue
             logits = outs["logits"][0, -1].astype(np.float64)
             allowed = logits.copy()
-            if step < min_tokens:
+            if len(ids) < min_tokens:
                 allowed[MoonshineTokenizer.EOS] = -np.inf
             token = int(np.argmax(allowed))
             if token == MoonshineTokenizer.EOS:
                 break
             ids.append(token)
             probs.append(float(1.0 / np.exp(logits - logits[token]).sum()))
-            for p in self._past:  # the decoder cache grows each step; the encoder (cross) cache is set once
-                if step == 0 or ".decoder." in p.name:
-                    cache[p.name] = outs["present." + p.name[len("past_key_values."):]]
         return ids, probs
 
 

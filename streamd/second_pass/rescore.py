@@ -16,7 +16,11 @@
   ``first_pass_preferred`` when ``select: confidence`` keeps the first pass (:meth:`SecondPass.choose`).
 
 A segment longer than ``window_s`` (or the model's own window) is decoded in pieces cut at pauses between
-the first pass's words (:func:`.align.cut_points`), and the pieces' words are joined.  Synchronous: the
+the first pass's words (:func:`.align.cut_points`), and the pieces' words are joined.  A segment that an
+endpoint split from the one before it (a pause inside a sentence) is heard in its context: a model that
+takes one (Moonshine) decodes the previous segment's audio (up to ``context_s``) and this one together,
+forced through the tokens it wrote for the previous one, and writes only this segment's words.  Finals of
+one stream must come in order (:class:`~.worker.FinalGate` keeps them so).  Synchronous: the
 server runs it in :class:`streamd.second_pass.worker.SecondPassWorker`'s thread, ``transcribe`` / ``eval``
 call it in line.
 """
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+from dataclasses import dataclass
 import logging
 from typing import Sequence
 
@@ -36,7 +41,7 @@ from streamd.events import Event, Final, Word
 from streamd.text.normalize import readings
 
 from .align import anchor_times, cut_points, offset_times
-from .models import Recognized, RecognizedWord, WordRecognizer
+from .models import Context, Recognized, RecognizedWord, WordRecognizer
 
 __all__ = ["SecondPass", "fallback", "spoken_words"]
 
@@ -75,6 +80,20 @@ def spoken_words(words: Sequence[RecognizedWord], heard: Sequence[str] = ()) -> 
     return out
 
 
+CONTEXT_STREAMS = 4096
+"""Streams whose last segment :class:`SecondPass` keeps as a context at most (the oldest are dropped)."""
+
+
+@dataclass(frozen=True)
+class _Before:
+    """A stream's previous segment, as the next one's context: its number, end, (M,) float32 audio, tokens."""
+
+    segment: int
+    end: float
+    audio: np.ndarray
+    ids: tuple[int, ...]
+
+
 class SecondPass:
     """A real-speech model over finished segments; ``calibration`` maps its word probability to P(right)."""
 
@@ -88,19 +107,42 @@ class SecondPass:
         self.calibration = calibration
         self.hotwords = tuple(hotwords)
         self.window_s = min(self.cfg.window_s, float(getattr(model, "window_s", self.cfg.window_s)))
+        self._context: collections.OrderedDict[int, _Before] = collections.OrderedDict()
 
     def apply(self, final: Final, choose: bool = True) -> Final:
         """The client's Final for the engine's ``final`` (unchanged unless its second pass is ``pending``);
         ``choose=False``: the second pass's Final whatever ``select`` says (evaluation)."""
         if final.second_pass != "pending":
             return final
+        before = self._context.pop(final.stream, None)
         if not final.text:  # the first pass heard no words: no second model writes words into silence or noise
             return fallback(final, "skipped_no_speech")
         try:
-            return self._decode(final, choose)
+            return self._decode(final, choose, before)
         except Exception:  # noqa: BLE001 - the first pass stands; the failure is logged
             log.exception("second pass failed for stream %d segment %d", final.stream, final.segment)
             return fallback(final, "failed")
+
+    def _context_for(self, final: Final, before: _Before | None, duration: float) -> Context | None:
+        """The context the model hears before ``final``'s audio: the stream's previous segment when the
+        model takes one, that segment ended at an endpoint right where this one starts, and both fit
+        ``context_s`` and the model's window."""
+        if before is None or not getattr(self.model, "takes_context", False) or not before.ids:
+            return None
+        seconds = before.audio.size / RATE
+        if (before.segment != final.segment - 1 or abs(before.end - final.start) > 0.1
+                or seconds > self.cfg.context_s or seconds + duration > self.window_s):
+            return None
+        return Context(before.audio, before.ids)
+
+    def _remember(self, final: Final, audio: np.ndarray, rec: Recognized | None) -> None:
+        """Keep ``final``'s audio and tokens as the next segment's context (after an endpoint only: a reset or
+        the end of the stream starts anew); at most :data:`CONTEXT_STREAMS` streams, the oldest dropped."""
+        if rec is None or not rec.ids or not final.reason.startswith("endpoint") or self.cfg.context_s <= 0:
+            return
+        self._context[final.stream] = _Before(final.segment, final.end, audio, rec.ids)
+        while len(self._context) > CONTEXT_STREAMS:
+            self._context.popitem(last=False)
 
     def prefers_first(self, first: Sequence[Word], second: Sequence[Word], margin: float | None = None) -> bool:
         """``select: confidence``: keep the first pass when it has words and the second pass none, or when both
@@ -124,7 +166,7 @@ class SecondPass:
         """:meth:`apply` over several segments (one worker round)."""
         return [self.apply(f) for f in finals]
 
-    def _decode(self, final: Final, choose: bool = True) -> Final:
+    def _decode(self, final: Final, choose: bool = True, before: _Before | None = None) -> Final:
         audio = np.asarray(final.audio if final.audio is not None else np.zeros(0, np.int16))
         x = audio.astype(np.float32) / 32768.0 if audio.dtype == np.int16 else audio.astype(np.float32)
         duration = x.size / RATE
@@ -132,6 +174,8 @@ class SecondPass:
         heard = [w for w, _, _ in first]
         gaps = [(a[2] + b[1]) / 2 - final.start for a, b in zip(first, first[1:]) if b[1] > a[2]]
         bounds = [0.0] + cut_points(duration, self.window_s, gaps) + [duration]
+        context = self._context_for(final, before, duration) if len(bounds) == 2 else None
+        rec: Recognized | None = None
         spoken: list[str] = []
         probs: list[float] = []
         times: list[tuple[float, float]] = []
@@ -139,7 +183,8 @@ class SecondPass:
             piece = x[int(round(lo * RATE)):int(round(hi * RATE))]
             if piece.size < RATE // 20:  # under 50 ms: nothing a word fits in
                 continue
-            rec: Recognized = self.model.recognize(piece, self.hotwords)
+            rec = (self.model.recognize(piece, self.hotwords, context) if context is not None
+                   else self.model.recognize(piece, self.hotwords))
             sw = spoken_words(rec.words, heard)
             start, end = final.start + lo, min(final.start + hi, final.end)
             if rec.words and all(w.start is not None for w in rec.words):
@@ -150,6 +195,7 @@ class SecondPass:
                 times += anchor_times([s for s, _ in sw], inside, start, end)
             spoken += [s for s, _ in sw]
             probs += [rec.words[i].prob for _, i in sw]
+        self._remember(final, x, rec if len(bounds) == 2 else None)
         conf = (self.calibration.apply(probs).tolist() if self.calibration is not None and probs
                 else list(probs))
         words = tuple(Word(w, a, b, c, p) for w, (a, b), c, p in zip(spoken, times, conf, probs))

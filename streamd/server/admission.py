@@ -5,10 +5,11 @@ feeds measurements (each batch step's cost and wall time, with ``now`` from
 its monotonic clock) and asks for decisions.
 
 * **Cost.** A stream's cost is its share of a batch step in *units* of one
-  greedy stream (:func:`stream_cost`, by search method and beam): modified
-  beam search with the fused LM ``1 + 0.15 x beam``, the plain beam search
-  ``1 + 0.1 x beam + 0.055 x beam^2``, CTC prefix beam ``1 + 0.015 x beam``
-  (docs/benchmarks.md, "Cost of a stream by search").
+  greedy stream (:func:`stream_cost`, by search method and beam: the search
+  methods' table, :data:`streamd.options.METHODS`), plus
+  :data:`SECOND_PASS_COST` when its finals get a second pass
+  (:attr:`streamd.options.StreamOptions.cost`; docs/benchmarks.md, "Cost of a
+  stream by search").
 * **Capacity.** :class:`CapacityModel`: one step's wall time is
   ``scale x (fixed + per_unit x cost)``.  ``fixed`` and ``per_unit`` come
   from a calibration at start (greedy steps of 1 and 16 throwaway streams);
@@ -91,9 +92,10 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-from ..config import LimitsConfig, default_beam
+from ..config import LimitsConfig
+from ..options import SECOND_PASS_COST, stream_cost
 
-__all__ = ["stream_cost", "CapacityModel", "Refusal", "RULES", "StreamLoad", "Admission", "Candidate", "fair_pick",
+__all__ = ["stream_cost", "SECOND_PASS_COST", "CapacityModel", "Refusal", "RULES", "StreamLoad", "Admission", "Candidate", "fair_pick",
            "BURST_STEP", "MIN_BATCH_UNITS", "RETRY_AFTER", "NEAR_LIMIT", "NEAR_WAITING", "NEAR_RETRY_AFTER",
            "REFILL_RETRY_AFTER", "REFILL_RETRIES", "WINDOW",
            "LAG_WINDOW", "LOOP_LAG_LIMIT", "LATE_CHUNKS",
@@ -119,26 +121,6 @@ HELD_WINDOW = 60.0  # seconds a demand seen on time is remembered: admitted agai
 HELD_RATE = 0.5  # ... at most half of it a second (streams admitted at one instant step in phase: a burst)
 HELD_CHUNKS = 0.5  # on time: live streams' partials at most this many chunks late (90th pct.)
 
-
-def stream_cost(method: str, beam: int | None = None) -> float:
-    """Cost of one stream in units of a greedy stream (its share of a batch step), by method and beam (None: the
-    method's default, :func:`~streamd.config.default_beam`, as the engine gives a stream that names none).
-
-    The beam searches cost more per hypothesis kept (docs/benchmarks.md, "Cost of a stream by search")."""
-    b = max(1, int(default_beam(method, beam)))
-    if method == "modified_beam":
-        return 1.0 + 0.15 * b
-    if method == "beam":
-        return 1.0 + 0.1 * b + 0.055 * b * b
-    if method == "ctc_prefix_beam":
-        return 1.0 + 0.015 * b
-    return 1.0  # greedy, ctc_greedy
-
-
-SECOND_PASS_COST = 5.0
-"""Added to a stream's cost when its finals get a second pass (:mod:`streamd.second_pass`): the second model
-takes several times the first pass's time per second of audio (docs/benchmarks.md, "Second pass") and runs
-in its own thread beside the engine, on the same cores."""
 
 # the most a light client's one stream costs: greedy, or modified beam at its default beam (8: 2.2 units)
 LIGHT_STREAM_COST = stream_cost("modified_beam")

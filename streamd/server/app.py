@@ -65,7 +65,7 @@ from websockets.http11 import Request, Response
 
 from ..config import AppConfig, ConfigError
 from ..events import Done, Error, Event, Final, Partial, WakeWord
-from .admission import SECOND_PASS_COST, Admission, Refusal, stream_cost
+from .admission import Admission, Refusal
 from .auth import RequestInfo, authorize, check_wyoming_auth, load_tokens
 from .commands import CloseStream, Command, OpenStream
 from .conn import Conn, MicStream, discard, run_mic
@@ -238,11 +238,7 @@ class App:
 
     def _cost_of(self, options: Mapping[str, Any] | None) -> float:
         """Cost units of a stream with these options (the engine's defaults for what they leave out)."""
-        options = options or {}
-        dec = self.engine_config.decoding
-        second = options.get("second_pass", self.engine_config.second_pass.enabled)
-        return (stream_cost(options.get("method") or dec.method, options.get("beam") or dec.beam)
-                + (SECOND_PASS_COST if second else 0.0))
+        return self.engine_config.stream_defaults.cost(options)
 
     def admit(self, key: int, options: Mapping[str, Any] | None, client: str, token: str | None = None
               ) -> Refusal | None:

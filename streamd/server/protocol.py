@@ -29,8 +29,10 @@ from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Any, Mapping
 
-from ..audio.pcm import MAX_SAMPLE_RATE, MIN_SAMPLE_RATE, SUPPORTED_FORMATS
-from ..config import ConfigError, LimitsConfig, PhraseSpec, check_hotword_method, default_beam, parse_phrases
+from ..audio.pcm import SUPPORTED_FORMATS
+from ..config import LimitsConfig
+from ..options import (OptionError, PhraseSpec, StreamDefaults, check_beam, check_flag, check_hotword_method,
+                       check_method, check_sample_rate, parse_phrases)
 from ..events import Done, Error, Event, Final, Partial, WakeWord
 from ..wire import CLOSE_CODES, SAMPLE_WIDTH, START_FIELDS
 from .auth import bearer_token, origin_ok, token_ok  # noqa: F401 - their home until auth.py; still importable here
@@ -132,13 +134,14 @@ def parse_json_object(text: str) -> dict:
 
 
 def check_sample_rate_field(value: Any, name: str = "sample_rate") -> int:
-    """An integer sample rate in 8000..48000 (integral floats such as 16000.0 accepted)."""
+    """A sample rate field (integral floats such as 16000.0 accepted, as JSON may send them):
+    :func:`streamd.options.check_sample_rate`, its error a ``bad_sample_rate`` ProtocolError."""
     if isinstance(value, float) and math.isfinite(value) and value.is_integer():
         value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or not MIN_SAMPLE_RATE <= value <= MAX_SAMPLE_RATE:
-        raise ProtocolError("bad_sample_rate",
-                            f"{name} must be an integer {MIN_SAMPLE_RATE}..{MAX_SAMPLE_RATE}, got {value!r}")
-    return value
+    try:
+        return check_sample_rate(value, name)
+    except OptionError as e:
+        raise ProtocolError(e.code, str(e)) from None
 
 
 # --------------------------------------------------------------------------- limits
@@ -440,8 +443,8 @@ class V1Session(SessionBase):
         self.model_info = dict(model_info)
         self.methods = tuple(model_info.get("methods", ()))
         self.second_pass = model_info.get("second_pass")  # the server's second-pass model, or None
-        self.default_method = default_method
-        self.default_beam = default_beam
+        self.defaults = StreamDefaults(default_method, default_beam)  # the engine config's (no second pass: the
+        # engine resolves it, and ready names second_pass only when the client did)
         self.options: dict[str, Any] = {}
         self.format = "s16le"
         self.sample_rate = 16000
@@ -481,33 +484,26 @@ class V1Session(SessionBase):
         fmt = obj.get("format", "s16le")
         if fmt not in SUPPORTED_FORMATS:
             raise ProtocolError("bad_format", f"format must be one of {list(SUPPORTED_FORMATS)}, got {fmt!r}")
-        method = obj.get("method", self.default_method)
-        if method not in self.methods:
-            raise ProtocolError("bad_message", f"method must be one of {list(self.methods)}, got {method!r}")
-        beam = obj.get("beam", default_beam(method, self.default_beam))  # the config's, else the method's
-        if isinstance(beam, bool) or not isinstance(beam, int) or not 1 <= beam <= 64:
-            raise ProtocolError("bad_message", f"beam must be an integer 1..64, got {beam!r}")
-        flags = {}
-        for name in ("partials", "keywords", "endpointing"):
-            v = obj.get(name, True)
-            if not isinstance(v, bool):
-                raise ProtocolError("bad_message", f"{name} must be true or false, got {v!r}")
-            flags[name] = v
-        phrases = {}
-        for name in ("wake_words", "hotwords"):  # absent: the server's configured lists
-            if name in obj:
-                try:
-                    phrases[name] = parse_phrases(obj[name], name)
-                except ConfigError as e:
-                    raise ProtocolError("bad_message", f"start: {e}") from None
         try:
+            method = check_method(obj.get("method", self.defaults.method), self.methods)
+            beam = check_beam(obj.get("beam", self.defaults.beam_for(method)))
+            flags = {name: check_flag(name, obj.get(name, True)) for name in ("partials", "keywords", "endpointing")}
+        except OptionError as e:
+            raise ProtocolError(e.code, str(e)) from None
+        phrases = {}
+        try:
+            for name in ("wake_words", "hotwords"):  # absent: the server's configured lists
+                if name in obj:
+                    phrases[name] = parse_phrases(obj[name], name)
             check_hotword_method(phrases.get("hotwords"), method)
-        except ConfigError as e:
-            raise ProtocolError("bad_message", f"start: {e}") from None
+        except OptionError as e:
+            raise ProtocolError(e.code, f"start: {e}") from None
         second = {}  # absent: on where the server has a second pass (ready's model.second_pass names it)
         if "second_pass" in obj:
-            if not isinstance(obj["second_pass"], bool):
-                raise ProtocolError("bad_message", f"second_pass must be true or false, got {obj['second_pass']!r}")
+            try:
+                check_flag("second_pass", obj["second_pass"])
+            except OptionError as e:
+                raise ProtocolError(e.code, str(e)) from None
             if obj["second_pass"] and self.second_pass is None:
                 raise ProtocolError("bad_message", "start: second_pass: this server has no second-pass model "
                                                    "(engine.second_pass.model)")

@@ -25,7 +25,7 @@ from typing import Any, Callable, Protocol
 import numpy as np
 
 from ..events import Done, Error, Event
-from .admission import CapacityModel, Candidate, fair_pick, stream_cost
+from .admission import CapacityModel, Candidate, fair_pick
 from .commands import CloseStream, Command, FeedPcm, FeedSamples, FinishStream, OpenStream, ResetStream
 from .protocol import SAMPLE_WIDTH
 
@@ -256,8 +256,7 @@ class EngineRunner:
             res.opened.append((c.key, str(e)))
             return
         self._sid[c.key], self._key[sid] = sid, c.key
-        opts = rec.stream_options(sid)
-        self._cost[sid] = stream_cost(opts.method, opts.beam)
+        self._cost[sid] = rec.stream_options(sid).step_cost  # a batch step's share (the second pass is not in it)
         self._client[sid] = c.client if c.client is not None else f"stream {c.key}"
         self._seq[sid] = next(self._opened)
         res.opened.append((c.key, None))

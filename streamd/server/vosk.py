@@ -40,7 +40,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Sequence
 
-from ..config import LimitsConfig, default_beam
+from ..config import LimitsConfig
+from ..options import MAX_BEAM, default_beam
 from ..events import Done, Error, Event, Final, Partial, Word
 from .protocol import (Action, Audio, Close, Finish, Open, ProtocolError, Send, SessionBase, TokenBucket,
                        check_sample_rate_field, rate_limited_message)
@@ -177,8 +178,9 @@ class VoskSession(SessionBase):
             self.words = bool(cfg["words"])
         if "max_alternatives" in cfg:
             n = cfg["max_alternatives"]
-            if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= 64:
-                raise ProtocolError("bad_message", f"config.max_alternatives must be an integer 0..64, got {n!r}")
+            if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= MAX_BEAM:  # n-best of at most a beam
+                raise ProtocolError("bad_message", f"config.max_alternatives must be an integer 0..{MAX_BEAM}, "
+                                                   f"got {n!r}")
             self.max_alternatives = n
         return []
 

@@ -50,6 +50,7 @@ from wyoming.wake import Detect, Detection, NotDetected
 from ..audio.pcm import AudioError, decode_pcm
 from ..config import LimitsConfig
 from ..events import Done, Error, Event, Final, Partial, WakeWord
+from ..options import APPEND_ONLY_METHODS  # their partials' complete words are final: transcript-chunk carries them
 from .protocol import (Action, Audio, Close, Finish, FlowFigures, MinAudioRate, Open, ProtocolError, Send,
                        TokenBucket, check_sample_rate_field, rate_limited_message)
 from .states import SessionState, Transitions
@@ -60,9 +61,6 @@ __all__ = ["WyomingSession", "WyomingState", "WYOMING_TRANSITIONS", "Discard", "
 PROGRAM = "streamd"  # name of both programs in ``info`` (select-program, transcribe.name)
 LANGUAGES = ("en",)  # what the models speak; a transcribe language must have one of these as primary subtag
 ATTRIBUTION_NAME = "streamd"
-# searches whose best hypothesis only ever grows (tokens are never taken back): their partials' complete
-# words are final, so transcript-chunk can carry them at once; other searches send a segment's words when it closes
-APPEND_ONLY_METHODS = ("greedy", "ctc_greedy")
 SAMPLE_WIDTH = 2  # bytes: Wyoming audio is 16-bit PCM (s16le)
 MAX_CHANNELS = 2
 HANDLED = ("describe", "ping", "select-program", "transcribe", "detect", "audio-start", "audio-chunk", "audio-stop")

@@ -39,6 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from streamd.audio.resample import resample
+from streamd.options import SAMPLE_RATE_RANGE, sample_rate_ok
 
 __all__ = [
     "NOISE_COLORS",
@@ -72,8 +73,8 @@ def _signal(x: np.ndarray, name: str = "x") -> np.ndarray:
 
 
 def _rate(rate: int) -> int:
-    if isinstance(rate, bool) or not isinstance(rate, (int, np.integer)) or not 8000 <= rate <= 48000:
-        raise ValueError(f"rate must be an integer sample rate in 8000..48000 Hz, got {rate!r}")
+    if not sample_rate_ok(rate):
+        raise ValueError(f"rate must be an integer sample rate in {SAMPLE_RATE_RANGE} Hz, got {rate!r}")
     return int(rate)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from streamd.second_pass.models import MoonshineTeacher, MoonshineTokenizer
+from streamd.second_pass.models import Context, MoonshineTeacher, MoonshineTokenizer
 
 
 class _Session:
@@ -54,3 +54,18 @@ def test_the_second_pass_reads_past_an_end_token_first():
 def test_a_search_that_starts_with_a_word_is_unchanged():
     t = scripted([{ONE: 6.0}, {TWO: 6.0}, {EOS: 6.0}])
     assert t.transcribe(np.zeros(16000, np.float32)) == t.recognize(np.zeros(16000, np.float32)).text == "one two"
+
+
+def test_a_context_is_heard_first_and_its_tokens_forced():
+    t = scripted([{ONE: 6.0}, {TWO: 6.0}, {EOS: 6.0}])  # alone: "one two"
+    fed = []
+    run = t._dec.run
+    t._dec.run = lambda names, feed: (fed.append(int(feed["input_ids"][0, 0])), run(names, feed))[1]
+    seen = []
+    enc = t._enc.run
+    t._enc.run = lambda names, feed: (seen.append(feed["x"].shape[1]), enc(names, feed))[1]
+    ctx = Context(np.zeros(8000, np.float32), (ONE,))
+    rec = t.recognize(np.zeros(16000, np.float32), context=ctx)
+    assert seen == [24000]                           # the context's audio, then the piece's
+    assert fed[:2] == [MoonshineTokenizer.BOS, ONE]  # forced through the context's tokens
+    assert rec.text == "two" and rec.ids == (TWO,) and [w.word for w in rec.words] == ["two"]

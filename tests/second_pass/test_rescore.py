@@ -3,6 +3,8 @@ kept, words dated on the stream's axis, calibrated conf), long segments in piece
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -122,3 +124,63 @@ def test_a_digit_string_is_read_as_the_first_pass_heard_it():
     assert [s for s, _ in spoken_words([RecognizedWord("802", 0.5)], ["eight", "oh", "two"])] == ["eight", "oh", "two"]
     assert [s for s, _ in spoken_words([RecognizedWord("1999", 0.5)], ["nineteen", "ninety"])] == [
         "nineteen", "ninety", "nine"]
+
+
+class _ContextRecognizer:
+    """Writes one word per call ("word", "wordy", ...) with ids (call,); records the context it was given."""
+
+    name, aggregation, window_s, takes_context = "ctx", "min", 30.0, True
+
+    def __init__(self):
+        self.contexts = []
+
+    def recognize(self, audio, hotwords=(), context=None):
+        from streamd.second_pass.models import Recognized
+        self.contexts.append(None if context is None else (context.audio.size, context.ids))
+        n = len(self.contexts)
+        w = "word" + "y" * (n - 1)
+        return Recognized(w, (RecognizedWord(w, 0.9),), (n,))
+
+
+def segment(stream, seg, start, seconds, reason="endpoint:rule2"):
+    audio = (np.sin(np.arange(int(seconds * 16000)) / 9) * 8000).astype(np.int16)
+    return Final(stream, seg, "hallo", (Word("hallo", start + 0.1, start + 0.3, 0.5),), start, start + seconds,
+                 reason=reason, first_pass_text="hallo", second_pass="pending", audio=audio)
+
+
+def test_a_segment_split_by_an_endpoint_is_heard_after_the_one_before():
+    model = _ContextRecognizer()
+    sp = SecondPass(model, SecondPassConfig(model="ctx", select="always"))
+    sp.apply(segment(1, 0, 0.0, 2.0))
+    sp.apply(segment(2, 0, 0.0, 1.0))                 # another stream between them
+    out = sp.apply(segment(1, 1, 2.0, 1.5, "eos"))
+    assert model.contexts == [None, None, (32000, (1,))]  # stream 1's first segment: its audio and tokens
+    assert out.text == "wordyy" and [w.word for w in out.words] == ["wordyy"]
+    sp.apply(segment(1, 2, 3.5, 1.0))                 # after the end of the stream: no context
+    assert model.contexts[-1] is None
+
+
+@pytest.mark.parametrize("second, cfg", [
+    (segment(1, 1, 2.5, 1.0), {}),                    # not contiguous: a gap the engine did not end at
+    (segment(1, 2, 2.0, 1.0), {}),                    # not the next segment
+    (segment(1, 1, 2.0, 1.0), {"context_s": 1.5}),    # the previous segment is longer than context_s
+    (segment(1, 1, 2.0, 1.0), {"context_s": 0.0}),    # off
+    (segment(1, 1, 2.0, 27.0), {}),                   # both do not fit the window (28 s)
+])
+def test_no_context_where_it_does_not_belong(second, cfg):
+    model = _ContextRecognizer()
+    sp = SecondPass(model, SecondPassConfig(model="ctx", select="always", **cfg))
+    sp.apply(segment(1, 0, 0.0, 2.0))
+    sp.apply(second)
+    assert model.contexts == [None, None]
+
+
+def test_no_context_after_a_reset_or_an_empty_segment():
+    model = _ContextRecognizer()
+    sp = SecondPass(model, SecondPassConfig(model="ctx", select="always"))
+    sp.apply(segment(1, 0, 0.0, 2.0, "reset"))
+    sp.apply(segment(1, 1, 2.0, 1.0))
+    empty = dataclasses.replace(segment(1, 2, 3.0, 1.0), text="", words=())
+    assert sp.apply(empty).second_pass == "skipped_no_speech"
+    sp.apply(segment(1, 3, 4.0, 1.0))
+    assert model.contexts == [None, None, None]
