@@ -1,5 +1,6 @@
 """Shared fixtures: checkpoints written once per session, token tables, decoder kinds, thread and host-sync
-guards (helpers live in tests/helpers.py, importable as ``helpers``)."""
+guards (shared helpers live in tests/helpers.py, importable as ``helpers``; an area's own next to its tests,
+e.g. tests/server/wire.py)."""
 
 import collections
 from pathlib import Path

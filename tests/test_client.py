@@ -19,7 +19,8 @@ import wave
 import numpy as np
 import pytest
 
-from helpers import LocalWsServer, make_app, random_audio, write_wav
+from helpers import random_audio, write_wav
+from tests.server.wire import LocalWsServer, make_app
 from streamd import events as E
 from streamd.feed import transcribe_files
 from streamd.client import (

@@ -35,6 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -198,20 +199,7 @@ class KwsDetector:
         hit = smoothed >= thr                                                      # (B, T, K)
         abs_frame = frame_offset.unsqueeze(1) + frame_idx                          # (B, T)
 
-        last_fire, run_start, above = state.last_fire, state.run_start, state.above
-        fired, starts = [], []
-        for t in range(t_len):
-            v = valid[:, t].unsqueeze(1)                                           # (B, 1)
-            f = abs_frame[:, t].unsqueeze(1)                                       # (B, 1)
-            run_start = torch.where(v & hi[:, t] & ~above, f, run_start)
-            above = torch.where(v, hi[:, t], above)
-            fire = v & hit[:, t] & (f - last_fire >= self.refractory_frames)
-            last_fire = torch.where(fire, f, last_fire)
-            fired.append(fire)
-            starts.append(torch.where(run_start >= 0, run_start, f))
-        fired_t = torch.stack(fired, 1)                                            # (B, T, K)
-        earliest = self.earliest_start_frame(abs_frame)                            # (B, T)
-        start_t = torch.maximum(torch.stack(starts, 1), earliest.unsqueeze(-1))    # (B, T, K)
+        last_fire, run_start, above, fired_t, start_t = self._fire(state, valid, hi, hit, abs_frame)
 
         gather = (lengths.clamp(0, t_len).unsqueeze(1) + torch.arange(w - 1, device=dev)).unsqueeze(-1)
         new_state = KwsState(
@@ -226,19 +214,49 @@ class KwsDetector:
             torch.where(fired_t, smoothed, -1.0).flatten(), start_t.to(torch.float64).flatten(),
             frame_offset.to(torch.float64), bad_score.double(), bad_len.double(), bad_off.double(),
         ]).cpu().numpy()
+        return new_state, self._detections(packed, state, b, t_len, k)
+
+    def _fire(self, state: KwsState, valid: Tensor, hi: Tensor, hit: Tensor, abs_frame: Tensor
+              ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+        """Frame by frame through the chunk: which keywords fire (over the threshold, out of the refractory
+        period) and where their run above half the threshold started.
+
+        valid, abs_frame: (B, T); hi, hit: (B, T, K) bool (raw >= half the threshold, smoothed >= threshold).
+        Returns the state's new last_fire, run_start, above (B, K), fired (B, T, K) bool and the detections'
+        start frames (B, T, K), no earlier than :meth:`earliest_start_frame`.
+        """
+        t_len = valid.shape[1]
+        last_fire, run_start, above = state.last_fire, state.run_start, state.above
+        fired, starts = [], []
+        for t in range(t_len):
+            v = valid[:, t].unsqueeze(1)                                           # (B, 1)
+            f = abs_frame[:, t].unsqueeze(1)                                       # (B, 1)
+            run_start = torch.where(v & hi[:, t] & ~above, f, run_start)
+            above = torch.where(v, hi[:, t], above)
+            fire = v & hit[:, t] & (f - last_fire >= self.refractory_frames)
+            last_fire = torch.where(fire, f, last_fire)
+            fired.append(fire)
+            starts.append(torch.where(run_start >= 0, run_start, f))
+        fired_t = torch.stack(fired, 1)                                            # (B, T, K)
+        earliest = self.earliest_start_frame(abs_frame)                            # (B, T)
+        start_t = torch.maximum(torch.stack(starts, 1), earliest.unsqueeze(-1))    # (B, T, K)
+        return last_fire, run_start, above, fired_t, start_t
+
+    def _detections(self, packed: np.ndarray, state: KwsState, b: int, t_len: int, k: int) -> list[Detection]:
+        """The chunk's detections from its one host transfer (``packed``: per-frame scores, -1 where not fired,
+        run starts, frame offsets, then the deferred input checks, which raise here)."""
         n = b * t_len * k
         score_h = packed[:n].reshape(b, t_len, k)
         start_h = packed[n:2 * n].reshape(b, t_len, k)
         off_h, bad_s, bad_l, bad_o = (packed[2 * n + i * b: 2 * n + (i + 1) * b] for i in range(4))
         self._raise_deferred(bad_s, bad_l, bad_o, off_h, state, t_len)
-
         dets = []
         for r, t, j in zip(*(score_h >= 0).nonzero()):
             f = int(off_h[r]) + int(t)
             dets.append(Detection(row=int(r), keyword=self.keywords[j], score=float(score_h[r, t, j]),
                                   start=int(start_h[r, t, j]) * self.frame_shift_s,
                                   end=(f + 1) * self.frame_shift_s, frame=f))
-        return new_state, dets
+        return dets
 
     def earliest_start_frame(self, frame):
         """First frame a detection firing at ``frame`` (int or int tensor) may span back to:

@@ -62,6 +62,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -165,6 +166,24 @@ class BeamState:
                          torch.cat([s.trailing for s in states]), BlankConfAcc.cat([s.acc for s in states]),
                          torch.cat([s.lm_state for s in states]), *ctx,
                          torch.cat([s.matches for s in states]) if states[0].matches is not None else None)
+
+
+class _Choice(NamedTuple):
+    """One round's chosen candidates, each (B, K): ``top_i`` their flat (parent, token) index, ``parent`` and
+    ``tok``, ``emit`` (a real token, the group's representative), ``rep`` (the representative of its merge
+    group), ``took_blank`` (blank consumed the frame in this round), ``new_done``, ``new_hash`` and ``merged``
+    (the group's log-sum-exp score)."""
+
+    top_i: Tensor
+    parent: Tensor
+    tok: Tensor
+    emit: Tensor
+    rep: Tensor
+    took_blank: Tensor
+    new_done: Tensor
+    new_hash: Tensor
+    merged: Tensor
+
 
 
 class ModifiedBeamSearch:
@@ -300,11 +319,31 @@ class ModifiedBeamSearch:
         already (they compete with one candidate, themselves, unchanged);
         rank_ok: (B, K) slots within each stream's beam; ar_k: (K,) arange(K); last: tokens emitted
         in this round end the frame (the symbol cap).
+
+        The steps: :meth:`_choose` the K best candidates (merged), their confidence (:meth:`_confidence`), the
+        hypotheses follow their parents (:meth:`_follow_parents`), emitted tokens are appended
+        (:meth:`_append`) and run through the decoder (:meth:`_advance_decoder`).
         """
+        logp = self.model.joiner.log_probs(enc_t[:, None, :], state.dec_p)  # (B, K, V)
+        c = self._choose(state, logp, done, rank_ok, ar_k, last)
+        # one host sync per round (the decoder update below needs it anyway): a round where no hypothesis
+        # emits needs no confidence when blank frames are excluded from it
+        any_emit = True if self.sync_free else bool(c.emit.any())
+        pconf = self._confidence(logp, c, any_emit)
+        dec_state, dec_p = self._follow_parents(state, c, frame)
+        self._append(state, c, pconf, frame)
+        self._advance_decoder(state, c, dec_state, dec_p, any_emit)
+        state.scores = torch.where(c.rep, c.merged, torch.full_like(c.merged, NEG_INF))
+        state.hashes = c.new_hash
+        return c.new_done
+
+    def _choose(self, state: BeamState, logp: Tensor, done: Tensor, rank_ok: Tensor, ar_k: Tensor,
+                last: bool) -> _Choice:
+        """The K best candidates of each stream (logp: (B, K, V) the joiner's log-probabilities), with the LM
+        and hotword gains; hypotheses that consumed the frame compete unchanged; identical sequences at the
+        same point of the frame merged."""
         b, k = state.scores.shape
-        dev = enc_t.device
-        model, blank = self.model, self.blank
-        logp = model.joiner.log_probs(enc_t[:, None, :], state.dec_p)  # (B, K, V)
+        blank = self.blank
         v = logp.shape[-1]
         cand = state.scores[:, :, None] + logp  # (B, K, V)
         if self._lm_table is not None:  # shallow fusion; the blank column is 0
@@ -333,18 +372,23 @@ class ModifiedBeamSearch:
         rep = valid & (first == ar_k[None, :])
         merged = torch.where(same, top_s[:, None, :], torch.full_like(same, NEG_INF, dtype=top_s.dtype))
         merged = merged.logsumexp(dim=2)  # (B, K)
-        emit = emit & rep
-        # one host sync per round (the decoder update below needs it anyway): a round where no hypothesis
-        # emits needs no confidence when blank frames are excluded from it
-        any_emit = True if self.sync_free else bool(emit.any())
-        # follow parents
+        return _Choice(top_i, parent, tok, emit & rep, rep, took_blank, new_done, new_hash, merged)
+
+    def _confidence(self, logp: Tensor, c: _Choice, any_emit: bool) -> Tensor | None:
+        """(B, K) each chosen candidate's confidence (None: nothing to append)."""
+        b, k, v = logp.shape
         if self.exclude_blank and not any_emit:
-            pconf = None
-        elif self.token_probs:  # the emitted token's own probability
-            pconf = logp.view(b, k * v).gather(1, top_i).exp()
-        else:
-            conf = self.measure(logp) if self.measure is not None else torch.ones(b, k, device=dev)  # (B, K)
-            pconf = conf.gather(1, parent)
+            return None
+        if self.token_probs:  # the emitted token's own probability
+            return logp.view(b, k * v).gather(1, c.top_i).exp()
+        conf = self.measure(logp) if self.measure is not None else torch.ones(b, k, device=logp.device)  # (B, K)
+        return conf.gather(1, c.parent)
+
+    def _follow_parents(self, state: BeamState, c: _Choice, frame: Tensor) -> tuple[DecoderState, Tensor]:
+        """Every per-hypothesis part of ``state`` taken from the chosen candidates' parents (the LM, hotword
+        and match states advanced by their tokens); returns the parents' decoder state and projection."""
+        b, k = c.parent.shape
+        parent, tok = c.parent, c.tok
         state.hyps = state.hyps.gather(parent)
         state.acc = state.acc.gather(parent)
         state.trailing = state.trailing.gather(1, parent)
@@ -355,19 +399,31 @@ class ModifiedBeamSearch:
         if state.matches is not None:
             m = state.matches.gather(1, parent[:, :, None].expand(-1, -1, 3))
             phrase = state.ctx.match[state.ctx_state] if state.ctx is not None else torch.full_like(tok, -1)
-            hit = emit & (phrase >= 0)
+            hit = c.emit & (phrase >= 0)
             now = torch.stack([phrase, state.hyps.lengths + 1, frame[:, None].expand(b, k)], -1)  # hyps: parents'
             state.matches = torch.where(hit[:, :, None], now, m)
-        flat_parent = (torch.arange(b, device=dev)[:, None] * k + parent).reshape(-1)
+        flat_parent = (torch.arange(b, device=parent.device)[:, None] * k + parent).reshape(-1)
         dec_state = state.dec_state.select(flat_parent)
         dec_p = state.dec_p.gather(1, parent[:, :, None].expand(-1, -1, state.dec_p.shape[-1]))
+        return dec_state, dec_p
+
+    def _append(self, state: BeamState, c: _Choice, pconf: Tensor | None, frame: Tensor) -> None:
+        """The emitted tokens onto their hypotheses, with their confidence (blank frames folded in unless
+        excluded); the trailing-blank counts."""
+        b, k = c.parent.shape
         if not self.exclude_blank:
-            state.acc.add(rep & took_blank, pconf)
+            state.acc.add(c.rep & c.took_blank, pconf)
             pconf = state.acc.fold(pconf, self.aggregation)
         if pconf is not None:  # (None: nothing to append)
-            state.hyps.append(emit, tok, frame[:, None].expand(b, k), pconf)
-        state.acc.clear(emit)
-        state.trailing = torch.where(emit, torch.zeros_like(state.trailing), state.trailing + took_blank.long())
+            state.hyps.append(c.emit, c.tok, frame[:, None].expand(b, k), pconf)
+        state.acc.clear(c.emit)
+        state.trailing = torch.where(c.emit, torch.zeros_like(state.trailing), state.trailing + c.took_blank.long())
+
+    def _advance_decoder(self, state: BeamState, c: _Choice, dec_state: DecoderState, dec_p: Tensor,
+                         any_emit: bool) -> None:
+        """The decoder run on the emitted tokens (from the parents' ``dec_state`` / ``dec_p``)."""
+        b, k = c.parent.shape
+        model, emit, tok = self.model, c.emit, c.tok
         if self.sync_free:  # every row runs the decoder; non-emitters keep the parent's cache
             flat_emit = emit.view(-1)
             out, new_st = model.decoder.step(dec_state, tok.view(-1))
@@ -379,9 +435,6 @@ class ModifiedBeamSearch:
             dec_state = dec_state.scatter(idx, new_st)
             dec_p = dec_p.view(b * k, -1).index_copy(0, idx, model.decoder_proj(out)).view(b, k, -1)
         state.dec_state, state.dec_p = dec_state, dec_p
-        state.scores = torch.where(rep, merged, torch.full_like(merged, NEG_INF))
-        state.hashes = new_hash
-        return new_done
 
     def final_scores(self, state: BeamState) -> Tensor:
         """(B, K) scores of the hypotheses as complete segments (the LM's end-of-sentence term added).

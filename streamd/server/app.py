@@ -1,4 +1,4 @@
-"""The daemon of ``streamd serve``: listeners, HTTP routes, the routing of engine results, lifecycle.
+"""The daemon of ``streamd serve``: listeners, the routing of engine results, lifecycle.
 
 The server package by purpose, from the bottom up (lower modules never import higher ones):
 
@@ -11,6 +11,9 @@ The server package by purpose, from the bottom up (lower modules never import hi
   :mod:`.outbox`;
 * :mod:`.settings` (configuration, TLS), :mod:`.static` (the browser page), :mod:`.metrics`,
   :mod:`.notify`, :mod:`.exhaustion`;
+* :mod:`.routes` (the HTTP side of the listeners: header checks, probes, metrics, static files),
+  :mod:`.handlers` (their websocket side: refusals, each connection's session and :class:`~.conn.Conn`) and
+  :mod:`.supervisor` (an engine lane's process started again when it dies);
 * this module: the :class:`App` that ties them together; :mod:`.serve`: the commands.
 
 Threads and tasks
@@ -28,7 +31,9 @@ Threads and tasks
   ``server.engine_process`` (the default when a checkpoint is loaded) the
   runner lives in a child process (:class:`.lane.LaneProcess`) and the worker
   thread only sends it the commands and waits for the cycle's result.
-* Back on the loop, the cycle's results are routed (:meth:`App._route`): stream creations
+* Back on the loop, the cycle's results (:meth:`App._cycle_done`) are routed (:meth:`App._route`),
+  measured (:meth:`App._measure`), and a lane whose process died is restarted by its
+  :class:`~.supervisor.LaneSupervisor`.  Routing delivers stream creations
   (``ready``), then engine events (partial, final, wake, error, done), then
   acknowledgements of applied frames (Vosk lock-step replies).  Routing only
   appends to outboxes: a slow client never stalls the others; its partials
@@ -49,37 +54,34 @@ import asyncio
 import dataclasses
 import functools
 import itertools
-import json
 import logging
-import math
-import secrets
 import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from websockets.asyncio.server import Server, ServerConnection, serve
-from websockets.exceptions import ConnectionClosed
-from websockets.http11 import Request, Response
+from websockets.asyncio.server import Server, serve
 
 from ..config import AppConfig, ConfigError
 from ..events import Done, Error, Event, Final, Partial, WakeWord
 from .admission import Admission, Refusal
-from .auth import RequestInfo, authorize, check_wyoming_auth, load_tokens
+from .auth import check_wyoming_auth, load_tokens
 from .commands import CloseStream, Command, OpenStream
-from .conn import Conn, MicStream, discard, run_mic
+from .conn import Conn, MicStream, run_mic
 from .drain import ThroughputWindow, cannot_finish_message, drain_plan, grace_over_message
 from .exhaustion import ACCEPT_ERROR_LOG_SECONDS, RESOURCE_ERRNOS, ResourceErrors
-from .guard import BadRequest, HostRule, RateLimitedLog, check_request
+from .guard import HostRule, RateLimitedLog
 from .lane import LaneProcess, drop_shared_folder, shared_folder
-from .metrics import CONTENT_TYPE, Metrics
+from .metrics import Metrics
 from .notify import Notifier, watchdog_interval
-from .protocol import CLOSE_CODES, V1Session, public_model_info
+from .protocol import public_model_info
 from .runner import Batcher, CycleResult, EngineRunner, RouteTarget, release_memory
 from .settings import check_app_config, make_ssl_context, resolve_config
-from .static import StaticFiles, content_type, default_web_root
-from .vosk import VoskSession
+from .handlers import WsHandlers
+from .routes import EVENTS_PATH, V1_PATH, VOSK_PATH, HttpRoutes
+from .static import StaticFiles, default_web_root
+from .supervisor import LaneSupervisor
 
 if TYPE_CHECKING:
     from .wyoming_io import WyomingServer
@@ -90,27 +92,6 @@ __all__ = ["App", "CycleResult", "EngineRunner", "Conn", "MicStream", "resolve_c
            "RESOURCE_ERRNOS", "ACCEPT_ERROR_LOG_SECONDS"]
 
 log = logging.getLogger("streamd.server")
-# a dead light lane is started again after 2 s, doubling (up to 5 min) while each lane dies within a minute
-LANE_RESTART_DELAY, LANE_RESTART_MAX, LANE_STABLE = 2.0, 300.0, 60.0
-
-
-def restart_delay(quick_deaths: int) -> float:
-    """Seconds before a dead engine process is started again: :data:`LANE_RESTART_DELAY`, doubled for each
-    process in a row that died within :data:`LANE_STABLE` of its start (``quick_deaths``), at most
-    :data:`LANE_RESTART_MAX`."""
-    return min(LANE_RESTART_MAX, LANE_RESTART_DELAY * 2 ** max(0, quick_deaths - 1))
-
-
-def after_death(started: float, quick_deaths: int) -> tuple[int, float]:
-    """An engine process started at ``started`` (monotonic) died now, after ``quick_deaths`` quick deaths in a
-    row: the new count (0 when it had lived :data:`LANE_STABLE` or longer) and its :func:`restart_delay`."""
-    n = quick_deaths + 1 if time.monotonic() - started < LANE_STABLE else 0
-    return n, restart_delay(n)
-
-
-V1_PATH, VOSK_PATH, EVENTS_PATH = "/v1/stream", "/vosk", "/v1/events"
-PROBE_PATHS = ("/healthz", "/readyz")  # answered whatever the Host (load balancers probe by any name)
-
 
 class App:
     """One ``streamd serve`` instance: listeners, engine, connections, lifecycle.
@@ -145,6 +126,8 @@ class App:
         # the browser page: the package's own (importlib.resources), or server.web_root
         self.web_root = Path(config.server.web_root) if config.server.web_root else default_web_root()
         self.static = StaticFiles(self.web_root)
+        self.routes = HttpRoutes(self)  # the HTTP side of the listeners (.routes)
+        self.handlers = WsHandlers(self)  # their websocket side (.handlers)
         self.executor = ThreadPoolExecutor(1, thread_name_prefix="streamd-engine")
         self.loading = True
         self.draining = False
@@ -155,18 +138,18 @@ class App:
         self.mics: dict[int, MicStream] = {}  # microphone streams not yet done (a retry opens a new one)
         self.mic_error: dict | None = None  # the microphone's last error while it fails (new subscribers get it)
         self.batcher: Batcher | None = None
-        self.main_lane: LaneProcess | None = None  # the main engine's process (server.engine_process), or None
-        self._main_restart: asyncio.Task | None = None  # a new main engine process after the last one died
-        self._main_started = 0.0
-        self._main_quick_deaths = 0
+        # the main engine's process (server.engine_process), started again when it dies (.supervisor)
+        self.main_supervisor = LaneSupervisor(
+            "main engine", self._new_main_lane, lambda lane: self._in_thread(self.executor, lane.close),
+            self._install_main_lane, lambda: self.draining, on_death=self._main_lane_died)
         # the light lane (limits.light_lane): a second engine in a child process (.lane), fed by its batcher
         self.light: Batcher | None = None
-        self.light_lane: LaneProcess | None = None
         self.light_executor: ThreadPoolExecutor | None = None
+        self.light_supervisor = LaneSupervisor(
+            "light lane", lambda old: self._new_lane(old.model_path, old.config),
+            lambda lane: self._in_thread(self.light_executor, lane.close), self._install_light_lane,
+            lambda: self.draining, on_death=self._lane_gauge)
         self._light_keys: set[int] = set()  # streams in the light lane
-        self._lane_restart: asyncio.Task | None = None  # a new lane process after the last one died
-        self._lane_started = 0.0  # monotonic start of the current lane process
-        self._lane_quick_deaths = 0  # lanes in a row that died within LANE_STABLE of their start
         self._share_dir: str | None = None  # while the engine processes load: where they share their tables
         self._keys = itertools.count(1)
         self._tasks: list[asyncio.Task] = []
@@ -187,6 +170,16 @@ class App:
         self._second_given = second_pass
 
     # ------------------------------------------------------------------ plumbing
+
+    @property
+    def main_lane(self) -> LaneProcess | None:
+        """The main engine's process (``server.engine_process``), or None (the engine runs in this process)."""
+        return self.main_supervisor.lane
+
+    @property
+    def light_lane(self) -> LaneProcess | None:
+        """The light lane's engine process (``limits.light_lane``), or None."""
+        return self.light_supervisor.lane
 
     @property
     def _resource_log(self) -> RateLimitedLog:
@@ -262,9 +255,19 @@ class App:
             t.update(self.wyoming.streams)
         return t
 
+    def _cycle_done(self, res: CycleResult) -> None:
+        """An engine cycle's results (either lane's batcher): routed to their streams, measured, and a lane whose
+        process died is started again (its supervisor)."""
+        self._route(res)
+        self._measure(res)
+        for supervisor in (self.main_supervisor, self.light_supervisor):
+            task = supervisor.check()
+            if task is not None:
+                self._tasks.append(task)
+
     def _route(self, res: CycleResult) -> None:
+        """A cycle's results to their targets: stream creations, engine events, acknowledgements, progress."""
         targets = self._targets()
-        now = time.monotonic()
         for key, err in res.opened:
             if err is not None:
                 self._ended(key)
@@ -282,6 +285,10 @@ class App:
         for key, decoded in res.decoded.items():  # after the events: their results are queued first (flow)
             if key in targets:
                 targets[key].on_progress(decoded)
+
+    def _measure(self, res: CycleResult) -> None:
+        """A cycle's steps: the metrics, the drain's throughput, and the capacity model's next step budget."""
+        now = time.monotonic()
         model = self.admission.model
         for batch, seconds, audio in res.steps:
             self.metrics.record_step(batch, seconds, audio)
@@ -292,15 +299,6 @@ class App:
             self.metrics.load.set(model.load(self.admission.demand(now), now))
         if res.audio_seconds:
             self.metrics.audio_seconds.inc(res.audio_seconds)
-        main = self.main_lane
-        if main is not None and not main.alive and self._main_restart is None and not self.draining:
-            self._main_restart = asyncio.get_running_loop().create_task(self._restart_main_lane())
-            self._tasks.append(self._main_restart)
-        lane = self.light_lane
-        if lane is not None and not lane.alive and self._lane_restart is None and not self.draining:
-            self._lane_gauge()
-            self._lane_restart = asyncio.get_running_loop().create_task(self._restart_light_lane())
-            self._tasks.append(self._lane_restart)
 
     def _deliver(self, key: int, ev: Event, targets: dict[int, RouteTarget]) -> None:
         """One engine event of stream ``key`` to its target (the admission sees the stream end with it)."""
@@ -339,260 +337,23 @@ class App:
         """A fresh engine command key (one per stream; Wyoming connections take one per stream they run)."""
         return next(self._keys)
 
-    # ------------------------------------------------------------------ HTTP
-
-    def _respond(self, conn: ServerConnection, status: int, body: bytes, ctype: str) -> Response:
-        r = conn.respond(status, "")
-        r.body = body
-        del r.headers["Content-Length"]
-        del r.headers["Content-Type"]
-        r.headers["Content-Length"] = str(len(body))
-        r.headers["Content-Type"] = ctype
-        r.headers["Cache-Control"] = "no-cache"
-        return r
-
-    def _ws_request(self, conn: ServerConnection, request: Request, route: str) -> Response | None:
-        """A websocket route after :func:`check_request`: HEAD refused, Origin allow-list, token (BadRequest)."""
-        if request.method != "GET":
-            raise BadRequest(405, "method_not_allowed", f"{request.method} cannot open a websocket (GET)",
-                             allow="GET")
-        peer = conn.remote_address
-        conn.streamd = authorize(route, request.path, request.headers,  # type: ignore[attr-defined]
-                                 str(peer[0]) if peer else "", self.tokens, self.config.auth.allowed_origins)
-        return None
-
-    def _bad_request(self, conn: ServerConnection, request: Request, e: BadRequest) -> Response:
-        """The HTTP answer to a request refused by the checks (counted in ``streamd_errors_total{code}``,
-        logged at debug level only: a flood of bad requests must not flood the log)."""
-        self.metrics.errors.labels(e.code).inc()
-        log.debug("refused %s %.80r: HTTP %d %s", request.method, request.path, e.status, e.message)
-        r = conn.respond(e.status, e.message + "\n")
-        if e.allow:
-            r.headers["Allow"] = e.allow
-        return self._head(request, r)
-
-    @staticmethod
-    def _head(request: Request, response: Response) -> Response:
-        """A HEAD answer: the GET answer's status and headers (Content-Length included), no body."""
-        if request.method == "HEAD":
-            response.body = b""
-        return response
-
-    async def _http(self, conn: ServerConnection, request: Request) -> Response | None:
-        """process_request of the main port: header checks (:mod:`.guard`), then websocket routes pass and
-        HTTP routes answer."""
-        ws_routes = {V1_PATH: "v1", VOSK_PATH: "vosk", EVENTS_PATH: "events"}
-        try:
-            path = check_request(request.method, request.path, request.headers, self.hosts, PROBE_PATHS)
-            if path in ws_routes:
-                return self._ws_request(conn, request, ws_routes[path])
-            return self._head(request, await self._http_route(conn, path))
-        except BadRequest as e:
-            return self._bad_request(conn, request, e)
-
-    async def _http_route(self, conn: ServerConnection, path: str) -> Response:
-        """The plain HTTP routes: probes, metrics, static files."""
-        if path == "/healthz":
-            return conn.respond(200, "ok\n")
-        if path == "/readyz":
-            if self.loading:
-                return conn.respond(503, "loading\n")
-            if self.draining:
-                return conn.respond(503, "draining\n")
-            over = self.admission.overloaded(time.monotonic())
-            if over is not None:  # a load balancer routes elsewhere meanwhile
-                r = conn.respond(503, "overloaded\n")
-                r.headers["Retry-After"] = str(math.ceil(over.retry_after))
-                return r
-            return conn.respond(200, "ready\n")
-        if path == "/metrics":
-            return self._respond(conn, 200, self.metrics.render(), CONTENT_TYPE)
-        file = self.static.find(path)
-        if file is None:
-            return conn.respond(404, f"not found: {path}\n")
-        try:
-            body = await asyncio.to_thread(file.read_bytes)
-        except OSError as e:  # e.g. out of file descriptors: an answer, not a traceback
-            self.resource_errors.report("reading a static file", e)
-            return conn.respond(503, f"cannot read {path}: {e.strerror or e}\n")
-        return self._respond(conn, 200, body, content_type(file.name))
-
-    async def _vosk_http(self, conn: ServerConnection, request: Request) -> Response | None:
-        """process_request of the Vosk port: every path is the Vosk protocol (after the header checks)."""
-        try:
-            check_request(request.method, request.path, request.headers, self.hosts)
-            return self._ws_request(conn, request, "vosk")
-        except BadRequest as e:
-            return self._bad_request(conn, request, e)
-
-    # ------------------------------------------------------------------ websocket handlers
-
-    def _refusal(self, info: RequestInfo, count: int) -> tuple[str, str] | tuple[str, str, dict] | None:
-        if not info.authorized:
-            return ("unauthorized", "missing or invalid token: send 'Authorization: Bearer TOKEN' or ?token=TOKEN")
-        if self.draining:
-            return ("shutting_down", "server is shutting down; no new streams")
-        if self.loading:
-            return ("loading", "the model is still loading; try again shortly")
-        if count >= self.config.limits.max_streams:
-            return ("too_many_streams", f"server is at its limit of {self.config.limits.max_streams} "
-                                        "concurrent streams; try again later")
-        if info.route != "events":  # the cheapest stream (greedy) would not fit: refused before its start message
-            r = self.admission.check(time.monotonic(), 1.0, info.client, info.token)
-            if r is not None:
-                return (r.code, r.message, {"retry_after": r.retry_after})
-        return None
-
-    async def _refuse(self, ws: ServerConnection, code: str, message: str, extra: dict | None = None) -> None:
-        self.metrics.errors.labels(code).inc()
-        try:
-            await ws.send(json.dumps({"type": "error", "code": code, "message": message, **(extra or {})}))
-            await ws.close(CLOSE_CODES[code], code)
-        except ConnectionClosed:
-            pass
-
-    async def _handler(self, ws: ServerConnection) -> None:
-        info: RequestInfo = getattr(ws, "streamd", RequestInfo("vosk", False))
-        self.metrics.connections.labels(info.route).inc()
-        if info.route == "events":
-            await self._serve_events(ws, info)
-            return
-        refusal = self._refusal(info, self.stream_count())
-        if refusal:
-            await self._refuse(ws, *refusal)
-            return
-        key = self.new_key()
-        if info.route == "v1":
-            dec = self.engine_config.decoding
-            proto: V1Session | VoskSession = V1Session(secrets.token_hex(8), self.config.limits, self.model_info,
-                                                       dec.method, dec.beam)
-        else:
-            proto = VoskSession(self.config.limits, self.config.server.vosk_sample_rate,
-                                self.engine_config.decoding.beam)
-        conn = Conn(self, ws, key, proto)
-        self.conns[key] = conn
-        done = self.conn_done[key] = asyncio.Event()
-        self.streams_changed()
-        conn.start()
-        try:
-            if await conn.read_loop():
-                # input is over (eof, error, draining): keep reading and discarding, or a client that is
-                # still sending would block the closing handshake until close_timeout
-                rest = asyncio.ensure_future(discard(ws))
-                await asyncio.wait({conn.sender, rest}, return_when=asyncio.FIRST_COMPLETED)
-                rest.cancel()
-        finally:
-            if not conn.sender.done():
-                conn.sender.cancel()
-            self.submit(CloseStream(key))
-            del self.conns[key]
-            self.conn_done.pop(key, None)
-            done.set()
-            self.streams_changed()
-
-    async def _serve_events(self, ws: ServerConnection, info: RequestInfo) -> None:
-        refusal = self._refusal(info, len(self.subscribers))
-        if refusal is None and not self.config.mic.enabled:
-            refusal = ("no_mic", "no microphone stream: start the server with --mic (mic.enabled)")
-        if refusal:
-            await self._refuse(ws, *refusal)
-            return
-        sub = Conn(self, ws, -1, None)
-        self.subscribers.add(sub)
-        sub.start()
-        if self.mic_error is not None:  # a broken microphone: every subscriber hears why, not only the first
-            sub.send(self.mic_error)
-        try:
-            async for _ in ws:  # server-to-client only: client messages are ignored
-                pass
-        except ConnectionClosed:
-            pass
-        finally:
-            self.subscribers.discard(sub)
-            if not sub.sender.done():
-                sub.sender.cancel()
-
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
         """Listen, load the model (readyz 503 meanwhile), start the batcher; READY=1."""
-        cfg = self.config
-        s, lim = cfg.server, cfg.limits
-        ssl_ctx = make_ssl_context(cfg.tls)
+        s = self.config.server
+        ssl_ctx = make_ssl_context(self.config.tls)
         if s.wyoming_port is not None:
             check_wyoming_auth(s, self.tokens)  # before anything listens
-        common = dict(max_size=max(2 * lim.max_message_bytes, 2 * lim.max_text_bytes),
-                      open_timeout=lim.open_timeout or None, ping_interval=s.ping_interval or None,
-                      ping_timeout=s.ping_timeout or None, close_timeout=s.close_timeout, compression=None,
-                      ssl=ssl_ctx)
         self.resource_errors.install()
-        main = await serve(self._handler, s.host, s.port, process_request=self._http, **common)
-        self.servers.append(main)
-        self.port = main.sockets[0].getsockname()[1]
-        scheme = "wss" if ssl_ctx else "ws"
-        log.info("listening on %s://%s:%d (v1: %s, vosk: %s, events: %s)", scheme, s.host, self.port,
-                 V1_PATH, VOSK_PATH, EVENTS_PATH)
-        log.info("answering Host names: %s (server.allowed_hosts)", self.hosts.describe())
-        if s.vosk_port is not None:
-            vs = await serve(self._handler, s.host, s.vosk_port, process_request=self._vosk_http, **common)
-            self.servers.append(vs)
-            self.vosk_port = vs.sockets[0].getsockname()[1]
-            log.info("vosk listening on %s://%s:%d (every path)", scheme, s.host, self.vosk_port)
+        await self._listen(ssl_ctx)
         loop = asyncio.get_running_loop()
-        lane = None  # the light lane's process loads beside the main engine (the daemon is ready with both)
-        path = self.model_path or getattr(getattr(self.rec, "loaded", None), "path", "")
-        if lim.light_lane and path and self.rec is None and self.loader is None and s.engine_process:
-            self._share_dir = shared_folder()  # two engine processes: one copy of their n-gram tables (.lane)
-        if lim.light_lane and path:
-            lane = loop.create_task(self._start_light_lane(str(path)))
-        runner: EngineRunner | LaneProcess
-        if self.rec is None and self.loader is None and s.engine_process and self.model_path:
-            log.info("loading model %s in the main engine's process", self.model_path)
-            t0 = time.perf_counter()
-            try:
-                runner = self.main_lane = await loop.run_in_executor(self.executor, self._new_main_lane)
-            except RuntimeError as e:  # as if it had loaded here: the child's own error (CheckpointError, ...)
-                if isinstance(e.__cause__, Exception):
-                    raise e.__cause__ from None
-                raise
-            self._main_started = time.monotonic()
-            log.info("main engine: process pid %s (policy %s, nice +%d), loaded and warmed up (%.1f s of audio) in "
-                     "%.2f s", runner.pid, "normal" if runner.policy_error else s.engine_policy, s.engine_nice,
-                     s.warmup_seconds, time.perf_counter() - t0)
-            if runner.policy_error:
-                log.warning("main engine: server.engine_policy %s not applied (%s); it runs at nice +%d",
-                            s.engine_policy, runner.policy_error, s.engine_nice)
-        else:
-            if self.rec is None:
-                loader = self.loader
-                if loader is None:
-                    from ..engine import Recognizer
-
-                    log.info("loading model %s", self.model_path)
-                    loader = functools.partial(Recognizer.from_checkpoint, self.model_path, cfg.engine)
-                self.rec = await loop.run_in_executor(self.executor, loader)
-            if s.warmup_seconds > 0:
-                t0 = time.perf_counter()
-                await loop.run_in_executor(self.executor, self.rec.warm_up, s.warmup_seconds)
-                log.info("warmed up (%.1f s of audio, every method) in %.2f s", s.warmup_seconds,
-                         time.perf_counter() - t0)
-            runner = await loop.run_in_executor(self.executor, EngineRunner, self.rec, s.max_steps_per_cycle,
-                                                lim.max_backlog_seconds)
-        if lane is not None:  # loaded before the calibration below, which it would slow down
-            await lane
-        drop_shared_folder(self._share_dir)  # both have mapped what they share (restarted lanes load their own)
-        self._share_dir = None
-        if lim.max_load:  # admission by capacity: the step-time model, calibrated on this machine now
-            model = await loop.run_in_executor(self.executor, runner.calibrate)
-            self.admission.model = model
-            self._tasks.append(loop.create_task(self._watch_loop_lag()))
-            log.info("capacity: a batch step takes %.1f ms + %.2f ms per greedy stream here; about %d greedy "
-                     "streams fit in limits.max_load (%g of a %.2f s chunk), fewer with beam searches",
-                     1000 * model.fixed, 1000 * model.per_unit, model.budget(0.0, lim.max_load), lim.max_load,
-                     model.chunk_seconds)
+        runner = await self._load_engines(loop)
+        if self.config.limits.max_load:  # admission by capacity: the step-time model, calibrated here now
+            await self._calibrate(loop, runner)
         self.model_info = public_model_info(runner.model_info, s.show_model_paths)  # what clients see
         await self._start_second_pass(loop)
-        self.batcher = Batcher(runner, self.executor, self._route)
+        self.batcher = Batcher(runner, self.executor, self._cycle_done)
         if self.admission.model is not None:
             self.batcher.observe = self.admission.model.add_step
         self._tasks.append(loop.create_task(self.batcher.run()))
@@ -607,14 +368,110 @@ class App:
                  f" (modified_beam fuses the n-gram {lm['path']}, weight {lm['weight']})" if lm else "")
         self._log_page(s, ssl_ctx is not None)
         self.notifier.ready(f"ready on port {self.port}")
+        self._start_watchdog(loop)
+        if self.config.mic.enabled:
+            if self.mic_factory is None:
+                raise ConfigError("mic.enabled: no microphone capture available")
+            self._mic_task = loop.create_task(run_mic(self, self.mic_factory))
+
+    async def _listen(self, ssl_ctx: Any) -> None:
+        """The main port (v1, Vosk and events websockets, the HTTP routes) and ``server.vosk_port``."""
+        s, lim = self.config.server, self.config.limits
+        common = dict(max_size=max(2 * lim.max_message_bytes, 2 * lim.max_text_bytes),
+                      open_timeout=lim.open_timeout or None, ping_interval=s.ping_interval or None,
+                      ping_timeout=s.ping_timeout or None, close_timeout=s.close_timeout, compression=None,
+                      ssl=ssl_ctx)
+        main = await serve(self.handlers.connection, s.host, s.port, process_request=self.routes.main, **common)
+        self.servers.append(main)
+        self.port = main.sockets[0].getsockname()[1]
+        scheme = "wss" if ssl_ctx else "ws"
+        log.info("listening on %s://%s:%d (v1: %s, vosk: %s, events: %s)", scheme, s.host, self.port,
+                 V1_PATH, VOSK_PATH, EVENTS_PATH)
+        log.info("answering Host names: %s (server.allowed_hosts)", self.hosts.describe())
+        if s.vosk_port is not None:
+            vs = await serve(self.handlers.connection, s.host, s.vosk_port, process_request=self.routes.vosk, **common)
+            self.servers.append(vs)
+            self.vosk_port = vs.sockets[0].getsockname()[1]
+            log.info("vosk listening on %s://%s:%d (every path)", scheme, s.host, self.vosk_port)
+
+    async def _load_engines(self, loop: asyncio.AbstractEventLoop) -> EngineRunner | LaneProcess:
+        """The main engine (in its own process with ``server.engine_process``, else here) and the light lane's
+        process beside it (the daemon is ready with both): the main engine's runner."""
+        s, lim = self.config.server, self.config.limits
+        lane = None
+        path = self.model_path or getattr(getattr(self.rec, "loaded", None), "path", "")
+        if lim.light_lane and path and self.rec is None and self.loader is None and s.engine_process:
+            self._share_dir = shared_folder()  # two engine processes: one copy of their n-gram tables (.lane)
+        if lim.light_lane and path:
+            lane = loop.create_task(self._start_light_lane(str(path)))
+        runner: EngineRunner | LaneProcess
+        if self.rec is None and self.loader is None and s.engine_process and self.model_path:
+            runner = await self._start_main_lane(loop)
+        else:
+            runner = await self._load_here(loop)
+        if lane is not None:  # loaded before the calibration, which it would slow down
+            await lane
+        drop_shared_folder(self._share_dir)  # both have mapped what they share (restarted lanes load their own)
+        self._share_dir = None
+        return runner
+
+    async def _start_main_lane(self, loop: asyncio.AbstractEventLoop) -> LaneProcess:
+        """The main engine in a process of its own (``server.engine_process``), loaded and warmed up."""
+        s = self.config.server
+        log.info("loading model %s in the main engine's process", self.model_path)
+        t0 = time.perf_counter()
+        try:
+            runner = await loop.run_in_executor(self.executor, self._main_lane_process)
+        except RuntimeError as e:  # as if it had loaded here: the child's own error (CheckpointError, ...)
+            if isinstance(e.__cause__, Exception):
+                raise e.__cause__ from None
+            raise
+        self.main_supervisor.started(runner)
+        log.info("main engine: process pid %s (policy %s, nice +%d), loaded and warmed up (%.1f s of audio) in "
+                 "%.2f s", runner.pid, "normal" if runner.policy_error else s.engine_policy, s.engine_nice,
+                 s.warmup_seconds, time.perf_counter() - t0)
+        if runner.policy_error:
+            log.warning("main engine: server.engine_policy %s not applied (%s); it runs at nice +%d",
+                        s.engine_policy, runner.policy_error, s.engine_nice)
+        return runner
+
+    async def _load_here(self, loop: asyncio.AbstractEventLoop) -> EngineRunner:
+        """The main engine in this process (the given Recognizer, or loaded in the engine thread), warmed up."""
+        s, lim = self.config.server, self.config.limits
+        if self.rec is None:
+            loader = self.loader
+            if loader is None:
+                from ..engine import Recognizer
+
+                log.info("loading model %s", self.model_path)
+                loader = functools.partial(Recognizer.from_checkpoint, self.model_path, self.config.engine)
+            self.rec = await loop.run_in_executor(self.executor, loader)
+        if s.warmup_seconds > 0:
+            t0 = time.perf_counter()
+            await loop.run_in_executor(self.executor, self.rec.warm_up, s.warmup_seconds)
+            log.info("warmed up (%.1f s of audio, every method) in %.2f s", s.warmup_seconds,
+                     time.perf_counter() - t0)
+        return await loop.run_in_executor(self.executor, EngineRunner, self.rec, s.max_steps_per_cycle,
+                                          lim.max_backlog_seconds)
+
+    async def _calibrate(self, loop: asyncio.AbstractEventLoop, runner: EngineRunner | LaneProcess) -> None:
+        """Admission by capacity (``limits.max_load``): the step-time model, calibrated on this machine now, and
+        the event loop's lag watched."""
+        lim = self.config.limits
+        model = await loop.run_in_executor(self.executor, runner.calibrate)
+        self.admission.model = model
+        self._tasks.append(loop.create_task(self._watch_loop_lag()))
+        log.info("capacity: a batch step takes %.1f ms + %.2f ms per greedy stream here; about %d greedy "
+                 "streams fit in limits.max_load (%g of a %.2f s chunk), fewer with beam searches",
+                 1000 * model.fixed, 1000 * model.per_unit, model.budget(0.0, lim.max_load), lim.max_load,
+                 model.chunk_seconds)
+
+    def _start_watchdog(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The systemd watchdog (WATCHDOG_USEC): pinged while no engine lane is stalled."""
         interval = watchdog_interval()
         if interval and self.notifier.enabled:
             self._tasks.append(loop.create_task(
                 self.notifier.watchdog_loop(interval, lambda: not self._stalled(2 * interval))))
-        if cfg.mic.enabled:
-            if self.mic_factory is None:
-                raise ConfigError("mic.enabled: no microphone capture available")
-            self._mic_task = loop.create_task(run_mic(self, self.mic_factory))
 
     def _log_page(self, s: Any, tls: bool) -> None:
         """Where the browser page is (``GET /`` on the main port); ``page_url`` names it for other hosts too
@@ -665,7 +522,7 @@ class App:
             for k, ev in self.second_gate.resolved(key, final):
                 self._deliver(k, ev, self._targets())
 
-    def _new_main_lane(self) -> LaneProcess:
+    def _main_lane_process(self) -> LaneProcess:
         """The main engine's process (``server.engine_process``), loaded and warmed up (blocking: the engine
         thread)."""
         s, lim = self.config.server, self.config.limits
@@ -673,50 +530,39 @@ class App:
                            s.warmup_seconds, name="main engine", nice=s.engine_nice,
                            policy=s.engine_policy, share_dir=self._share_dir)
 
-    async def _restart_main_lane(self) -> None:
+    @staticmethod
+    async def _in_thread(executor: ThreadPoolExecutor | None, fn: Callable[..., Any], *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(executor, fn, *args)
+
+    async def _new_main_lane(self, old: LaneProcess) -> LaneProcess:
+        """A new main engine process after ``old`` died (RuntimeError when it cannot start: tried again)."""
+        return await self._in_thread(self.executor, self._main_lane_process)
+
+    def _main_lane_died(self) -> None:
         """The main engine's process died (its streams have their errors): new streams get ``loading`` and
-        ``/readyz`` 503 while a new one starts, after a delay as for the light lane
-        (:meth:`_restart_light_lane`); the capacity model stays the one calibrated at the start."""
+        ``/readyz`` 503 while its supervisor starts a new one (the capacity model stays the one calibrated at
+        the start)."""
         self.loading = True
-        self._main_quick_deaths, delay = after_death(self._main_started, self._main_quick_deaths)
-        log.info("main engine: starting a new engine process in %g s", delay)
-        await asyncio.sleep(delay)
-        loop = asyncio.get_running_loop()
-        old = self.main_lane
-        await loop.run_in_executor(self.executor, old.close)
-        while not self.draining:
-            try:
-                lane = await loop.run_in_executor(self.executor, self._new_main_lane)
-            except RuntimeError as e:
-                self._main_quick_deaths += 1
-                delay = restart_delay(self._main_quick_deaths)
-                log.error("%s; trying again in %g s", e, delay)
-                await asyncio.sleep(delay)
-                continue
-            if self.draining:
-                await loop.run_in_executor(self.executor, lane.close)
-                return
-            lane.budget = old.budget
-            self.main_lane = self.batcher.runner = lane
-            self._main_started = time.monotonic()
-            self._main_restart = None
-            self.loading = False
-            log.info("main engine: a new engine process (pid %s)", lane.pid)
-            return
+
+    def _install_main_lane(self, old: LaneProcess, lane: LaneProcess) -> None:
+        lane.budget = old.budget
+        self.batcher.runner = lane
+        self.loading = False
 
     async def _start_light_lane(self, model_path: str) -> None:
         """The light lane (``limits.light_lane``, :mod:`.lane`): the same checkpoint and engine config in a
         child process, driven by a batcher of its own.  Its steps are not fed to the capacity model (the
-        main lane's are); every stream still counts in the admission."""
+        main lane's are); every stream still counts in the admission.  While its process is dead (its streams
+        have their errors) every stream goes to the main engine; if a new one cannot start, the daemon goes on
+        with one engine."""
         config = self.engine_config  # the main engine's
         self.light_executor = ThreadPoolExecutor(1, thread_name_prefix="streamd-light")
         lane = await self._new_lane(model_path, config)
         if lane is None:
             return
-        self.light_lane = lane
-        self.light = Batcher(lane, self.light_executor, self._route)
+        self.light_supervisor.started(lane)
+        self.light = Batcher(lane, self.light_executor, self._cycle_done)
         self._tasks.append(asyncio.get_running_loop().create_task(self.light.run()))
-        self._lane_started = time.monotonic()
         self._lane_gauge()
         log.info("light lane: the only stream of a client (up to %g cost units of them) decodes in a second "
                  "engine process (pid %s)", self.config.limits.light_lane, lane.pid)
@@ -726,7 +572,7 @@ class App:
         stream)."""
         s, lim = self.config.server, self.config.limits
         try:
-            return await asyncio.get_running_loop().run_in_executor(
+            return await self._in_thread(
                 self.light_executor, functools.partial(LaneProcess, model_path, config, s.max_steps_per_cycle,
                                                        lim.max_backlog_seconds, min(s.warmup_seconds, 1.0),
                                                        share_dir=self._share_dir))
@@ -734,27 +580,9 @@ class App:
             log.error("%s; every stream goes to the main engine", e)
             return None
 
-    async def _restart_light_lane(self) -> None:
-        """The lane's process died (its streams have their errors): start a new one after
-        :data:`LANE_RESTART_DELAY`, doubled for each lane in a row that died within :data:`LANE_STABLE` of
-        its start (meanwhile every stream goes to the main engine); if it cannot start, the daemon goes on
-        with one engine."""
-        self._lane_quick_deaths, delay = after_death(self._lane_started, self._lane_quick_deaths)
-        log.info("light lane: starting a new engine process in %g s", delay)
-        await asyncio.sleep(delay)
-        old, loop = self.light_lane, asyncio.get_running_loop()
-        await loop.run_in_executor(self.light_executor, old.close)
-        lane = await self._new_lane(old.model_path, old.config)
-        if lane is None:
-            return
-        if self.draining:
-            await loop.run_in_executor(self.light_executor, lane.close)
-            return
-        self.light_lane = self.light.runner = lane
-        self._lane_started = time.monotonic()
-        self._lane_restart = None
+    def _install_light_lane(self, old: LaneProcess, lane: LaneProcess) -> None:
+        self.light.runner = lane
         self._lane_gauge()
-        log.info("light lane: a new engine process (pid %s)", lane.pid)
 
     def _stalled(self, limit: float) -> bool:
         """An engine lane has been in one cycle longer than ``limit`` seconds (the systemd watchdog)."""

@@ -405,13 +405,45 @@ def kaldi_dir(data_dir: str | Path, *, segments_dir: str | Path | None = None,
     ``segments_dir/<utt>.wav`` (the manifest has no offsets) unless it spans
     its whole recording.
     """
-    from lhotse.kaldi import load_kaldi_data_dir
-
     d = Path(data_dir)
     if not (d / "wav.scp").is_file():
         raise ValueError(f"kaldi: {d} has no wav.scp")
     if not (d / "text").is_file():
         raise ValueError(f"kaldi: {d} has no text file (transcripts)")
+    wavs = _kaldi_wavs(d)
+    texts = dict(_kaldi_lines(d / "text"))
+    loaded = _load_kaldi(d, wavs, texts, dropped)
+    if loaded is None:
+        return []
+    recs, sups = loaded
+    has_spk = (d / "utt2spk").is_file()
+    out: list[Record] = []
+    infos: dict[str, tuple[float, int]] = {}
+    for sup in sorted(sups, key=lambda s: s.id):
+        rec = recs[sup.recording_id]
+        path = rec.sources[0].source
+        if path not in infos:
+            infos[path] = audio_info(path)
+        full_dur, src_rate = infos[path]
+        whole = sup.start <= 1e-3 and abs(sup.start + sup.duration - full_dur) <= 0.01
+        extra: list[tuple[str, Any]] = [("recording", sup.recording_id)]
+        if whole:
+            audio, info = path, infos[path]
+        else:
+            if segments_dir is None:
+                raise ValueError("kaldi: the segments file needs an output folder for the cut segments")
+            audio, info = _cut_segment(path, sup.start, sup.duration, Path(segments_dir) / f"{sup.id}.wav")
+            extra.append(("start", round(sup.start, 4)))
+        r = _record(sup.id, audio, texts[sup.id], "kaldi", speaker=sup.speaker if has_spk else None,
+                    extra=extra, dropped=dropped, info=info)
+        if r is not None:
+            out.append(r)
+    return out
+
+
+def _kaldi_wavs(d: Path) -> dict[str, str]:
+    """``wav.scp`` of Kaldi data dir ``d``: recording -> the audio file's resolved path (ValueError for a piped
+    command, a missing path or a file found in none of the places :func:`kaldi_dir` looks)."""
     bases = [Path.cwd(), d.resolve().parent.parent, d.resolve()]
     wavs = {}
     for n, (rid, p) in enumerate(_kaldi_lines(d / "wav.scp"), 1):
@@ -427,7 +459,16 @@ def kaldi_dir(data_dir: str | Path, *, segments_dir: str | Path | None = None,
             raise ValueError(f"kaldi: {d / 'wav.scp'} line {n} ({rid}): audio {p} not found "
                              f"(looked in {', '.join(str(c) for c in cands)})")
         wavs[rid] = str(hit.resolve())
-    texts = dict(_kaldi_lines(d / "text"))
+    return wavs
+
+
+def _load_kaldi(d: Path, wavs: dict[str, str], texts: dict[str, str], dropped: Counter | None
+                ) -> tuple[Any, Any] | None:
+    """Lhotse's (recordings, supervisions) of the transcribed utterances of Kaldi data dir ``d`` (a copy of it
+    with the resolved ``wavs`` and only those utterances; the others counted in ``dropped``), or None when
+    none is left."""
+    from lhotse.kaldi import load_kaldi_data_dir
+
     has_segments = (d / "segments").is_file()
     rate = audio_info(next(iter(wavs.values())))[1] if wavs else 16000
     with tempfile.TemporaryDirectory(prefix="streamd-kaldi-") as tmp:
@@ -455,33 +496,9 @@ def kaldi_dir(data_dir: str | Path, *, segments_dir: str | Path | None = None,
             if len(r2d.keys() & wavs.keys()) != len(wavs):
                 (t / "reco2dur").unlink()
         if not wavs:
-            return []
+            return None
         recs, sups, _ = load_kaldi_data_dir(t, sampling_rate=rate, num_jobs=1)
-    if sups is None:
-        return []
-    has_spk = (d / "utt2spk").is_file()
-    out: list[Record] = []
-    infos: dict[str, tuple[float, int]] = {}
-    for sup in sorted(sups, key=lambda s: s.id):
-        rec = recs[sup.recording_id]
-        path = rec.sources[0].source
-        if path not in infos:
-            infos[path] = audio_info(path)
-        full_dur, src_rate = infos[path]
-        whole = sup.start <= 1e-3 and abs(sup.start + sup.duration - full_dur) <= 0.01
-        extra: list[tuple[str, Any]] = [("recording", sup.recording_id)]
-        if whole:
-            audio, info = path, infos[path]
-        else:
-            if segments_dir is None:
-                raise ValueError("kaldi: the segments file needs an output folder for the cut segments")
-            audio, info = _cut_segment(path, sup.start, sup.duration, Path(segments_dir) / f"{sup.id}.wav")
-            extra.append(("start", round(sup.start, 4)))
-        r = _record(sup.id, audio, texts[sup.id], "kaldi", speaker=sup.speaker if has_spk else None,
-                    extra=extra, dropped=dropped, info=info)
-        if r is not None:
-            out.append(r)
-    return out
+    return None if sups is None else (recs, sups)
 
 
 def _cut_segment(src: str, start: float, duration: float, dst: Path) -> tuple[Path, tuple[float, int]]:

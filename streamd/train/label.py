@@ -57,7 +57,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -311,15 +311,7 @@ def label(items: Sequence[Item], teachers: Mapping[str, Callable[[], object]], o
     if normalize is None:
         from ..text.normalize import normalize_text as normalize
     order = list(teachers)
-    if not order:
-        raise ValueError("no teachers given")
-    if rule not in RULES:
-        raise ValueError(f"unknown rule {rule!r}; known: {', '.join(RULES)}")
-    if rule == "agree" and len(order) < min_agree:
-        raise ValueError(f"--rule agree with --min-agree {min_agree} needs at least {min_agree} teachers, "
-                         f"got {len(order)}: {', '.join(order)}")
-    if rule == "wer" and len(order) < 2:
-        raise ValueError(f"--rule wer needs at least two teachers, got {', '.join(order)}")
+    _check_rule(order, rule, min_agree)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     caches = {t: RawCache(out / f"raw-{t}.jsonl", t) for t in order}
@@ -335,7 +327,46 @@ def label(items: Sequence[Item], teachers: Mapping[str, Callable[[], object]], o
             t0 = time.perf_counter()
             built[t] = teachers[t]()
             log(f"label: loaded {t} in {time.perf_counter() - t0:.1f} s")
+    try:
+        failures, spent, decoded_audio = _transcribe(items, order, caches, built, log)
+    finally:
+        for c in caches.values():
+            c.close()
+    s = Summary()
+    s.decoded = {t: pending[t] for t in order}
+    s.decode_rtf = {t: round(spent[t] / decoded_audio[t], 4) if decoded_audio[t] else None for t in order}
+    sorting = _Sorting(order, rule, min_agree, max_wer, s)
+    for it in items:
+        if it.audio in failures:
+            sorting.failed(it, failures[it.audio], caches)
+        else:
+            sorting.decide(it, caches, normalize)
+    sorting.wers()
+    _write_jsonl(out / "manifest.jsonl", sorting.kept_rows)
+    _write_jsonl(out / "rejected.jsonl", sorting.rej_rows)
+    (out / "summary.json").write_text(json.dumps(dict(s.to_json(), rule=rule, teachers=order, min_agree=min_agree,
+                                                      max_wer=max_wer), indent=1) + "\n", encoding="utf-8")
+    return s
 
+
+def _check_rule(order: Sequence[str], rule: str, min_agree: int) -> None:
+    """ValueError unless ``rule`` is known and there are enough teachers for it."""
+    if not order:
+        raise ValueError("no teachers given")
+    if rule not in RULES:
+        raise ValueError(f"unknown rule {rule!r}; known: {', '.join(RULES)}")
+    if rule == "agree" and len(order) < min_agree:
+        raise ValueError(f"--rule agree with --min-agree {min_agree} needs at least {min_agree} teachers, "
+                         f"got {len(order)}: {', '.join(order)}")
+    if rule == "wer" and len(order) < 2:
+        raise ValueError(f"--rule wer needs at least two teachers, got {', '.join(order)}")
+
+
+def _transcribe(items: Sequence[Item], order: Sequence[str], caches: Mapping[str, RawCache],
+                built: Mapping[str, Any], log: Callable[[str], None]
+                ) -> tuple[dict[str, str], dict[str, float], dict[str, float]]:
+    """Every item some teacher has not cached yet, through those teachers (cached as they come): the failures
+    (audio -> reason), and per teacher the seconds spent and the seconds of audio decoded."""
     failures: dict[str, str] = {}
     todo = [it for it in items if any(it.audio not in caches[t] for t in order)]
     audio_total = sum(it.duration or 0.0 for it in todo)
@@ -343,100 +374,105 @@ def label(items: Sequence[Item], teachers: Mapping[str, Callable[[], object]], o
     spent = {t: 0.0 for t in order}
     decoded_audio = {t: 0.0 for t in order}
     t_start = time.perf_counter()
-    try:
-        for k, it in enumerate(todo, 1):
-            try:
-                x = load_audio_at(it.audio, RATE)
-            except ValueError as e:
-                failures[it.audio] = f"bad audio: {e}"
-                log(f"label: [{k}/{len(todo)}] {it.audio}: {e}")
-                continue
-            seconds = x.size / RATE
-            for t in order:
-                if it.audio in caches[t]:
-                    continue
-                t0 = time.perf_counter()
-                try:
-                    text = built[t].transcribe(x)
-                except Exception as e:  # noqa: BLE001 - one file must not stop an hour's run; not cached: retried
-                    failures[it.audio] = f"{t} failed: {type(e).__name__}: {e}"
-                    log(f"label: {it.audio}: {failures[it.audio]}")
-                    continue
-                dt = time.perf_counter() - t0
-                spent[t] += dt
-                decoded_audio[t] += seconds
-                caches[t].add(it.audio, text, seconds, dt)
-            done_audio += it.duration if it.duration is not None else seconds
-            elapsed = time.perf_counter() - t_start
-            eta = elapsed / done_audio * max(0.0, audio_total - done_audio) if done_audio > 0 and audio_total else 0
-            log(f"label: [{k}/{len(todo)}] {elapsed / 60:.1f} min, ETA {eta / 60:.1f} min | {os.path.basename(it.audio)}"
-                f" {seconds:.1f} s | " + " | ".join(f"{t}: {caches[t].text(it.audio)!r}" for t in order
-                                                    if it.audio in caches[t]))
-    finally:
-        for c in caches.values():
-            c.close()
-
-    s = Summary()
-    s.decoded = {t: pending[t] for t in order}
-    s.decode_rtf = {t: round(spent[t] / decoded_audio[t], 4) if decoded_audio[t] else None for t in order}
-    kept_rows, rej_rows = [], []
-    norm_all: list[dict[str, str]] = []
-    label_pairs: dict[str, list[tuple[str, str]]] = {t: [] for t in order}
-    orig_pairs: dict[str, list[tuple[str, str]]] = {t: [] for t in order + ["labels"]}
-    for it in items:
-        base: dict = {"audio": it.audio}
-        if it.audio in failures:
-            row = dict(base, duration=it.duration, speaker=it.speaker, reason=failures[it.audio],
-                       teacher_texts={t: caches[t].text(it.audio) for t in order if it.audio in caches[t]})
-            if it.orig_text is not None:
-                row["orig_text"] = it.orig_text
-            rej_rows.append(row)
-            s.rejected += 1
-            s.rejected_seconds += it.duration or 0.0
-            s.reasons[row["reason"].split(":")[0]] = s.reasons.get(row["reason"].split(":")[0], 0) + 1
+    for k, it in enumerate(todo, 1):
+        try:
+            x = load_audio_at(it.audio, RATE)
+        except ValueError as e:
+            failures[it.audio] = f"bad audio: {e}"
+            log(f"label: [{k}/{len(todo)}] {it.audio}: {e}")
             continue
+        seconds = x.size / RATE
+        for t in order:
+            if it.audio in caches[t]:
+                continue
+            t0 = time.perf_counter()
+            try:
+                text = built[t].transcribe(x)
+            except Exception as e:  # noqa: BLE001 - one file must not stop an hour's run; not cached: retried
+                failures[it.audio] = f"{t} failed: {type(e).__name__}: {e}"
+                log(f"label: {it.audio}: {failures[it.audio]}")
+                continue
+            dt = time.perf_counter() - t0
+            spent[t] += dt
+            decoded_audio[t] += seconds
+            caches[t].add(it.audio, text, seconds, dt)
+        done_audio += it.duration if it.duration is not None else seconds
+        elapsed = time.perf_counter() - t_start
+        eta = elapsed / done_audio * max(0.0, audio_total - done_audio) if done_audio > 0 and audio_total else 0
+        log(f"label: [{k}/{len(todo)}] {elapsed / 60:.1f} min, ETA {eta / 60:.1f} min | {os.path.basename(it.audio)}"
+            f" {seconds:.1f} s | " + " | ".join(f"{t}: {caches[t].text(it.audio)!r}" for t in order
+                                                if it.audio in caches[t]))
+    return failures, spent, decoded_audio
+
+
+class _Sorting:
+    """Items into kept and rejected rows by the rule (counted in the :class:`Summary`), and the pairs the
+    summary's WERs are computed from."""
+
+    def __init__(self, order: Sequence[str], rule: str, min_agree: int, max_wer: float, summary: Summary):
+        self.order, self.rule, self.min_agree, self.max_wer, self.s = list(order), rule, min_agree, max_wer, summary
+        self.kept_rows: list[dict] = []
+        self.rej_rows: list[dict] = []
+        self.norm_all: list[dict[str, str]] = []
+        self.label_pairs: dict[str, list[tuple[str, str]]] = {t: [] for t in self.order}
+        self.orig_pairs: dict[str, list[tuple[str, str]]] = {t: [] for t in self.order + ["labels"]}
+
+    def failed(self, it: Item, reason: str, caches: Mapping[str, RawCache]) -> None:
+        """An item whose audio or some teacher failed: rejected with the reason."""
+        s = self.s
+        row = dict(audio=it.audio, duration=it.duration, speaker=it.speaker, reason=reason,
+                   teacher_texts={t: caches[t].text(it.audio) for t in self.order if it.audio in caches[t]})
+        if it.orig_text is not None:
+            row["orig_text"] = it.orig_text
+        self.rej_rows.append(row)
+        s.rejected += 1
+        s.rejected_seconds += it.duration or 0.0
+        s.reasons[row["reason"].split(":")[0]] = s.reasons.get(row["reason"].split(":")[0], 0) + 1
+
+    def decide(self, it: Item, caches: Mapping[str, RawCache], normalize: Callable[[str], str]) -> None:
+        """An item every teacher transcribed: kept or rejected by :func:`decide`."""
+        s, order = self.s, self.order
         raw = {t: caches[t].text(it.audio) for t in order}
         norm = {t: normalize(raw[t]) for t in order}
-        norm_all.append(norm)
+        self.norm_all.append(norm)
         dur = next((caches[t].entries[it.audio].get("duration") for t in order
                     if caches[t].entries[it.audio].get("duration") is not None), it.duration)
-        d = decide(norm, order, rule, min_agree, max_wer)
-        row = dict(base, text=d.text, duration=dur, speaker=it.speaker, teacher="+".join(d.teachers),
+        d = decide(norm, order, self.rule, self.min_agree, self.max_wer)
+        row = dict(audio=it.audio, text=d.text, duration=dur, speaker=it.speaker, teacher="+".join(d.teachers),
                    teacher_texts=raw)
         if it.orig_text is not None:
             row["orig_text"] = it.orig_text
             for t in order:
-                orig_pairs[t].append((it.orig_text, norm[t]))
-        if rule == "wer":
+                self.orig_pairs[t].append((it.orig_text, norm[t]))
+        if self.rule == "wer":
             row["teacher_wer"] = None if d.wer is None else round(d.wer, 4)
         if d.keep:
-            kept_rows.append(row)
+            self.kept_rows.append(row)
             s.kept += 1
             s.kept_seconds += dur or 0.0
             s.kept_by[row["teacher"]] = s.kept_by.get(row["teacher"], 0) + 1
             for t in order:
-                label_pairs[t].append((d.text, norm[t]))
+                self.label_pairs[t].append((d.text, norm[t]))
             if it.orig_text is not None:
-                orig_pairs["labels"].append((it.orig_text, d.text))
+                self.orig_pairs["labels"].append((it.orig_text, d.text))
         else:
             del row["text"], row["teacher"]
             row["reason"] = d.reason
             row["normalized"] = norm
-            rej_rows.append(row)
+            self.rej_rows.append(row)
             s.rejected += 1
             s.rejected_seconds += dur or 0.0
             s.reasons[d.reason] = s.reasons.get(d.reason, 0) + 1
-    for i, a in enumerate(order):
-        for b in order[i + 1:]:
-            s.pairwise_wer[f"{b} vs {a}"] = _round(_corpus_wer([(n[a], n[b]) for n in norm_all]))
-    s.teacher_vs_label_wer = {t: _round(_corpus_wer(label_pairs[t])) for t in order}
-    if any(orig_pairs[t] for t in order):
-        s.vs_orig_wer = {t: _round(_corpus_wer(p)) for t, p in orig_pairs.items()}
-    _write_jsonl(out / "manifest.jsonl", kept_rows)
-    _write_jsonl(out / "rejected.jsonl", rej_rows)
-    (out / "summary.json").write_text(json.dumps(dict(s.to_json(), rule=rule, teachers=order, min_agree=min_agree,
-                                                      max_wer=max_wer), indent=1) + "\n", encoding="utf-8")
-    return s
+
+    def wers(self) -> None:
+        """The summary's WERs: teachers pairwise, each teacher against the labels and against the original texts."""
+        s, order = self.s, self.order
+        for i, a in enumerate(order):
+            for b in order[i + 1:]:
+                s.pairwise_wer[f"{b} vs {a}"] = _round(_corpus_wer([(n[a], n[b]) for n in self.norm_all]))
+        s.teacher_vs_label_wer = {t: _round(_corpus_wer(self.label_pairs[t])) for t in order}
+        if any(self.orig_pairs[t] for t in order):
+            s.vs_orig_wer = {t: _round(_corpus_wer(p)) for t, p in self.orig_pairs.items()}
 
 
 def _round(x: float | None) -> float | None:

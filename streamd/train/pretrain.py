@@ -480,25 +480,17 @@ def evaluate(student: Data2VecStudent, teacher: EmaTeacher, dataset: AudioDatase
     return dict(zip(("loss", "target_var"), (sums / max(n, 1)).tolist()))
 
 
-def pretrain(cfg: PretrainConfig, stop: Callable[[int], bool] | None = None) -> PretrainResult:
-    """Pretrain (or resume, with ``cfg.resume``) until ``cfg.steps``.
-
-    stop: called after every step with the step number; returning True saves a checkpoint and train state
-    at that step and returns (``resume: true`` continues exactly from there).
-    """
-    device, tokens, exp, latest = _start_run(cfg)  # tokens only size the placeholder prediction network / joiner
-
-    dcfg = cfg.data
-    train_set, valid_sets, sampler = _run_data(cfg, lambda manifests, repeat: AudioDataset(
-        manifests, cfg.model.fbank, dcfg.cache_features, dcfg.min_duration, dcfg.max_duration, repeat))
-
+def _models(cfg: PretrainConfig, exp: Path, latest: int | None, device: torch.device, train_set: AudioDataset
+            ) -> tuple[Transducer, Data2VecStudent, EmaTeacher, torch.optim.Optimizer, tuple[int, int, int]]:
+    """The run's models and optimizer, fresh (the feature statistics measured on ``train_set``) or resumed from
+    the latest train state (``cfg.resume``): (checkpoint container, student, EMA teacher, optimizer, (step,
+    epoch, batch index) to go on from)."""
     torch.manual_seed(cfg.seed)
     model = Transducer(cfg.model)  # the checkpoint's container; only its encoder trains
     student = Data2VecStudent(model.encoder)
     model.to(device)
     student.to(device)
-    ocfg = cfg.optim
-    opt = _adamw(student.parameters(), ocfg)
+    opt = _adamw(student.parameters(), cfg.optim)
     step, epoch, index = 0, 0, 0
     state: dict | None = None
     exp.mkdir(parents=True, exist_ok=True)
@@ -520,6 +512,23 @@ def pretrain(cfg: PretrainConfig, stop: Callable[[int], bool] | None = None) -> 
     teacher = EmaTeacher(model.encoder)
     if state is not None:
         teacher.model.load_state_dict(state["teacher"], strict=True)
+    return model, student, teacher, opt, (step, epoch, index)
+
+
+def pretrain(cfg: PretrainConfig, stop: Callable[[int], bool] | None = None) -> PretrainResult:
+    """Pretrain (or resume, with ``cfg.resume``) until ``cfg.steps``.
+
+    stop: called after every step with the step number; returning True saves a checkpoint and train state
+    at that step and returns (``resume: true`` continues exactly from there).
+    """
+    device, tokens, exp, latest = _start_run(cfg)  # tokens only size the placeholder prediction network / joiner
+
+    dcfg = cfg.data
+    train_set, valid_sets, sampler = _run_data(cfg, lambda manifests, repeat: AudioDataset(
+        manifests, cfg.model.fbank, dcfg.cache_features, dcfg.min_duration, dcfg.max_duration, repeat))
+
+    model, student, teacher, opt, (step, epoch, index) = _models(cfg, exp, latest, device, train_set)
+    ocfg = cfg.optim
     _write_run_files(exp, cfg, tokens)
 
     def save(at: int, ep: int, ix: int, rec: PretrainStep | None) -> Path:

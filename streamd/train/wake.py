@@ -38,9 +38,9 @@ import math
 import os
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -313,11 +313,8 @@ def det_curve(pos_max: np.ndarray, neg_scores: list[np.ndarray], neg_hours: floa
 def train_wake_model(keyword: str, out: str | Path | None = None, cfg: WakeTrainConfig = WakeTrainConfig(),
                      log: Callable[[str], None] | None = None) -> Path:
     """Train a wake model for ``keyword`` from its text; write it to ``out`` (default ``<keyword>.wake.pt``)
-    and return the path."""
-    from streamd.audio.resample import load_audio_at
-    from streamd.train import rooms as R
-    from streamd.train.jobs import job_results
-    from streamd.train.text import TextGenerator
+    and return the path.  The steps are the module's: :func:`_synthesize`, :func:`_read_real`,
+    :func:`_embed`, :func:`_fit`, :func:`_threshold`."""
     from streamd.train.tts import list_voices
 
     log = log or (lambda m: print(m, file=sys.stderr, flush=True))
@@ -334,132 +331,30 @@ def train_wake_model(keyword: str, out: str | Path | None = None, cfg: WakeTrain
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        # 1. TTS
-        gen = TextGenerator(cfg.seed)
-        neg_texts = confusable_phrases(kw, rng, int(cfg.tts_negatives * 0.7))
-        neg_texts += [gen.sentence() for _ in range(cfg.tts_negatives - len(neg_texts))]
-        pos_texts = [kw if rng.random() < 0.6 else kw.replace(" ", ", ", 1) + ("!" if rng.random() < 0.3 else "")
-                     for _ in range(cfg.tts_positives)]
-        jobs = [(t, cfg.seed, i, True) for i, t in enumerate(pos_texts)]
-        jobs += [(t, cfg.seed, 100000 + i, True) for i, t in enumerate(neg_texts)]
-        bar = _Bar("synthesize (TTS)", len(jobs))
-        tts = []
-        for x in _imap(_tts_job, jobs, cfg.workers, voices):
-            tts.append(x)
-            bar.update()
-        pos_tts, neg_tts = tts[:len(pos_texts)], tts[len(pos_texts):]
+        pos_tts, neg_tts = _synthesize(kw, cfg, rng, voices)
         t_tts = time.monotonic() - t_start
-
-        # 2. real negatives and noise
-        files = real_negative_files(kw)
-        noise_files = files["noise"]
-        speech = files["speech"]
-        pick = np.random.default_rng([cfg.seed, 0x5245414C]).permutation(len(speech))
-        pick = pick[: max(0, cfg.real_negatives - len(noise_files) // 2)]
-        real = [speech[i] for i in sorted(pick)] + noise_files[: len(noise_files) // 2]
-        todo = [(p, n) for p, n in real if n not in _REAL_CACHE]
-        bar = _Bar("read real audio", len(todo) + len(noise_files) - len(noise_files) // 2)
-        emb = load_speech_embedding()
-        for path, name in todo:  # embeddings of real files are kept for the next keyword of this process
-            x = load_audio_at(path, RATE)
-            t = torch.from_numpy(np.concatenate([np.zeros(PREFIX_SAMPLES, np.float32), x]))[None]
-            with torch.no_grad():
-                _REAL_CACHE[name] = (emb(t)[0], len(x) / RATE)
-            bar.update()
-
-        bg_files = noise_files[len(noise_files) // 2:]
-        noise = None
-        if bg_files:
-            import tempfile
-            with tempfile.TemporaryDirectory() as tmp:
-                man = Path(tmp) / "noise.jsonl"
-                man.write_text("".join(json.dumps({"audio": p}) + "\n" for p, _ in bg_files), encoding="utf-8")
-                noise = R.NoiseBank(man, RATE)
-            bar.update(len(bg_files))
-        rirs: list = []
-        try:
-            rirs = R.simulate_rirs(24, RATE, np.random.default_rng([cfg.seed, 0x524F]), rt60=(0.2, 0.9))
-        except ImportError:
-            log("pyroomacoustics not installed: synthetic reverberation instead of simulated rooms")
-
-        # 3. placements and windows
-        pos_win, pos_lab, pos_held = [], [], []
-        neg_win, neg_held_scores_src = [], []
-        n_pos_ok = sum(x is not None for x in pos_tts)
-        bar = _Bar("embed positives", n_pos_ok * cfg.copies)
-        for i, x in enumerate(pos_tts):
-            if x is None:
-                continue
-            held = _held_out(f"pos-{i}")
-            for c in range(cfg.copies):
-                g = np.random.default_rng([cfg.seed, i, c, 0x504F53])
-                y, s, e = _place(x, g, noise, rirs)
-                w = _windows(emb, [y])[0]
-                p, n = _labels(w.shape[0], s, e)
-                if held:
-                    pos_held.append((w, p))
-                else:
-                    pos_win.append(w[torch.from_numpy(p)])
-                    neg_win.append(w[torch.from_numpy(n)])
-                bar.update()
-        neg_items = [("tts", f"neg-{i}", x) for i, x in enumerate(neg_tts) if x is not None]
-        bar = _Bar("embed negatives", len(neg_items))
-        held_neg, held_secs, train_neg_secs = [], 0.0, 0.0
-        held_tts, held_tts_secs = [], 0.0
-        for kind, name, x in neg_items:
-            g = np.random.default_rng([cfg.seed, int(name[4:]), 0x4E4547])
-            x, _, _ = _place(x, g, noise, rirs, lead_max=0.8, trail=0.4)
-            w = _windows(emb, [x])[0]
-            if _held_out(name):
-                held_tts.append(w)
-                held_tts_secs += len(x) / RATE
-            else:
-                neg_win.append(w)
-                train_neg_secs += len(x) / RATE
-            bar.update()
-        for _, name in real:
-            e, secs = _REAL_CACHE[name]
-            w = e.unfold(0, WINDOW, 1).transpose(1, 2) if e.shape[0] >= WINDOW else torch.zeros(0, WINDOW, 96)
-            if _held_out(name):
-                held_neg.append(w)
-                held_secs += secs
-            else:
-                neg_win.append(w)
-                train_neg_secs += secs
-
-        # 4. head
-        X_pos = torch.cat(pos_win)
-        X_neg = torch.cat(neg_win)
+        real, emb, noise, rirs = _read_real(kw, cfg, log)
+        data = _embed(cfg, emb, pos_tts, neg_tts, real, noise, rirs)
+        X_pos = torch.cat(data.pos_win)
+        X_neg = torch.cat(data.neg_win)
         head = WakeHead(cfg.hidden)
         _fit(head, X_pos, X_neg, cfg, log)
         head.eval()
-
-        # 5. threshold on held-out data
-        with torch.no_grad():
-            neg_scores = [torch.sigmoid(head(w)).numpy() if len(w) else np.zeros(0) for w in held_neg]
-            tts_scores = [torch.sigmoid(head(w)).numpy() if len(w) else np.zeros(0) for w in held_tts]
-            pos_max = np.array([float(torch.sigmoid(head(w[torch.from_numpy(p)])).max())
-                                if p.any() else 0.0 for w, p in pos_held])
-        hours = held_secs / 3600
-        det = det_curve(pos_max, neg_scores, hours, THRESHOLDS)
-        ok = [d for d in det if d[2] <= cfg.target_fa_per_h]
-        thr = ok[0][0] if ok else THRESHOLDS[-1]
-        top = max((float(s.max()) for s in neg_scores if len(s)), default=0.0)
-        at = det_curve(pos_max, neg_scores, hours, [thr])[0]
-        tts_at = det_curve(pos_max, tts_scores, held_tts_secs / 3600, [thr])[0]
+        thr, det, pos_max, at, tts_at, top = _threshold(head, data, cfg)
+        hours = data.held_secs / 3600
         elapsed = time.monotonic() - t_start
         info = {
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "embedding": "google speech_embedding (streamd/assets/speech_embedding.pt)",
             "target_fa_per_h": cfg.target_fa_per_h,
-            "held_out": {"positives": int(len(pos_max)), "negative_files": len(held_neg),
+            "held_out": {"positives": int(len(pos_max)), "negative_files": len(data.held_neg),
                          "negative_hours": round(hours, 3), "miss_at_threshold": at[1], "fa_per_h_at_threshold": at[2],
                          "top_negative_score": round(top, 6),
-                         "confusable_tts": {"files": len(held_tts), "hours": round(held_tts_secs / 3600, 3),
+                         "confusable_tts": {"files": len(data.held_tts), "hours": round(data.held_tts_secs / 3600, 3),
                                             "fa_per_h_at_threshold": tts_at[2]}},
-            "data": {"tts_positives": n_pos_ok, "copies": cfg.copies,
+            "data": {"tts_positives": data.n_pos_ok, "copies": cfg.copies,
                      "tts_negatives": sum(x is not None for x in neg_tts),
-                     "real_negative_files": len(real), "train_negative_hours": round(train_neg_secs / 3600, 3),
+                     "real_negative_files": len(real), "train_negative_hours": round(data.train_neg_secs / 3600, 3),
                      "train_windows": {"positive": int(X_pos.shape[0]), "negative": int(X_neg.shape[0])},
                      "sources": ["tts: " + ", ".join(sorted({v.engine for v in voices})),
                                  "real/speech_commands/train", "real/speechocean762/train",
@@ -476,6 +371,147 @@ def train_wake_model(keyword: str, out: str | Path | None = None, cfg: WakeTrain
         return out
     finally:
         torch.set_num_threads(threads)
+
+
+def _synthesize(kw: str, cfg: WakeTrainConfig, rng: np.random.Generator, voices: list
+                ) -> tuple[list[np.ndarray | None], list[np.ndarray | None]]:
+    """Step 1, TTS: the keyword's positives and the confusable and plain negatives, spoken (None: a failed
+    synthesis)."""
+    from streamd.train.text import TextGenerator
+
+    gen = TextGenerator(cfg.seed)
+    neg_texts = confusable_phrases(kw, rng, int(cfg.tts_negatives * 0.7))
+    neg_texts += [gen.sentence() for _ in range(cfg.tts_negatives - len(neg_texts))]
+    pos_texts = [kw if rng.random() < 0.6 else kw.replace(" ", ", ", 1) + ("!" if rng.random() < 0.3 else "")
+                 for _ in range(cfg.tts_positives)]
+    jobs = [(t, cfg.seed, i, True) for i, t in enumerate(pos_texts)]
+    jobs += [(t, cfg.seed, 100000 + i, True) for i, t in enumerate(neg_texts)]
+    bar = _Bar("synthesize (TTS)", len(jobs))
+    tts = []
+    for x in _imap(_tts_job, jobs, cfg.workers, voices):
+        tts.append(x)
+        bar.update()
+    return tts[:len(pos_texts)], tts[len(pos_texts):]
+
+
+def _read_real(kw: str, cfg: WakeTrainConfig, log: Callable[[str], None]) -> tuple[list, Any, Any, list]:
+    """Step 2, real negatives and noise: the real files used as negatives ((path, name); their embeddings in
+    ``_REAL_CACHE``), the speech embedding, the background noise bank (or None) and the simulated rooms."""
+    from streamd.audio.resample import load_audio_at
+    from streamd.train import rooms as R
+
+    files = real_negative_files(kw)
+    noise_files = files["noise"]
+    speech = files["speech"]
+    pick = np.random.default_rng([cfg.seed, 0x5245414C]).permutation(len(speech))
+    pick = pick[: max(0, cfg.real_negatives - len(noise_files) // 2)]
+    real = [speech[i] for i in sorted(pick)] + noise_files[: len(noise_files) // 2]
+    todo = [(p, n) for p, n in real if n not in _REAL_CACHE]
+    bar = _Bar("read real audio", len(todo) + len(noise_files) - len(noise_files) // 2)
+    emb = load_speech_embedding()
+    for path, name in todo:  # embeddings of real files are kept for the next keyword of this process
+        x = load_audio_at(path, RATE)
+        t = torch.from_numpy(np.concatenate([np.zeros(PREFIX_SAMPLES, np.float32), x]))[None]
+        with torch.no_grad():
+            _REAL_CACHE[name] = (emb(t)[0], len(x) / RATE)
+        bar.update()
+
+    bg_files = noise_files[len(noise_files) // 2:]
+    noise = None
+    if bg_files:
+        import tempfile
+        with tempfile.TemporaryDirectory() as tmp:
+            man = Path(tmp) / "noise.jsonl"
+            man.write_text("".join(json.dumps({"audio": p}) + "\n" for p, _ in bg_files), encoding="utf-8")
+            noise = R.NoiseBank(man, RATE)
+        bar.update(len(bg_files))
+    rirs: list = []
+    try:
+        rirs = R.simulate_rirs(24, RATE, np.random.default_rng([cfg.seed, 0x524F]), rt60=(0.2, 0.9))
+    except ImportError:
+        log("pyroomacoustics not installed: synthetic reverberation instead of simulated rooms")
+    return real, emb, noise, rirs
+
+
+@dataclass
+class _Embedded:
+    """Step 3's windows (each (N, WINDOW, 96)): for training (positive, negative) and held out (positive with
+    their labels, real negatives, confusable TTS negatives), with the seconds of audio behind them."""
+
+    pos_win: list = field(default_factory=list)
+    neg_win: list = field(default_factory=list)
+    pos_held: list = field(default_factory=list)  # (windows, positive labels)
+    held_neg: list = field(default_factory=list)
+    held_tts: list = field(default_factory=list)
+    held_secs: float = 0.0
+    held_tts_secs: float = 0.0
+    train_neg_secs: float = 0.0
+    n_pos_ok: int = 0
+
+
+def _embed(cfg: WakeTrainConfig, emb: Any, pos_tts: list, neg_tts: list, real: list, noise: Any, rirs: list
+           ) -> _Embedded:
+    """Step 3, placements and windows: each positive placed ``copies`` times, each negative once, every file
+    scored into windows; split into training and held-out data by name."""
+    d = _Embedded()
+    d.n_pos_ok = sum(x is not None for x in pos_tts)
+    bar = _Bar("embed positives", d.n_pos_ok * cfg.copies)
+    for i, x in enumerate(pos_tts):
+        if x is None:
+            continue
+        held = _held_out(f"pos-{i}")
+        for c in range(cfg.copies):
+            g = np.random.default_rng([cfg.seed, i, c, 0x504F53])
+            y, s, e = _place(x, g, noise, rirs)
+            w = _windows(emb, [y])[0]
+            p, n = _labels(w.shape[0], s, e)
+            if held:
+                d.pos_held.append((w, p))
+            else:
+                d.pos_win.append(w[torch.from_numpy(p)])
+                d.neg_win.append(w[torch.from_numpy(n)])
+            bar.update()
+    neg_items = [("tts", f"neg-{i}", x) for i, x in enumerate(neg_tts) if x is not None]
+    bar = _Bar("embed negatives", len(neg_items))
+    for kind, name, x in neg_items:
+        g = np.random.default_rng([cfg.seed, int(name[4:]), 0x4E4547])
+        x, _, _ = _place(x, g, noise, rirs, lead_max=0.8, trail=0.4)
+        w = _windows(emb, [x])[0]
+        if _held_out(name):
+            d.held_tts.append(w)
+            d.held_tts_secs += len(x) / RATE
+        else:
+            d.neg_win.append(w)
+            d.train_neg_secs += len(x) / RATE
+        bar.update()
+    for _, name in real:
+        e, secs = _REAL_CACHE[name]
+        w = e.unfold(0, WINDOW, 1).transpose(1, 2) if e.shape[0] >= WINDOW else torch.zeros(0, WINDOW, 96)
+        if _held_out(name):
+            d.held_neg.append(w)
+            d.held_secs += secs
+        else:
+            d.neg_win.append(w)
+            d.train_neg_secs += secs
+    return d
+
+
+def _threshold(head: WakeHead, d: _Embedded, cfg: WakeTrainConfig) -> tuple[float, list, np.ndarray, list, list, float]:
+    """Step 5, the threshold on the held-out data: (threshold, DET curve, the held-out positives' top scores,
+    the DET point at the threshold on real and on confusable TTS negatives, the top real negative score)."""
+    with torch.no_grad():
+        neg_scores = [torch.sigmoid(head(w)).numpy() if len(w) else np.zeros(0) for w in d.held_neg]
+        tts_scores = [torch.sigmoid(head(w)).numpy() if len(w) else np.zeros(0) for w in d.held_tts]
+        pos_max = np.array([float(torch.sigmoid(head(w[torch.from_numpy(p)])).max())
+                            if p.any() else 0.0 for w, p in d.pos_held])
+    hours = d.held_secs / 3600
+    det = det_curve(pos_max, neg_scores, hours, THRESHOLDS)
+    ok = [x for x in det if x[2] <= cfg.target_fa_per_h]
+    thr = ok[0][0] if ok else THRESHOLDS[-1]
+    top = max((float(s.max()) for s in neg_scores if len(s)), default=0.0)
+    at = det_curve(pos_max, neg_scores, hours, [thr])[0]
+    tts_at = det_curve(pos_max, tts_scores, d.held_tts_secs / 3600, [thr])[0]
+    return thr, det, pos_max, at, tts_at, top
 
 
 def _imap(fn, jobs, workers: int, voices):

@@ -23,7 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers import LocalWsServer, random_audio, real_portaudio_without_inputs, self_signed_cert
+from helpers import random_audio, real_portaudio_without_inputs
+from tests.server.wire import LocalWsServer, self_signed_cert
 from helpers import write_wav as _write_wav
 
 ROOT = Path(__file__).resolve().parents[2]

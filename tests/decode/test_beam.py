@@ -11,7 +11,8 @@ import math
 import pytest
 import torch
 
-from helpers import make_model, max_prob, peaky_batch, peaky_model, random_batch, run_chunked
+from helpers import make_model
+from tests.decode.refs import max_prob, peaky_batch, peaky_model, random_batch, run_chunked
 from streamd.decode.beam import BeamSearch, BeamSearchState
 from streamd.decode.confidence import aggregate
 from streamd.decode.greedy import GreedySearch

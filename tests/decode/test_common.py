@@ -6,7 +6,8 @@ import itertools
 import pytest
 import torch
 
-from helpers import dec_init, dec_push, make_model
+from helpers import make_model
+from tests.decode.refs import dec_init, dec_push
 from streamd.decode.common import HASH_START, BlankConfAcc, check_step_inputs, hash_extend, initial_decoder
 from streamd.decode.confidence import AGGREGATIONS, aggregate
 from streamd.decode.greedy import GreedySearch

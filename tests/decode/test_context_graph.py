@@ -4,7 +4,7 @@
 import numpy as np
 import pytest
 
-from helpers import RefContext as BruteForce
+from tests.decode.refs import RefContext as BruteForce
 from streamd.decode.context_graph import ContextGraph
 
 

@@ -10,7 +10,9 @@ CPU by the ``host_syncs`` fixture, which wraps the Tensor methods that copy devi
 import pytest
 import torch
 
-from helpers import assert_same_hyp, count_step, make_model, max_prob, random_batch, ref_greedy, run_chunked
+from helpers import make_model
+from tests.decode.refs import (assert_same_hyp, count_step, max_prob, random_batch, ref_greedy,
+                               run_chunked)
 from streamd.decode.greedy import GreedySearch
 
 torch.set_num_threads(1)

@@ -8,7 +8,8 @@ import random
 import pytest
 import torch
 
-from helpers import dec_init, dec_push, make_model, random_batch
+from helpers import make_model
+from tests.decode.refs import dec_init, dec_push, random_batch
 from streamd.config import PhraseSpec
 from streamd.decode.keyword_search import KeywordSearch, KeywordSet, KeywordState, keyword_set
 from streamd.tokens import TokenTable

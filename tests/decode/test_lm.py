@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import RefWittenBell
+from tests.decode.refs import RefWittenBell
 from streamd.decode.lm import build_ngram, load_lm, save_lm
 
 

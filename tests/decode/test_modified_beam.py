@@ -11,8 +11,9 @@ import random
 import pytest
 import torch
 
-from helpers import (RefContext, RefWittenBell, assert_same_hyp, count_step, make_model, max_prob, random_batch,
-                     ref_modified_beam, run_chunked)
+from helpers import make_model
+from tests.decode.refs import (RefContext, RefWittenBell, assert_same_hyp, count_step, max_prob, random_batch,
+                               ref_modified_beam, run_chunked)
 from streamd.decode.context_graph import ContextGraph
 from streamd.decode.greedy import GreedySearch
 from streamd.decode.lm import build_ngram

@@ -10,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers import final_texts as _texts
-from helpers import levenshtein as _levenshtein
+from tests.evaluation.sets import final_texts as _texts
+from tests.evaluation.sets import levenshtein as _levenshtein
 from helpers import random_audio, write_wav
-from helpers import write_eval_set as _write_set
+from tests.evaluation.sets import write_eval_set as _write_set
 from helpers import write_jsonl as write_set
 from streamd.cli import main as cli_main
 from streamd.feed import transcribe_files

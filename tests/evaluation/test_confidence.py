@@ -4,8 +4,8 @@ word confidences under each setting; scored words and calibration figures by han
 import numpy as np
 import pytest
 
-from helpers import final_texts as _texts
-from helpers import write_eval_set as _write_set
+from tests.evaluation.sets import final_texts as _texts
+from tests.evaluation.sets import write_eval_set as _write_set
 from streamd.feed import transcribe_files
 from streamd.config import ConfidenceConfig, EngineConfig
 from streamd.engine import Recognizer

@@ -9,7 +9,8 @@ import random
 import numpy as np
 import pytest
 
-from helpers import Det, write_wav
+from helpers import write_wav
+from tests.evaluation.sets import Det
 from helpers import write_jsonl as write_set
 from streamd.config import EngineConfig, KwsConfig
 from streamd.engine import Recognizer

@@ -3,8 +3,8 @@ hand, and the built-in KWS head's replayed sweep against engine runs."""
 
 import pytest
 
-from helpers import Det
-from helpers import write_eval_set as _write_set
+from tests.evaluation.sets import Det
+from tests.evaluation.sets import write_eval_set as _write_set
 from streamd.feed import transcribe_files
 from streamd.config import EngineConfig, KwsConfig
 from streamd.engine import Recognizer

@@ -5,7 +5,7 @@ import itertools
 
 import pytest
 
-from helpers import write_eval_set as _write_set
+from tests.evaluation.sets import write_eval_set as _write_set
 from streamd.audio.resample import resample
 from streamd.config import EngineConfig
 from streamd.engine import Recognizer

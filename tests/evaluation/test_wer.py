@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from helpers import levenshtein
+from tests.evaluation.sets import levenshtein
 from streamd.evaluation.sets import EvalEntry
 from streamd.evaluation.wer import wer_figures
 from streamd.scoring.metrics import normalize_words

@@ -7,7 +7,7 @@ import pytest
 
 from fractions import Fraction
 
-from helpers import levenshtein
+from tests.evaluation.sets import levenshtein
 from streamd.scoring.metrics import (ReliabilityBins, align_words, auc_roc, confidence_scores, ece, nce, normalize_words,
                                    reliability)
 

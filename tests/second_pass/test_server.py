@@ -10,7 +10,8 @@ import pytest
 from websockets.asyncio.client import connect
 
 from fakes import FakeRecognizer
-from helpers import app_config, drain, http_get, pcm16, random_audio, run
+from helpers import random_audio
+from tests.server.wire import app_config, drain, http_get, pcm16, run
 from streamd.engine import Recognizer
 from streamd.second_pass.rescore import SecondPass
 from streamd.server.app import App

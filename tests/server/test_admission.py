@@ -13,7 +13,8 @@ import json
 import pytest
 from websockets.asyncio.client import connect
 
-from helpers import drain, http_get, make_app, pcm16, random_audio, run, until
+from helpers import random_audio
+from tests.server.wire import drain, http_get, make_app, pcm16, run, until
 from streamd.config import AppConfig, ConfigError, LimitsConfig, default_beam, from_dict
 from streamd.server.admission import (GROWTH_MIN, HELD_WINDOW, LAG_WINDOW, LIGHT_STREAM_COST, MIN_BATCH_UNITS,
                                       NEAR_LIMIT, NEAR_RETRY_AFTER, NEAR_WAITING, REFILL_RETRIES,

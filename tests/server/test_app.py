@@ -1,6 +1,7 @@
 """streamd.server.app: the daemon on loopback with the tiny random model: HTTP routes (probes, metrics, static
 files), header hardening, every limit and security option, v1 streams end to end (ready echo, partial/final/done,
-wire errors, batching loses no audio), loading, warm-up, and the graceful drain (also under load)."""
+wire errors, batching loses no audio), loading and warm-up.  The engine processes are in test_app_lanes.py, the
+graceful drain in test_app_drain.py."""
 
 from __future__ import annotations
 
@@ -19,26 +20,18 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
-from helpers import (TIMEOUT, app_config, drain, http_get, make_app, pcm16, random_audio, raw_http, run, slowed,
-                     until, write_wav)
+from helpers import random_audio, write_wav
+from tests.server.wire import (TIMEOUT, app_config, drain, http_get, make_app, pcm16, raw_http, refused, run, session,
+                               until)
 from streamd.config import AppConfig, from_dict
 from streamd.engine import Recognizer
 from streamd.feed import transcribe_files
 from streamd.server.app import App
-from streamd.server.protocol import CLOSE_CODES
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny models on 2 shared cores
 
 
 # ----------------------------------------------------------------------------- HTTP routes and limits
-
-
-async def refused(url, **kw):
-    """Connect, expect one error message and the close: (error code, close code)."""
-    async with connect(url, **kw) as ws:
-        msgs = await drain(ws)
-    assert len(msgs) == 1 and msgs[0]["type"] == "error" and msgs[0]["message"], msgs
-    return msgs[0]["code"], ws.close_code
 
 
 def test_probes_metrics_static(tiny_ckpt, tmp_path):
@@ -398,19 +391,6 @@ def test_ready_sends_file_names_unless_configured(tiny_ckpt):
 # ----------------------------------------------------------------------------- v1 streams
 
 
-async def session(port, start: dict | None, chunks: list, eof=True, path="/v1/stream"):
-    """Run one client: start, chunks (bytes or str), eof; returns (messages, close code, close reason)."""
-    async with connect(f"ws://127.0.0.1:{port}{path}") as ws:
-        if start is not None:
-            await ws.send(json.dumps({"type": "start", **start}))
-        for c in chunks:
-            await ws.send(c)
-        if eof:
-            await ws.send('{"type": "eof"}')
-        msgs = await drain(ws)
-        return msgs, ws.close_code, ws.close_reason
-
-
 def split(data: bytes, rng: random.Random, width=2, max_bytes=12000) -> list[bytes]:
     out, pos = [], 0
     while pos < len(data):
@@ -445,179 +425,6 @@ def test_ready_echo_partials_final_done(tiny_ckpt):
             assert "partial" not in [m["type"] for m in msgs]
 
     run(body())
-
-
-def offline_finals(rec, x):
-    """The texts of the Finals of ``x`` decoded as one stream by ``rec`` with its default options."""
-    from streamd.events import Final
-
-    sid = rec.create_stream()
-    rec.accept_audio(sid, x)
-    rec.finish(sid)
-    return [e.text for e in rec.drain() if isinstance(e, Final)]
-
-
-def test_light_lane_serves_a_light_client_beside_a_slow_heavy_one(tiny_ckpt):
-    """limits.light_lane: a client's only stream decodes in the lane's own process, not behind the main
-    engine's steps (slowed here to 0.25 s each): the light stream is done first; both transcripts equal the
-    engine's; the lane's process ends with the daemon."""
-    cfg = app_config(limits={"max_load": 0, "light_lane": 4})
-    x = random_audio(2.0, seed=8)
-    ref = offline_finals(Recognizer.from_checkpoint(tiny_ckpt, cfg.engine), x)
-    rec = slowed(Recognizer.from_checkpoint(tiny_ckpt, cfg.engine), 0.25)  # the main engine only
-
-    async def opened(port):
-        ws = await connect(f"ws://127.0.0.1:{port}/v1/stream")
-        await ws.send('{"type": "start"}')
-        assert json.loads(await ws.recv())["type"] == "ready"
-        return ws
-
-    async def finish(ws):
-        data = pcm16(x)
-        for i in range(0, len(data), 6400):
-            await ws.send(data[i:i + 6400])
-        await ws.send('{"type": "eof"}')
-        msgs = await drain(ws)
-        return msgs, time.monotonic()
-
-    async def body():
-        async with App(cfg, recognizer=rec) as app:
-            assert app.light is not None and app.light_lane.alive  # ready means ready with its lane
-            proc = app.light_lane._proc
-            light = await opened(app.port)  # the client's only stream: the light lane
-            heavy = await opened(app.port)  # its second: the main lane
-            await until(lambda: rec.num_streams == 1)
-            assert len(app._light_keys) == 1
-            got = await asyncio.gather(finish(light), finish(heavy))
-            lags = {line.split('"')[1]: float(line.rsplit(" ", 1)[1]) for line in
-                    app.metrics.render().decode().splitlines() if line.startswith("streamd_partial_lag_seconds_count")}
-        return got, proc, lags
-
-    ((light_msgs, light_done), (heavy_msgs, heavy_done)), proc, lags = run(body())
-    assert light_done < heavy_done
-    # each lane's partials are measured under its own label (at least one partial each)
-    assert set(lags) == {"light", "main"} and min(lags.values()) >= 1
-    for msgs in (light_msgs, heavy_msgs):
-        assert [m["text"] for m in msgs if m["type"] == "final"] == ref and msgs[-1]["type"] == "done"
-    assert not proc.is_alive() and proc.exitcode == 0
-
-
-def test_a_dead_light_lane_ends_its_streams_and_comes_back(tiny_ckpt, caplog, monkeypatch):
-    """The lane's process killed mid-stream: its stream gets internal (1011), the main engine takes new
-    streams meanwhile, and a new lane process is started (streamd_light_lane_streams -1 while it is down)."""
-    import streamd.server.app as app_module
-
-    monkeypatch.setattr(app_module, "LANE_RESTART_DELAY", 0.5)
-    caplog.set_level(logging.INFO, logger="streamd.server")
-    cfg = app_config(limits={"light_lane": 4})
-    x = pcm16(random_audio(1.0, seed=9))
-
-    def gauge(app):
-        return next(float(line.split()[1]) for line in app.metrics.render().decode().splitlines()
-                    if line.startswith("streamd_light_lane_streams "))
-
-    async def body():
-        async with App(cfg, recognizer=Recognizer.from_checkpoint(tiny_ckpt, cfg.engine)) as app:
-            first = app.light_lane
-            ws = await connect(f"ws://127.0.0.1:{app.port}/v1/stream")
-            await ws.send('{"type": "start"}')
-            await ws.send(x)
-            await until(lambda: len(app._light_keys) == 1)
-            assert gauge(app) == 1
-            first._proc.kill()
-            await ws.send(x)  # the next cycle finds the process gone
-            msgs = await drain(ws)
-            assert not first.alive and not app._light_keys and gauge(app) == -1
-            after, code, _ = await session(app.port, {}, [x])  # a light client again: the main engine now
-            assert app.light_lane is first and not app._light_keys
-            await until(lambda: app.light_lane is not first and app.light_lane.alive, timeout=60)
-            assert gauge(app) == 0 and not first._proc.is_alive()
-            again, code2, _ = await session(app.port, {}, [x])  # the new lane serves it
-            assert app.light.runner is app.light_lane
-            return msgs, ws.close_code, after, code, again, code2
-
-    msgs, close, after, code, again, code2 = run(body())
-    assert msgs[-1]["type"] == "error" and msgs[-1]["code"] == "internal" and "light lane" in msgs[-1]["message"]
-    assert close == CLOSE_CODES["internal"]
-    assert after[-1]["type"] == "done" and code == 1000
-    assert again[-1]["type"] == "done" and code2 == 1000
-    assert [m["text"] for m in again if m["type"] == "final"] == [m["text"] for m in after if m["type"] == "final"]
-    log = [r.getMessage() for r in caplog.records]
-    assert any("light lane's engine process ended" in m for m in log)
-    assert any("light lane: a new engine process" in m for m in log)
-
-
-def test_the_main_engine_runs_in_a_nicer_process_of_its_own(tiny_ckpt):
-    """server.engine_process (on by default when the daemon loads a checkpoint): no Recognizer in the
-    daemon's process, the engine's process ``engine_nice`` steps nicer, calibrated there; clients get the
-    model info and transcripts the engine gives here; the process ends with the daemon."""
-    from streamd.server.protocol import public_model_info
-    from streamd.server.runner import EngineRunner
-
-    cfg = app_config(server={"engine_nice": 4, "engine_policy": "batch"})
-    assert cfg.server.engine_process
-    x = random_audio(2.0, seed=10)
-    ref_rec = Recognizer.from_checkpoint(tiny_ckpt, cfg.engine)
-    ref = offline_finals(ref_rec, x)
-
-    async def body():
-        async with App(cfg, model_path=str(tiny_ckpt)) as app:
-            lane = app.main_lane
-            assert app.rec is None and lane is not None and lane.alive and app.batcher.runner is lane
-            assert lane.pid != os.getpid()
-            assert os.getpriority(os.PRIO_PROCESS, lane.pid) == min(19, os.getpriority(os.PRIO_PROCESS, 0) + 4)
-            assert os.sched_getscheduler(lane.pid) == os.SCHED_BATCH
-            assert app.admission.model is not None  # calibrated in the engine's process
-            assert app.model_info == public_model_info(EngineRunner(ref_rec).model_info, False)
-            assert (await http_get(app.port, "/readyz"))[0] == 200
-            got = await asyncio.gather(*(session(app.port, {}, [pcm16(x)]) for _ in range(3)))
-        return got, lane._proc
-
-    got, proc = run(body())
-    for msgs, code, _ in got:
-        assert msgs[0]["type"] == "ready" and msgs[-1]["type"] == "done" and code == 1000
-        assert [m["text"] for m in msgs if m["type"] == "final"] == ref
-    assert not proc.is_alive() and proc.exitcode == 0
-
-
-def test_a_dead_main_engine_ends_its_streams_and_comes_back(tiny_ckpt, caplog, monkeypatch):
-    """The main engine's process killed mid-stream: its stream gets internal (1011); while a new process
-    starts, /readyz answers 503 and new streams get ``loading``; then the new process serves."""
-    import streamd.server.app as app_module
-
-    monkeypatch.setattr(app_module, "LANE_RESTART_DELAY", 0.5)
-    caplog.set_level(logging.INFO, logger="streamd.server")
-    cfg = app_config()
-    x = pcm16(random_audio(1.0, seed=11))
-
-    async def body():
-        async with App(cfg, model_path=str(tiny_ckpt)) as app:
-            first = app.main_lane
-            before, code0, _ = await session(app.port, {}, [x])
-            ws = await connect(f"ws://127.0.0.1:{app.port}/v1/stream")
-            await ws.send('{"type": "start"}')
-            await ws.send(x)
-            first._proc.kill()
-            await ws.send(x)  # the next cycle finds the process gone
-            msgs = await drain(ws)
-            await until(lambda: app.loading)
-            assert (await http_get(app.port, "/readyz"))[0] == 503
-            down = await refused(f"ws://127.0.0.1:{app.port}/v1/stream")
-            await until(lambda: app.main_lane is not first and not app.loading, timeout=60)
-            assert app.batcher.runner is app.main_lane and app.main_lane.alive and not first._proc.is_alive()
-            assert (await http_get(app.port, "/readyz"))[0] == 200
-            again, code2, _ = await session(app.port, {}, [x])
-            return before, code0, msgs, ws.close_code, down, again, code2
-
-    before, code0, msgs, close, down, again, code2 = run(body())
-    assert msgs[-1]["type"] == "error" and msgs[-1]["code"] == "internal" and "main engine" in msgs[-1]["message"]
-    assert close == CLOSE_CODES["internal"]
-    assert down == ("loading", 1013)
-    assert before[-1]["type"] == again[-1]["type"] == "done" and code0 == code2 == 1000
-    assert [m["text"] for m in again if m["type"] == "final"] == [m["text"] for m in before if m["type"] == "final"]
-    log = [r.getMessage() for r in caplog.records]
-    assert any("main engine's engine process ended" in m for m in log)
-    assert any("main engine: a new engine process" in m for m in log)
 
 
 def test_reset_closes_a_segment(tiny_ckpt):
@@ -786,124 +593,3 @@ def test_events_without_mic(tiny_ckpt):
 
     msgs, code = asyncio.run(asyncio.wait_for(body(), TIMEOUT))
     assert msgs[0]["code"] == "no_mic" and "--mic" in msgs[0]["message"] and code == 1008
-
-
-# ----------------------------------------------------------------------------- drain
-
-
-def ws_frame(opcode: int, payload: bytes) -> bytes:
-    """One masked client frame (RFC 6455)."""
-    n = len(payload)
-    head = bytes([0x80 | opcode])
-    if n < 126:
-        head += bytes([0x80 | n])
-    elif n < 65536:
-        head += bytes([0x80 | 126]) + n.to_bytes(2, "big")
-    else:
-        head += bytes([0x80 | 127]) + n.to_bytes(8, "big")
-    mask = os.urandom(4)
-    body = (np.frombuffer(payload, np.uint8) ^ np.resize(np.frombuffer(mask, np.uint8), n)).tobytes()
-    return head + mask + body
-
-
-async def raw_client(port, path):
-    """A websocket client that never answers the closing handshake."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    key = base64.b64encode(os.urandom(16)).decode()
-    writer.write(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                 f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n".encode())
-    head = await reader.readuntil(b"\r\n\r\n")
-    assert head.startswith(b"HTTP/1.1 101")
-    return reader, writer
-
-
-async def http_status(port, path):
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode())
-    data = await reader.read()
-    writer.close()
-    return int(data.split(b" ", 2)[1]), data.partition(b"\r\n\r\n")[2]
-
-
-def test_drain_finishes_live_streams(tiny_ckpt):
-    """Shutdown: readyz 503, new streams refused (shutting_down), live ones get final + done, close 1001."""
-    cfg = app_config(server={"grace_seconds": 10, "close_timeout": 1.0})
-    x = pcm16(random_audio(1.5, seed=4))
-
-    async def body():
-        app = App(cfg, recognizer=Recognizer.from_checkpoint(tiny_ckpt, cfg.engine))
-        await app.start()
-        clients = []
-        for _ in range(2):
-            ws = await connect(f"ws://127.0.0.1:{app.port}/v1/stream")
-            await ws.send('{"type": "start", "partials": false}')
-            assert json.loads(await ws.recv())["type"] == "ready"
-            for i in range(0, len(x), 4000):
-                await ws.send(x[i:i + 4000])
-            clients.append(ws)
-        reader, writer = await raw_client(app.port, "/v1/stream")  # holds the drain for close_timeout
-        writer.write(ws_frame(1, b'{"type": "start"}') + ws_frame(2, x[:16000]))
-        await writer.drain()
-        await asyncio.sleep(0.2)
-        t0 = time.monotonic()
-        stopping = asyncio.create_task(app.shutdown())
-        await asyncio.sleep(0.1)
-        assert await http_status(app.port, "/readyz") == (503, b"draining\n")
-        async with connect(f"ws://127.0.0.1:{app.port}/v1/stream") as late:
-            msgs = await drain(late)
-        assert msgs[0]["code"] == "shutting_down" and late.close_code == 1001
-        results = [await drain(ws) for ws in clients]
-        await stopping
-        raw = await reader.read()
-        writer.close()
-        return results, [ws.close_code for ws in clients], raw, time.monotonic() - t0
-
-    results, codes, raw, took = asyncio.run(asyncio.wait_for(body(), TIMEOUT))
-    for msgs in results:
-        assert [m["type"] for m in msgs][-2:] == ["final", "done"] and msgs[-2]["reason"] == "eos"
-        assert msgs[-1]["audio_seconds"] == pytest.approx(1.5)
-    assert codes == [1001, 1001]
-    assert b'"type": "done"' in raw and b'"audio_seconds": 0.5' in raw  # the raw client got its done too
-    assert took < 8
-
-
-def test_drain_under_load_ends_every_stream_with_done_or_shutting_down(tiny_ckpt, caplog):
-    """SIGTERM while the engine is behind: the streams the grace cannot decode are told at once (a step of
-    at least 0.04 s decodes at most 4 x 0.16 s of audio: 12.8 s within the 0.8 s grace, while 18 s are
-    queued), the short one is finished, and nothing ends in silence."""
-    from streamd.engine import Recognizer
-
-    cfg = app_config(server={"grace_seconds": 0.8, "close_timeout": 1.0, "max_steps_per_cycle": 1})
-    long, short = pcm16(random_audio(6.0, seed=5)), pcm16(random_audio(0.3, seed=6))
-
-    async def client(port, audio, sent):
-        ws = await connect(f"ws://127.0.0.1:{port}/v1/stream")
-        await ws.send('{"type": "start"}')
-        for i in range(0, len(audio), 32000):
-            await ws.send(audio[i:i + 32000])
-        sent.set()
-        return ws
-
-    async def body():
-        rec = slowed(Recognizer.from_checkpoint(tiny_ckpt, cfg.engine), 0.04)
-        app = App(cfg, recognizer=rec)
-        await app.start()
-        events = [asyncio.Event() for _ in range(4)]
-        clients = [await client(app.port, long, events[i]) for i in range(3)]
-        await until(lambda: app.throughput.rate(time.monotonic()) is not None)
-        clients.append(await client(app.port, short, events[3]))
-        await asyncio.sleep(0.1)
-        t0 = time.monotonic()
-        stopping = asyncio.create_task(app.shutdown())
-        results = [await drain(ws) for ws in clients]
-        await stopping
-        return results, [ws.close_code for ws in clients], time.monotonic() - t0
-
-    results, codes, took = asyncio.run(asyncio.wait_for(body(), 60))
-    assert codes == [1001] * 4  # every stream is told, none ends in silence
-    for msgs in results[:3]:  # 6 s of audio each at an engine this slow: the grace cannot finish them
-        assert msgs[-1]["type"] == "error" and msgs[-1]["code"] == "shutting_down", msgs[-3:]
-        assert "shutting down" in msgs[-1]["message"]
-    assert [m["type"] for m in results[3]][-2:] == ["final", "done"]  # the short one is decoded to its end
-    assert took < 0.8 + 1.0 + 2.0
-    assert any("cannot be decoded within the grace period; ending them now" in r.getMessage() for r in caplog.records)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from helpers import bad, headers
+from tests.server.wire import bad, headers
 from streamd.config import AppConfig, ConfigError, ServerConfig
 from streamd.server import auth, protocol
 from streamd.server.auth import (RequestInfo, authorize, bearer_token, check_wyoming_auth, origin_ok, token_id,

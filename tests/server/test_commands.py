@@ -9,7 +9,8 @@ import typing
 import numpy as np
 import pytest
 
-from helpers import pcm16, random_audio
+from helpers import random_audio
+from tests.server.wire import pcm16
 from streamd.config import EngineConfig
 from streamd.engine import Recognizer
 from streamd.events import Final, Partial

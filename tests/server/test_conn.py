@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 from websockets.asyncio.client import connect
 
-from helpers import TIMEOUT, app_config, make_app, random_audio, run
+from helpers import random_audio
+from tests.server.wire import TIMEOUT, app_config, make_app, run
 from streamd.engine import Recognizer
 from streamd.events import Final, Partial
 from streamd.server.app import App, Conn

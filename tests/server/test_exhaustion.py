@@ -9,7 +9,7 @@ import logging
 
 import pytest
 
-from helpers import make_app, run
+from tests.server.wire import make_app, run
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny models on 2 shared cores
 

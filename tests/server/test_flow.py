@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 from websockets.asyncio.client import connect
 
-from helpers import app_config, drain, make_app, pcm16, random_audio, run, vosk_lockstep, write_wav
+from helpers import random_audio, write_wav
+from tests.server.wire import app_config, drain, make_app, pcm16, run, vosk_lockstep
 from streamd.client import transcribe_file
 from streamd.engine import Recognizer
 from streamd.events import Final

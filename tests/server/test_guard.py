@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from helpers import bad, headers
+from tests.server.wire import bad, headers
 from streamd.server.guard import HostRule, RateLimitedLog, check_request, host_name, parse_host, single_header
 
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from helpers import pcm16, random_audio
+from helpers import random_audio
+from tests.server.wire import pcm16
 from streamd.config import EngineConfig, from_dict
 from streamd.engine import Recognizer
 from streamd.server.commands import CloseStream, FeedPcm, FeedSamples, FinishStream, OpenStream

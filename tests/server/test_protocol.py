@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from helpers import TENTH, error_of
+from tests.server.wire import TENTH, error_of
 from streamd.config import LimitsConfig
 from streamd.events import Done, Error, Final, Partial, WakeWord, Word
 from streamd.server.protocol import (Audio, Close, Finish, MinAudioRate, Open, Reset, Send, TokenBucket, V1Session,

@@ -8,7 +8,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from helpers import pcm16, random_audio
+from helpers import random_audio
+from tests.server.wire import pcm16
 from streamd.config import AppConfig, from_dict
 from streamd.engine import Recognizer
 from streamd.events import Error, Partial

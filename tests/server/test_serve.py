@@ -15,7 +15,8 @@ import time
 import pytest
 from websockets.asyncio.client import connect
 
-from helpers import ROOT, TIMEOUT, drain, pcm16, random_audio
+from helpers import ROOT, random_audio
+from tests.server.wire import TIMEOUT, drain, pcm16
 from streamd.cli import main
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny models on 2 shared cores

@@ -10,7 +10,7 @@ import ssl
 import pytest
 from websockets.asyncio.client import connect
 
-from helpers import app_config, make_app, run, self_signed_cert
+from tests.server.wire import app_config, make_app, run, self_signed_cert
 from streamd.config import ConfigError
 from streamd.server.app import resolve_config
 

@@ -19,7 +19,7 @@ import pytest
 
 import streamd
 import streamd.server
-from helpers import http_get, make_app
+from tests.server.wire import http_get, make_app
 from streamd.config import AppConfig
 from streamd.server.static import WEB_FILES, StaticFiles, content_type, default_web_root
 

@@ -13,8 +13,8 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from helpers import (TENTH, TIMEOUT, app_config, drain, error_of, pcm16, random_audio, slowed, vosk_lockstep,
-                     write_wav)
+from helpers import random_audio, write_wav
+from tests.server.wire import TENTH, TIMEOUT, app_config, drain, error_of, pcm16, slowed, vosk_lockstep
 from streamd.config import AppConfig, LimitsConfig, from_dict
 from streamd.engine import Recognizer
 from streamd.events import Done, Final, Partial, Word

@@ -23,7 +23,7 @@ from wyoming.ping import Ping  # noqa: E402
 from wyoming.wake import Detect, Detection  # noqa: E402
 
 import streamd  # noqa: E402
-from helpers import run  # noqa: E402
+from tests.server.wire import run  # noqa: E402
 from streamd.audio.pcm import load_audio  # noqa: E402
 from streamd.audio.resample import resample  # noqa: E402
 from streamd.config import AppConfig, from_dict  # noqa: E402

@@ -19,7 +19,7 @@ from streamd.evaluation.options import EvalOptions
 from streamd.evaluation.recognition import Evaluator
 from streamd.scoring.metrics import align_words, ece, normalize_words
 from helpers import write_wav
-from helpers import write_eval_set as _write_set
+from tests.evaluation.sets import write_eval_set as _write_set
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny models on 2 shared cores

@@ -24,7 +24,7 @@ from streamd.train.pretrain import (AudioDataset, EmaConfig, EmaTeacher, Pretrai
                                     instance_norm, load_pretrain_config, main, pretrain, regression_loss,
                                     sample_time_masks)
 from streamd.train.trainer import is_pretrain_checkpoint, load_train_config, train
-from helpers import TINY_MODEL, make_corpus, set_nested, tiny_config
+from tests.train.corpus import TINY_MODEL, make_corpus, set_nested, tiny_config
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 import yaml
 
-from helpers import TINY_MODEL, make_corpus, tiny_config
+from tests.train.corpus import TINY_MODEL, make_corpus, tiny_config
 from streamd.config import ConfigError, FbankConfig, ModelConfig, from_dict
 from streamd.tokens import TokenTable
 from streamd.model.checkpoint import load_checkpoint
