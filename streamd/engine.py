@@ -15,7 +15,16 @@ features (or a finished stream with a tail), up to ``max_batch``, and runs
 fbank, encoder, every search method present and the KWS detector once each
 over that batch.  Per-stream state (fbank cursor, encoder cache, search and
 KWS state) is kept batched between steps when the next batch is the same set
-of streams, and re-gathered otherwise.
+of streams, and re-gathered otherwise (new streams' initial states are one
+state repeated, not built stream by stream).
+
+Partials cost Python only for the streams whose best hypothesis changed:
+each stream with partials keeps a host copy of it with its text and words
+(:class:`~streamd.decode.words.WordBuilder`, which reads only what changed);
+per step and search method one host transfer carries every row's token
+count and trailing blanks (and, for a beam search, whether its best
+hypothesis changed, compared on the device) and one more only the changed
+tokens; endpoint rules are evaluated as arrays.
 
 Events: :class:`~streamd.events.Partial` after every chunk (if the stream
 asked for partials), :class:`~streamd.events.Final` at endpoints, resets and
@@ -49,7 +58,7 @@ from .decode.confidence import make_measure
 from .decode.ctc import CtcGreedySearch, CtcPrefixBeamSearch
 from .decode.endpoint import Endpointer
 from .decode.greedy import GreedySearch
-from .decode.hyps import HypOut
+from .decode.hyps import HypBuffer, HypOut
 from .decode.context_graph import ContextGraph, phrase_graph, shared_boost
 from .decode.endpoint import seconds_to_frames
 from .decode.ctc_keyword_search import CtcKeywordSearch
@@ -59,7 +68,7 @@ from .decode.kws import Detection, KwsDetector, KwsState, aligned_span
 from .decode.lm import NgramLM, load_lm
 from .decode.modified_beam import ModifiedBeamSearch
 from .tokens import TokenTable
-from .decode.words import tokens_to_words
+from .decode.words import WordBuilder, tokens_to_words
 from .events import Done, Error, Event, Final, Partial, WakeWord, Word
 from .model.checkpoint import LoadedModel, load_checkpoint
 from .device import resolve_device
@@ -152,9 +161,15 @@ class _Stream:
     search: Any = None
     kws: Any = None
     kwsearch: KeywordState | None = None
-    # the last partial's (tokens, frames, confs) with its text and words: a hypothesis that did not change
-    # since the last chunk (most chunks of most streams) is not turned into text and words again
-    partial_memo: tuple[tuple, str, tuple[Word, ...]] | None = None
+    # streams with partials: the search's best hypothesis as last copied to the host, its text and words
+    # (updated incrementally from the tokens that changed), its words calibrated (the first ``cal_valid``
+    # are up to date), and the last Partial's (text, words, tokens, frames, confs), ``stale`` once the
+    # hypothesis may have changed (a hypothesis that did not change, most chunks of most streams, reuses it)
+    shown: WordBuilder | None = None
+    cal: list[Word] = field(default_factory=list)
+    cal_valid: int = 0
+    partial: tuple[str, tuple[Word, ...], tuple[int, ...], tuple[int, ...], tuple[float, ...]] | None = None
+    stale: bool = True
     # second pass: the 16 kHz samples (int16 pieces) from sample ``audio_from`` on, kept while a segment may
     # need them (at most max_segment_s before the decoded point); ``audio_in``: 16 kHz samples accepted
     audio: list[np.ndarray] | None = None
@@ -196,6 +211,9 @@ class _Batch:
     kws: Any = None
     wake_rows: Tensor | None = None
     wake: KeywordState | None = None
+    # method (not append_only) -> each row's best hypothesis as last shown: lengths (R,), tokens, frames,
+    # confs (R, L) zero past the length; gone when it may differ from the streams' shown copies
+    shown: dict[str, tuple[Tensor, Tensor, Tensor, Tensor]] = field(default_factory=dict)
 
 
 class Recognizer:
@@ -481,6 +499,8 @@ class Recognizer:
         st = self._streams[sid] = _Stream(sid, opts, FbankStream(self.model.cfg.fbank), rs, hot=hot,
                                           wake=wake if opts.keywords and self.config.kws.enabled else None,
                                           audio=[] if opts.second_pass else None)
+        if opts.partials:
+            st.shown = WordBuilder(self.tokens, self.frame_shift_s, self.config.confidence.aggregation)
         if on is not None:
             st.wake_on = on
             st.wake_emb = self.wake_scorer.init_stream()
@@ -658,39 +678,60 @@ class Recognizer:
             if st is not None:
                 setattr(st, attr, state.select(torch.tensor([j], device=self.device)))
 
-    def _stack(self, streams: list[_Stream], rows: list[int], attr: str) -> tuple[Tensor, Any]:
-        """(R,) row indices and the streams' ``attr`` states of ``rows`` concatenated into one batched state."""
-        states = [getattr(streams[r], attr) for r in rows]
-        return torch.tensor(rows, device=self.device), type(states[0]).cat(states)
+    def _stack(self, states: list[Any], rows: list[int]) -> tuple[Tensor, Any]:
+        """(R,) row indices and the states of ``rows`` (one per row) as one batched state.
 
-    def _init_search(self, st: _Stream) -> Any:
-        return self.searches[st.opts.method].new_state(st.opts.beam, self.device, graph=st.hot)
+        Runs of rows that share one state object (the fresh state of new streams, see :meth:`_gather`) are
+        repeated with one ``select`` each, not concatenated stream by stream."""
+        parts: list[Any] = []
+        k = 0
+        while k < len(states):
+            j = k + 1
+            while j < len(states) and states[j] is states[k]:
+                j += 1
+            parts.append(states[k].select(torch.zeros(j - k, dtype=torch.long, device=self.device))
+                         if j - k > 1 else states[k])
+            k = j
+        return torch.tensor(rows, device=self.device), type(parts[0]).cat(parts)
 
     def _gather(self, ids: tuple[int, ...]) -> _Batch:
         if self._batch is not None and self._batch.ids == ids:
             return self._batch
         self._drop_batch()
         streams = [self._streams[i] for i in ids]
+        fresh: dict[Any, Any] = {}  # new streams' initial states, one object per kind (and search options)
+
+        def new(key: tuple, make: Callable[[], Any]) -> Any:
+            if key not in fresh:
+                fresh[key] = make()
+            return fresh[key]
+
+        dev = self.device
+        enc, search, kws, kwsearch = [], [], [], []  # per row: the stream's state, or a fresh one (None: none)
         for st in streams:
-            if st.enc is None:
-                st.enc = self.model.encoder.init_cache(1, self.device)
-                st.search = self._init_search(st)
-                if self.kws is not None and st.opts.keywords:
-                    st.kws = self.kws.init_state(1, self.device)
-                if st.wake is not None:
-                    st.kwsearch = self.keyword_search.init_state(st.wake, self.device)
-        batch = _Batch(ids, EncoderCache.cat([st.enc for st in streams]))
+            if st.enc is not None:
+                enc.append(st.enc), search.append(st.search), kws.append(st.kws), kwsearch.append(st.kwsearch)
+                continue
+            o = st.opts
+            enc.append(new(("enc",), lambda: self.model.encoder.init_cache(1, dev)))
+            search.append(new(("search", o.method, o.beam, id(st.hot)), lambda: self.searches[o.method].new_state(
+                o.beam, dev, graph=st.hot)))
+            kws.append(new(("kws",), lambda: self.kws.init_state(1, dev))
+                       if self.kws is not None and o.keywords else None)
+            kwsearch.append(new(("wake", id(st.wake)), lambda: self.keyword_search.init_state(st.wake, dev))
+                            if st.wake is not None else None)
+        batch = _Batch(ids, self._stack(enc, list(range(len(ids))))[1])
         by_method: dict[str, list[int]] = {}
         for row, st in enumerate(streams):
             by_method.setdefault(st.opts.method, []).append(row)
         for method, rows in by_method.items():
-            batch.groups[method] = self._stack(streams, rows, "search")
-        kws_rows = [row for row, st in enumerate(streams) if st.kws is not None]
+            batch.groups[method] = self._stack([search[r] for r in rows], rows)
+        kws_rows = [row for row, x in enumerate(kws) if x is not None]
         if kws_rows:
-            batch.kws_rows, batch.kws = self._stack(streams, kws_rows, "kws")
-        wake_rows = [row for row, st in enumerate(streams) if st.kwsearch is not None]
+            batch.kws_rows, batch.kws = self._stack([kws[r] for r in kws_rows], kws_rows)
+        wake_rows = [row for row, x in enumerate(kwsearch) if x is not None]
         if wake_rows:
-            batch.wake_rows, batch.wake = self._stack(streams, wake_rows, "kwsearch")
+            batch.wake_rows, batch.wake = self._stack([kwsearch[r] for r in wake_rows], wake_rows)
         for st in streams:  # the batch owns the state now
             st.enc = st.search = st.kws = st.kwsearch = None
         self._batch = batch
@@ -715,8 +756,9 @@ class Recognizer:
             ready = (ready[k:] + ready[:k])[: self.config.max_batch]
             self._rr += self.config.max_batch
         events: list[Event] = []
-        decode = tuple(sid for sid in ready if self._decodable(self._streams[sid]))
-        idle = tuple(sid for sid in ready if sid not in decode)  # only a segment/stream to close
+        decodable = [self._decodable(self._streams[sid]) for sid in ready]
+        decode = tuple(sid for sid, d in zip(ready, decodable) if d)
+        idle = tuple(sid for sid, d in zip(ready, decodable) if not d)  # only a segment/stream to close
         if decode:
             takes = {sid: min(self._streams[sid].fbank.frames_ready(), self.chunk_fbank) for sid in decode}
             windows = {sid: self._streams[sid].fbank.take(takes[sid]) for sid in decode}
@@ -800,8 +842,7 @@ class Recognizer:
             new_wake, hits = self.keyword_search.detect(new_wake, flush=ended)
         # commit
         batch.enc, batch.groups, batch.kws, batch.wake = new_enc, new_groups, new_kws, new_wake
-        best, trailing = self._hyps(batch)
-        events: list[Event] = self._wake_events(batch, dets, best) + self._keyword_events(batch, hits)
+        events: list[Event] = self._wake_events(batch, dets) + self._keyword_events(batch, hits)
         if self.on_batch is not None:
             self.on_batch(BatchView(ids, heads, enc_len, offsets))
         for st, n in zip(streams, enc_len.tolist()):
@@ -812,14 +853,15 @@ class Recognizer:
         if any(i not in self._streams for i in ids):
             return events  # a failed stream was closed and the batch dropped
         # 5. results, endpoints, ends of streams
-        return events + self._results(batch, best, trailing)
+        return events + self._results(batch)
 
-    def _wake_events(self, batch: _Batch, dets: list[Detection], best: dict[int, HypOut]) -> list[Event]:
+    def _wake_events(self, batch: _Batch, dets: list[Detection]) -> list[Event]:
         """One WakeWord per detection, spanning the keyword as the stream's best hypothesis aligned it
         (:func:`~streamd.decode.kws.aligned_span`), else the head's span."""
         if not dets:
             return []
         kws_ids = [batch.ids[row] for row in batch.kws_rows.tolist()]
+        best = self._best_of(batch, sorted({kws_ids[d.row] for d in dets}))
         events: list[Event] = []
         for d in dets:
             sid = kws_ids[d.row]
@@ -837,54 +879,162 @@ class Recognizer:
         fs = self.frame_shift_s
         return [WakeWord(ids[h.row], h.keyword, h.score, h.first_frame * fs, (h.frame + 1) * fs) for h in hits]
 
-    def _hyps(self, batch: _Batch, final: bool = False, methods: tuple[str, ...] | None = None
-              ) -> tuple[dict[int, HypOut], dict[int, int]]:
-        """Best hypothesis and trailing blank frames per stream id (one host transfer per method).
+    def _best_of(self, batch: _Batch, sids: Sequence[int], final: bool = False) -> dict[int, HypOut]:
+        """Best hypothesis of streams ``sids`` of the batch (one host transfer per method among them).
 
-        final: rank hypotheses as complete segments (the LM's end-of-sentence term, where fused);
-        methods: only the streams of these methods (default all).
-        """
+        final: rank hypotheses as complete segments (the LM's end-of-sentence term, where fused)."""
+        if not sids:
+            return {}
+        want = {batch.ids.index(sid) for sid in sids}
         best: dict[int, HypOut] = {}
-        trailing: dict[int, int] = {}
         for method, (rows, state) in batch.groups.items():
-            if methods is not None and method not in methods:
+            pairs = [(j, row) for j, row in enumerate(rows.tolist()) if row in want]
+            if not pairs:
                 continue
-            search = self.searches[method]
-            outs = search.best(state, final=final)
-            tb = search.trailing_blanks(state).tolist()
-            for j, row in enumerate(rows.tolist()):
-                best[batch.ids[row]] = outs[j]
-                trailing[batch.ids[row]] = tb[j]
-        return best, trailing
+            sub = state.select(torch.tensor([j for j, _ in pairs], device=self.device))
+            for (_, row), hyp in zip(pairs, self.searches[method].best(sub, final=final)):
+                best[batch.ids[row]] = hyp
+        return best
 
     def _words(self, hyp: HypOut) -> tuple[Word, ...]:
         """The hypothesis' words; with a calibration, ``conf`` calibrated and ``conf_raw`` the measure."""
-        words = tokens_to_words(self.tokens, hyp.tokens, hyp.frames, hyp.confs, self.frame_shift_s,
-                                self.config.confidence.aggregation)
-        if self.calibration is None or not words:
-            return tuple(words)
-        probs = self.calibration.apply([w.conf for w in words]).tolist()
-        return tuple(dataclasses.replace(w, conf=p, conf_raw=w.conf) for w, p in zip(words, probs))
+        return tuple(self._calibrated(tokens_to_words(self.tokens, hyp.tokens, hyp.frames, hyp.confs,
+                                                      self.frame_shift_s, self.config.confidence.aggregation)))
 
-    def _results(self, batch: _Batch, best: dict[int, HypOut], trailing: dict[int, int]) -> list[Event]:
-        """Partials, endpoints and ends of streams after a decoded chunk; best, trailing: from :meth:`_hyps`."""
+    def _calibrated(self, words: list[Word]) -> list[Word]:
+        """Words with ``conf`` calibrated and ``conf_raw`` the measure (as they are without a calibration)."""
+        if self.calibration is None or not words:
+            return words
+        probs = self.calibration.apply([w.conf for w in words]).tolist()
+        return [dataclasses.replace(w, conf=p, conf_raw=w.conf) for w, p in zip(words, probs)]
+
+    def _refresh(self, batch: _Batch, streams: list[_Stream]) -> tuple[np.ndarray, np.ndarray]:
+        """Tokens (B,) and trailing blank frames (B,) of every row's best hypothesis, as int64 host arrays;
+        brings the host copy of the best hypothesis (:attr:`_Stream.shown`) of streams with partials up to date.
+
+        Per method: one host transfer of the lengths and trailing blanks, then one of only the tokens the
+        shown copies lack (an ``append_only`` search: those past the copy's length; otherwise the whole best
+        hypothesis, compared with the copy on the host); a stream whose hypothesis did not change costs no
+        Python beyond its row of these arrays."""
+        b = len(streams)
+        n_all = np.zeros(b, np.int64)
+        tb_all = np.zeros(b, np.int64)
+        for method, (rows, state) in batch.groups.items():
+            search = self.searches[method]
+            rl = rows.tolist()
+            slots = search.best_slots(state)
+            if slots is None:  # host-side hypotheses: every one at once
+                outs = search.best(state)
+                n_all[rl] = [len(h.tokens) for h in outs]
+                tb_all[rl] = search.trailing_blanks(state).tolist()
+                for row, hyp in zip(rl, outs):
+                    if streams[row].shown is not None:
+                        self._show(streams[row], hyp.tokens, hyp.frames, hyp.confs, 0)
+                continue
+            buf = state.hyps
+            lengths = buf.lengths.gather(1, slots[:, None])[:, 0]
+            shown = [(j, streams[row]) for j, row in enumerate(rl) if streams[row].shown is not None]
+            summary = [lengths, search.trailing_blanks(state).to(lengths.dtype)]
+            if shown and not search.append_only:  # which best hypotheses differ from the last shown
+                summary.append(self._best_changed(batch, method, buf, slots, lengths).to(lengths.dtype))
+            host = torch.stack(summary).cpu().numpy()
+            n, tb = host[0], host[1]
+            n_all[rl], tb_all[rl] = n, tb
+            if not shown:
+                continue
+            js = np.fromiter((j for j, _ in shown), np.int64, len(shown))
+            if search.append_only:
+                known = np.fromiter((len(st.shown.tokens) for _, st in shown), np.int64, len(shown))
+                new = n[js]
+                moved = np.flatnonzero(new != known)
+                keep = np.where(new[moved] > known[moved], known[moved], 0)  # shorter: a new segment
+            else:
+                moved = np.flatnonzero(host[2][js])
+                keep = np.zeros(len(moved), np.int64)
+            if not moved.size:
+                continue
+            width = int((n[js[moved]] - keep).max())
+            sel = torch.from_numpy(js[moved]).to(self.device)
+            toks, frames, confs = buf.windows_to_host(sel, slots[sel], torch.from_numpy(keep).to(self.device), width)
+            for k, m in enumerate(moved.tolist()):
+                j, st = shown[m]
+                d = int(n[j]) - int(keep[k])
+                self._show(st, toks[k, :d].tolist(), frames[k, :d].tolist(), confs[k, :d].tolist(), int(keep[k]))
+        return n_all, tb_all
+
+    @staticmethod
+    def _best_changed(batch: _Batch, method: str, buf: HypBuffer, slots: Tensor, lengths: Tensor) -> Tensor:
+        """(R,) bool: rows whose best hypothesis (tokens, frames or confs) differs from the one recorded in
+        ``batch.shown`` at the last call (all rows without a record); records the current ones."""
+        rows = torch.arange(slots.shape[0], device=slots.device)
+        live = torch.arange(buf.capacity, device=slots.device) < lengths[:, None]  # (R, L)
+        now = (lengths, *(x[rows, slots].masked_fill(~live, 0) for x in (buf.tokens, buf.frames, buf.confs)))
+        before = batch.shown.get(method)
+        batch.shown[method] = now
+        if before is None or before[0].shape != lengths.shape:
+            return torch.ones_like(lengths, dtype=torch.bool)
+        width = max(before[1].shape[1], now[1].shape[1])
+        pad = [torch.nn.functional.pad(x, (0, width - x.shape[1])) for x in (*before[1:], *now[1:])]
+        return (before[0] != lengths) | (pad[0] != pad[3]).any(1) | (pad[1] != pad[4]).any(1) \
+            | (pad[2] != pad[5]).any(1)
+
+    @staticmethod
+    def _show(st: _Stream, tokens: Sequence[int], frames: Sequence[int], confs: Sequence[float], keep: int) -> None:
+        """Make the stream's shown hypothesis ``shown[:keep] + (tokens, frames, confs)``; only the part past
+        what it already holds is re-read (``keep`` grows to the common prefix)."""
+        sh = st.shown
+        tokens, frames, confs = list(tokens), list(frames), list(confs)
+        n = len(sh.tokens)
+        if keep + len(tokens) == n and sh.tokens[keep:] == tokens and sh.frames[keep:] == frames \
+                and sh.confs[keep:] == confs:
+            return  # unchanged
+        # the longest common prefix past ``keep`` (slice comparisons, a binary search: no Python per token)
+        lo, hi = 0, min(len(tokens), n - keep)
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if sh.tokens[keep:keep + mid] == tokens[:mid] and sh.frames[keep:keep + mid] == frames[:mid] \
+                    and sh.confs[keep:keep + mid] == confs[:mid]:
+                lo = mid
+            else:
+                hi = mid - 1
+        p = lo
+        st.cal_valid = min(st.cal_valid, sh.update(tokens[p:], frames[p:], confs[p:], keep + p))
+        st.stale = True
+
+    def _partial_of(self, st: _Stream) -> tuple[str, tuple[Word, ...], tuple[int, ...], tuple[int, ...],
+                                                   tuple[float, ...]]:
+        """(text, words, tokens, frames, confs) of the stream's next Partial: its shown hypothesis, after what
+        was carried over its pauses (:meth:`_joined`)."""
+        if st.stale:
+            st.stale = False
+            sh = st.shown
+            hyp = self._joined(st, HypOut(tuple(sh.tokens), tuple(sh.frames), tuple(sh.confs)))
+            if st.partial is not None and st.partial[2:] == (hyp.tokens, hyp.frames, hyp.confs):
+                return st.partial  # the same hypothesis again (e.g. over a pause): the same text and words
+            if st.carry is not None and st.carry.tokens:
+                # endpointing off, after a pause: the joined hypothesis, read whole
+                st.partial = (self.tokens.decode(hyp.tokens), self._words(hyp), hyp.tokens, hyp.frames, hyp.confs)
+            else:
+                st.cal[st.cal_valid:] = self._calibrated(sh.words[st.cal_valid:])
+                st.cal_valid = len(st.cal)
+                st.partial = (sh.text, tuple(st.cal), hyp.tokens, hyp.frames, hyp.confs)
+        return st.partial
+
+    def _results(self, batch: _Batch) -> list[Event]:
+        """Partials, endpoints and ends of streams after a decoded chunk."""
         events: list[Event] = []
         streams = [self._streams[i] for i in batch.ids]
-        seg_frames = [st.frames_done - st.search_start for st in streams]
-        rules = self.endpointer.check([trailing[st.id] for st in streams], seg_frames,
-                                      [len(best[st.id].tokens) for st in streams])
+        n, trailing = self._refresh(batch, streams)
+        seg_frames = np.fromiter((st.frames_done - st.search_start for st in streams), np.int64, len(streams))
+        rules = self.endpointer.check_arrays(trailing, seg_frames, n)
         close: list[tuple[int, str]] = []
+        fs = self.frame_shift_s
         for st, rule in zip(streams, rules):
-            hyp = self._joined(st, best[st.id])
             done = st.finished and st.fbank.frames_ready() == 0
-            if st.opts.partials and not done:
-                decoded = st.frames_done * self.frame_shift_s
-                key = (hyp.tokens, hyp.frames, hyp.confs)
-                if st.partial_memo is None or st.partial_memo[0] != key:
-                    st.partial_memo = (key, self.tokens.decode(hyp.tokens), self._words(hyp))
-                events.append(Partial(st.id, st.segment, st.partial_memo[1], st.partial_memo[2],
-                                      hyp.tokens, hyp.frames, hyp.confs, st.segment_start * self.frame_shift_s,
-                                      decoded, self._backlog(st)))
+            if st.shown is not None and not done:
+                text, words, tokens, frames, confs = self._partial_of(st)
+                events.append(Partial(st.id, st.segment, text, words, tokens, frames, confs, st.segment_start * fs,
+                                      st.frames_done * fs, self._backlog(st)))
             if done:
                 close.append((st.id, "eos"))
             elif st.reset_at is not None and st.fbank.frames_taken >= st.reset_at:
@@ -892,10 +1042,7 @@ class Recognizer:
             elif rule is not None:
                 close.append((st.id, f"endpoint:{rule}" if st.opts.endpointing else "pause"))
         if close:
-            final = tuple(m for m in batch.groups if self.searches[m].ranks_final)  # only theirs can change
-            if final:
-                best.update(self._hyps(batch, final=True, methods=final)[0])
-            events += self._finalize(batch, close, best)
+            events += self._finalize(batch, close, self._best_of(batch, [sid for sid, _ in close], final=True))
         return events
 
     def _close_segments(self, ids: tuple[int, ...]) -> list[Event]:
@@ -905,7 +1052,7 @@ class Recognizer:
         if not ids:
             return []
         batch = self._gather(ids)
-        best, _ = self._hyps(batch, final=True)
+        best = self._best_of(batch, ids, final=True)
         close = [(sid, "eos" if self._streams[sid].finished else "reset") for sid in ids]
         return self._finalize(batch, close, best)
 
@@ -957,6 +1104,9 @@ class Recognizer:
         for sid, reason in close:
             st = self._streams[sid]
             st.search_start = st.frames_done
+            if st.shown is not None:  # the search starts afresh (or the stream ends)
+                st.shown.clear()
+                st.cal, st.cal_valid, st.stale = [], 0, True
             if reason == "pause":  # endpointing off: the search starts afresh, the segment goes on
                 st.carry = self._joined(st, best[sid])
                 reset_rows.append(batch.ids.index(sid))
@@ -993,6 +1143,7 @@ class Recognizer:
                 ended.append(sid)
             else:
                 reset_rows.append(batch.ids.index(sid))
+        batch.shown.clear()  # the shown copies of closed segments were cleared
         if reset_rows:
             for method, (rows, state) in batch.groups.items():
                 mask = torch.zeros(len(rows), dtype=torch.bool, device=self.device)

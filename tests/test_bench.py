@@ -72,6 +72,7 @@ def test_bench_host_overhead_json(capsys):
         (m, n, p) for m in ("greedy", "modified_beam") for n in (2, 3) for p in (True, False)]
     for r in rows:
         assert r["us_per_stream_step"] > 0 and r["steps"] >= 1 and r["stream_steps"] >= r["streams"]
+        assert r["cpu_us_per_stream_step"] > 0
         assert r["tokens_per_frame"] >= 0
     assert any(r["tokens_per_frame"] > 0 for r in rows)
 

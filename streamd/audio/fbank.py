@@ -126,9 +126,14 @@ class Fbank(torch.nn.Module):
         frames = samples.unfold(1, self.frame_length, self.frame_shift)  # (B, T, N)
         frames = frames - frames.mean(dim=-1, keepdim=True)
         c = self.preemphasis
-        frames = torch.cat([frames[..., :1] * (1.0 - c), frames[..., 1:] - c * frames[..., :-1]], dim=-1)
-        frames = frames * self.window.to(frames.dtype)
-        spec = torch.fft.rfft(frames, n=self.n_fft, dim=-1)  # (B, T, n_fft // 2 + 1)
+        # pre-emphasis and window written straight into the zero-padded FFT input (B, T, n_fft): the same
+        # operations as concatenating the pieces and letting rfft pad, without those two copies
+        padded = frames.new_zeros(frames.shape[:-1] + (self.n_fft,))
+        x = padded[..., :self.frame_length]
+        torch.mul(frames[..., :1], 1.0 - c, out=x[..., :1])
+        torch.sub(frames[..., 1:], c * frames[..., :-1], out=x[..., 1:])
+        x *= self.window.to(frames.dtype)
+        spec = torch.fft.rfft(padded, dim=-1)  # (B, T, n_fft // 2 + 1)
         power = spec.real.square() + spec.imag.square()
         energies = torch.matmul(power, self.mel_weights.to(power.dtype))  # (B, T, num_mel_bins)
         return energies.clamp_min(self.log_floor).log()

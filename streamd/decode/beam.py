@@ -236,6 +236,7 @@ class BeamSearch:
     reads = "enc_p"
     several = True
     ranks_final = False
+    append_only = False
 
     def __init__(self, model: Transducer, max_symbols_per_frame: int = 3, max_expansions_per_frame: int | None = None,
                  measure: Measure | None = None, exclude_blank: bool = True, aggregation: str = "min"):
@@ -407,6 +408,10 @@ class BeamSearch:
         if n < 1:
             raise ValueError(f"n must be >= 1, got {n}")
         return [[self._out(k, h) for k, h in _ranked(hyps)[:n]] for hyps in state.hyps]
+
+    def best_slots(self, state: BeamSearchState) -> None:
+        """None: the hypotheses are host objects (:meth:`best` gives them)."""
+        return None
 
     def trailing_blanks(self, state: BeamSearchState) -> Tensor:
         """(B,) int64 frames since the last token of each stream's best hypothesis."""

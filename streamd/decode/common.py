@@ -40,11 +40,14 @@ class Search(Protocol):
     reads: the head output the search consumes (a :class:`~streamd.model.transducer.HeadOutputs`
     field: ``enc_p`` for transducer searches, ``ctc_log_probs`` for CTC ones).
     several: the search keeps several hypotheses, so ``nbest`` can give alternatives.
+    append_only: within a segment the best hypothesis only grows (tokens are appended, never changed), so a
+    caller that holds it needs only the tokens past the ones it has.
     """
 
     reads: str
     several: bool
     ranks_final: bool
+    append_only: bool
 
     def new_state(self, beam: int, device: Any, graph: Any = None) -> Any:
         """Fresh state of one stream: ``beam`` hypotheses where the search keeps several (ignored
@@ -61,6 +64,11 @@ class Search(Protocol):
 
     def trailing_blanks(self, state: Any) -> Tensor:
         """(B,) int64 frames since the last token of each stream's best hypothesis."""
+
+    def best_slots(self, state: Any) -> Tensor | None:
+        """(B,) int64 index into ``state.hyps`` (a :class:`~streamd.decode.hyps.HypBuffer`) of each stream's
+        best hypothesis, the one :meth:`best` returns (``final`` False); None for a search that keeps its
+        hypotheses otherwise (then only :meth:`best` gives them)."""
 
 HASH_START = 0x5EED
 _HASH_MUL = 0x100000001B3  # FNV-64 prime; int64 products wrap, which is fine for hashing

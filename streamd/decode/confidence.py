@@ -220,7 +220,7 @@ def aggregate(values: Sequence[float], how: str) -> float:
     """
     if how not in AGGREGATIONS:
         raise ValueError(f"unknown confidence aggregation {how!r}; expected one of {list(AGGREGATIONS)}")
-    vals = [float(v) for v in values]
+    vals = list(map(float, values))
     if not vals:
         raise ValueError(f"cannot aggregate ({how}) an empty sequence of confidences")
     if how == "min":

@@ -213,6 +213,7 @@ class CtcGreedySearch:
     reads = "ctc_log_probs"
     several = False
     ranks_final = False
+    append_only = True
 
     def __init__(self, blank_id: int = 0, measure: Measure | None = None) -> None:
         if not isinstance(blank_id, int) or blank_id < 0:
@@ -270,7 +271,11 @@ class CtcGreedySearch:
     def best(self, state: CtcGreedyState, final: bool = False) -> list[HypOut]:
         """Tokens of the current segment per stream (one host transfer via HypBuffer.to_lists);
         final: see :class:`~streamd.decode.common.Search` (no end-of-segment term here)."""
-        return state.hyps.to_lists(torch.zeros(state.batch, dtype=torch.long, device=state.device))
+        return state.hyps.to_lists(self.best_slots(state))
+
+    def best_slots(self, state: CtcGreedyState) -> Tensor:
+        """(B,) zeros: one hypothesis per stream."""
+        return torch.zeros(state.batch, dtype=torch.long, device=state.device)
 
     def trailing_blanks(self, state: CtcGreedyState) -> Tensor:
         """(B,) int64 frames since the last emitted token (or since segment start)."""
@@ -369,6 +374,7 @@ class CtcPrefixBeamSearch:
     reads = "ctc_log_probs"
     several = True
     ranks_final = False
+    append_only = False
 
     def __init__(self, blank_id: int = 0, measure: Measure | None = None, insertion_penalty: float = 0.0) -> None:
         if not isinstance(blank_id, int) or blank_id < 0:
@@ -487,6 +493,10 @@ class CtcPrefixBeamSearch:
 
     def _best_slot(self, state: CtcPrefixState) -> Tensor:
         return state.scores().argmax(1)
+
+    def best_slots(self, state: CtcPrefixState) -> Tensor:
+        """(B,) slot of each stream's best prefix."""
+        return self._best_slot(state)
 
     def best(self, state: CtcPrefixState, final: bool = False) -> list[HypOut]:
         """Best prefix per stream, score = log(p_b + p_nb) (one host transfer via HypBuffer.to_lists);

@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -119,6 +120,31 @@ class Endpointer:
         if not self.cfg.enabled:
             return [None] * len(trailing)
         return [self._rule(tb, sf, nd) for tb, sf, nd in zip(trailing, seg, dec)]
+
+    def check_arrays(self, trailing_blank_frames: np.ndarray, segment_frames: np.ndarray,
+                     decoded_tokens: np.ndarray) -> list[str | None]:
+        """:meth:`check` of (B,) integer numpy arrays, evaluated as arrays (no Python per stream but the
+        result list): the same rules, order and errors."""
+        arrays = (trailing_blank_frames, segment_frames, decoded_tokens)
+        names = ("trailing_blank_frames", "segment_frames", "decoded_tokens")
+        for name, x in zip(names, arrays):
+            if not isinstance(x, np.ndarray) or x.ndim != 1 or x.dtype.kind not in "iu":
+                raise ValueError(f"{name}: expected a 1-D integer numpy array")
+            if x.size and x.min() < 0:
+                i = int(np.argmax(x < 0))
+                raise ValueError(f"{name}[{i}]: must be >= 0, got {int(x[i])}")
+        tb, seg, dec = arrays
+        if not (tb.shape == seg.shape == dec.shape):
+            raise ValueError("trailing_blank_frames, segment_frames and decoded_tokens must have the same length B, "
+                             f"got {tb.size}, {seg.size}, {dec.size}")
+        if (tb > seg).any():
+            i = int(np.argmax(tb > seg))
+            raise ValueError(f"trailing_blank_frames[{i}] = {int(tb[i])} exceeds segment_frames[{i}] = {int(seg[i])}")
+        if not self.cfg.enabled:
+            return [None] * tb.size
+        code = np.where(tb >= self.rule1_frames, 1,
+                        np.where((dec > 0) & (tb >= self.rule2_frames), 2, np.where(seg >= self.rule3_frames, 3, 0)))
+        return [(None, *RULES)[c] for c in code.tolist()]
 
     def _rule(self, trailing: int, segment: int, decoded: int) -> str | None:
         if trailing >= self.rule1_frames:

@@ -112,6 +112,7 @@ class GreedySearch:
     reads = "enc_p"
     several = False
     ranks_final = False
+    append_only = True
 
     MAX_ROUNDS = 3
     """Label looping: most rounds of iterations per chunk, and so most host transfers per chunk
@@ -280,8 +281,11 @@ class GreedySearch:
     def best(self, state: GreedyState, final: bool = False) -> list[HypOut]:
         """Each stream's hypothesis (one host transfer for the batch);
         final: see :class:`~streamd.decode.common.Search` (no end-of-segment term here)."""
-        which = torch.zeros(state.score.shape[0], dtype=torch.long, device=state.score.device)
-        return state.hyps.to_lists(which, state.score[:, None])
+        return state.hyps.to_lists(self.best_slots(state), state.score[:, None])
+
+    def best_slots(self, state: GreedyState) -> Tensor:
+        """(B,) zeros: one hypothesis per stream."""
+        return torch.zeros(state.score.shape[0], dtype=torch.long, device=state.score.device)
 
     def nbest(self, state: GreedyState, n: int = 1, final: bool = False) -> list[list[HypOut]]:
         return [[h] for h in self.best(state)]

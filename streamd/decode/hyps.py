@@ -121,6 +121,25 @@ class HypBuffer:
                          torch.cat([pad(b.confs) for b in bufs]),
                          torch.cat([torch.nn.functional.pad(b.lengths, (0, k - b.lengths.shape[1])) for b in bufs]))
 
+    def windows_to_host(self, rows: Tensor, which: Tensor, start: Tensor, width: int
+                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Host copies of ``width`` positions from ``start`` of one hypothesis per chosen stream (one
+        device-to-host transfer, as :meth:`to_lists`).
+
+        rows: (R,) int64 streams; which: (R,) int64 their hypothesis (index into K); start: (R,) int64 first
+        position.  Returns tokens (R, width) int64, frames (R, width) int64, confs (R, width) float64; a
+        position at or past a hypothesis' length holds no meaning (the caller knows the lengths).
+        """
+        r = rows.shape[0]
+        if r == 0 or width <= 0:
+            return (np.zeros((r, 0), np.int64), np.zeros((r, 0), np.int64), np.zeros((r, 0)))
+        pos = (start[:, None] + torch.arange(width, device=start.device)).clamp(max=self.capacity - 1)  # (R, W)
+        packed = torch.cat([x[rows, which].gather(1, pos).double()
+                            for x in (self.tokens, self.frames, self.confs)], dim=1)
+        host = packed.cpu().numpy()  # (R, 3W)
+        return (host[:, :width].astype(np.int64), host[:, width:2 * width].astype(np.int64),
+                host[:, 2 * width:])
+
     def to_lists(self, which: Tensor, scores: Tensor | None = None) -> list[HypOut]:
         """Host copies of one hypothesis per stream.
 

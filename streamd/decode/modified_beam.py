@@ -201,6 +201,7 @@ class ModifiedBeamSearch:
 
     reads = "enc_p"
     several = True
+    append_only = False
     ranks_final = True  # the LM's end-of-sentence term and the take-back of unfinished hotwords
 
     def __init__(self, model: Transducer, measure: Measure | None = None, exclude_blank: bool = True,
@@ -454,7 +455,7 @@ class ModifiedBeamSearch:
     def best(self, state: BeamState, final: bool = False) -> list[HypOut]:
         """Best hypothesis per stream (one host transfer); final: rank as complete segments."""
         scores = self.final_scores(state) if final else state.scores
-        return state.hyps.to_lists(scores.argmax(dim=1), scores)
+        return state.hyps.to_lists(scores.argmax(dim=1) if final else self.best_slots(state), scores)
 
     def nbest(self, state: BeamState, n: int, final: bool = False) -> list[list[HypOut]]:
         """Up to n hypotheses per stream, best first (unused slots left out)."""
@@ -468,4 +469,8 @@ class ModifiedBeamSearch:
 
     def trailing_blanks(self, state: BeamState) -> Tensor:
         """(B,) trailing blank frames of each stream's best hypothesis."""
-        return state.trailing.gather(1, state.scores.argmax(dim=1, keepdim=True))[:, 0]
+        return state.trailing.gather(1, self.best_slots(state)[:, None])[:, 0]
+
+    def best_slots(self, state: BeamState) -> Tensor:
+        """(B,) slot of each stream's best hypothesis (highest score, not ranked as final)."""
+        return state.scores.argmax(dim=1)

@@ -13,7 +13,33 @@ from streamd.decode.confidence import AGGREGATIONS, aggregate
 from streamd.events import Word
 from streamd.tokens import WORD_PREFIX, TokenTable
 
-__all__ = ["tokens_to_words"]
+__all__ = ["tokens_to_words", "WordBuilder"]
+
+SKIP, BOUNDARY, START, PART = 0, 1, 2, 3
+"""What a token does to words (:func:`token_roles`): blank (ignored), a boundary that belongs to no word
+(a char table's separator, bpe's bare ``"▁"``), the first piece of a new word (bpe ``"▁"``-prefixed), a
+piece of the open word."""
+
+
+def token_roles(table: TokenTable) -> tuple[int, ...]:
+    """(V,) role of every token id: SKIP, BOUNDARY, START or PART (the word-boundary rule, written once)."""
+    sep, bpe = table.separator, table.kind == "bpe"
+
+    def role(i: int, tok: str) -> int:
+        if i == table.blank_id:
+            return SKIP
+        if bpe:
+            return BOUNDARY if tok == WORD_PREFIX else START if tok.startswith(WORD_PREFIX) else PART
+        return BOUNDARY if tok == sep else PART
+
+    return tuple(role(i, t) for i, t in enumerate(table.tokens))
+
+
+def _check_args(frame_shift_s: float, aggregation: str) -> None:
+    if not frame_shift_s > 0:
+        raise ValueError(f"frame_shift_s must be > 0, got {frame_shift_s!r}")
+    if aggregation not in AGGREGATIONS:
+        raise ValueError(f"unknown confidence aggregation {aggregation!r}; expected one of {list(AGGREGATIONS)}")
 
 
 def tokens_to_words(
@@ -46,13 +72,9 @@ def tokens_to_words(
     if not len(tokens) == len(frames) == len(confs):
         raise ValueError(f"tokens, frames and confs must have equal lengths, got "
                          f"{len(tokens)}, {len(frames)}, {len(confs)}")
-    if not frame_shift_s > 0:
-        raise ValueError(f"frame_shift_s must be > 0, got {frame_shift_s!r}")
-    if aggregation not in AGGREGATIONS:
-        raise ValueError(f"unknown confidence aggregation {aggregation!r}; expected one of {list(AGGREGATIONS)}")
+    _check_args(frame_shift_s, aggregation)
     ids = [table._check_id(t) for t in tokens]
-    sep = table.separator
-    bpe = table.kind == "bpe"
+    roles = token_roles(table)
     words: list[Word] = []
     cur: list[int] = []  # positions (into tokens) of the open word's tokens
 
@@ -69,18 +91,130 @@ def tokens_to_words(
             cur.clear()
 
     for k, t in enumerate(ids):
-        if t == table.blank_id:
+        r = roles[t]
+        if r == SKIP:
             continue
-        tok = table.tokens[t]
-        if bpe:
-            if tok == WORD_PREFIX:
-                close()
-                continue
-            if tok.startswith(WORD_PREFIX):
-                close()
-        elif tok == sep:
+        if r != PART:
             close()
-            continue
+            if r == BOUNDARY:
+                continue
         cur.append(k)
     close()
     return words
+
+
+class WordBuilder:
+    """The text and words of one hypothesis that changes at its end, kept up to date incrementally.
+
+    :meth:`update` keeps the first ``keep`` tokens of the hypothesis it holds and appends new ones.  It reads
+    only the new tokens when ``keep`` lies within the open (last) word, which it keeps as running lists, as
+    for a hypothesis that only grows; otherwise it re-reads from the start of the first word the edit can
+    change; never the whole hypothesis.  The result always equals the whole-hypothesis definitions:
+    ``text == table.decode(tokens)`` and ``words == tokens_to_words(table, tokens, frames, confs,
+    frame_shift_s, aggregation)`` (tests/decode/test_words.py checks both on random edits).
+
+    tokens, frames, confs: the held hypothesis (lists, N each); words: its words (a list, the open word
+    last); text: its text.  The token ids must be in range (they come from the model).
+    """
+
+    def __init__(self, table: TokenTable, frame_shift_s: float, aggregation: str):
+        _check_args(frame_shift_s, aggregation)
+        self.table, self.frame_shift_s, self.aggregation = table, frame_shift_s, aggregation
+        self._roles = token_roles(table)
+        self._not_parts = frozenset(i for i, r in enumerate(self._roles) if r != PART)
+        self._pieces = table._pieces  # noqa: SLF001 - the table's own decode pieces (one rule for text)
+        self.tokens: list[int] = []
+        self.frames: list[int] = []
+        self.confs: list[float] = []
+        self.words: list[Word] = []
+        self.text = ""
+        self._closers: list[int] = []  # position of the token that closed each closed word of ``words``
+        self._raw: list[str] = []  # decode pieces of the tokens, joined as text: " ".join("".join(raw).split())
+        # the open word: positions of its tokens, their texts and confs; the last boundary or word start
+        # (-1: none); whether ``words`` ends with the open word (its words so far, as the end closes it)
+        self._cur: list[int] = []
+        self._cur_text: list[str] = []
+        self._cur_confs: list[float] = []
+        self._base = -1
+        self._open_shown = False
+
+    def clear(self) -> None:
+        """Forget the hypothesis (a new segment)."""
+        self.update((), (), (), 0)
+
+    def update(self, tokens: Sequence[int], frames: Sequence[int], confs: Sequence[float], keep: int) -> int:
+        """Hold ``held[:keep] + tokens`` (frames and confs alike); returns how many of the held words are
+        unchanged (the first ones of :attr:`words`).  0 <= keep <= N."""
+        if not 0 <= keep <= len(self.tokens):
+            raise ValueError(f"keep must be in 0..{len(self.tokens)}, got {keep}")
+        if not len(tokens) == len(frames) == len(confs):
+            raise ValueError(f"tokens, frames and confs must have equal lengths, got "
+                             f"{len(tokens)}, {len(frames)}, {len(confs)}")
+        if self._open_shown:
+            self.words.pop()
+            self._open_shown = False
+        cur = self._cur
+        if keep > self._base:  # no boundary at or past ``keep``: the open word's tokens before it stay open
+            while cur and cur[-1] >= keep:
+                cur.pop(), self._cur_text.pop(), self._cur_confs.pop()
+            first = keep
+        else:  # words closed by a token before ``keep`` stay; re-read from the last one's closer
+            w = len(self.words)
+            while w and self._closers[w - 1] >= keep:
+                w -= 1
+            del self.words[w:], self._closers[w:]
+            first = self._closers[w - 1] if w else 0
+            cur.clear(), self._cur_text.clear(), self._cur_confs.clear()
+            self._base = -1
+        unchanged = len(self.words)
+        del self.tokens[keep:], self.frames[keep:], self.confs[keep:], self._raw[keep:]
+        self.tokens += tokens
+        self.frames += frames
+        self.confs += confs
+        pieces = self._pieces
+        self._raw += [pieces[t] for t in tokens]
+        self._scan(first)
+        self.text = " ".join("".join(self._raw).split())
+        return unchanged
+
+    def _word(self) -> Word | None:
+        """The open word as it stands (None when its text is empty)."""
+        text = "".join(self._cur_text).replace(WORD_PREFIX, "")
+        if not text:
+            return None
+        cur, frames, shift = self._cur, self.frames, self.frame_shift_s
+        return Word(word=text, start=int(frames[cur[0]]) * shift, end=(int(frames[cur[-1]]) + 1) * shift,
+                    conf=aggregate(self._cur_confs, self.aggregation))
+
+    def _scan(self, first: int) -> None:
+        """Read tokens ``first..N-1`` from the open-word state at ``first``; then show the open word."""
+        roles, ids, confs, tok_text = self._roles, self.tokens, self.confs, self.table.tokens
+        cur, cur_text, cur_confs = self._cur, self._cur_text, self._cur_confs
+        if self._not_parts.isdisjoint(ids[first:]):  # every new token continues the open word
+            cur += range(first, len(ids))
+            cur_text += map(tok_text.__getitem__, ids[first:])
+            cur_confs += confs[first:]
+            first = len(ids)
+        for k in range(first, len(ids)):
+            t = ids[k]
+            r = roles[t]
+            if r == SKIP:
+                continue
+            if r != PART:
+                if cur:
+                    word = self._word()
+                    if word is not None:
+                        self.words.append(word)
+                        self._closers.append(k)
+                    cur.clear(), cur_text.clear(), cur_confs.clear()
+                self._base = k
+                if r == BOUNDARY:
+                    continue
+            cur.append(k)
+            cur_text.append(tok_text[t])
+            cur_confs.append(confs[k])
+        if cur:
+            word = self._word()
+            if word is not None:
+                self.words.append(word)
+                self._open_shown = True

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 import torch
 
@@ -88,6 +89,7 @@ def test_matches_reference_random(seed):
     assert ep.check(tr, seg, dec) == want
     assert ep.check(torch.tensor(tr), torch.tensor(seg), torch.tensor(dec, dtype=torch.int32)) == want
     assert ep.check(torch.tensor(tr), seg, dec) == want  # mixed inputs
+    assert ep.check_arrays(np.array(tr), np.array(seg), np.array(dec, dtype=np.int32)) == want
 
 
 def test_custom_rules_and_disabled():
@@ -98,7 +100,9 @@ def test_custom_rules_and_disabled():
     assert ep.check([9], [25], [1]) == ["rule3"]
     off = Endpointer(EndpointConfig(enabled=False), SHIFT)
     assert off.check([1000, 0], [1000, 10_000], [1, 1]) == [None, None]
+    assert off.check_arrays(np.array([1000, 0]), np.array([1000, 10_000]), np.array([1, 1])) == [None, None]
     assert ep.check([], [], []) == []
+    assert ep.check_arrays(*(np.zeros(0, np.int64),) * 3) == []
 
 
 def test_errors():
@@ -117,6 +121,15 @@ def test_errors():
         ep.check(torch.zeros(1, 1, dtype=torch.long), [1], [0])
     with pytest.raises(ValueError, match=r"decoded_tokens\[1\]: must be >= 0"):
         ep.check(torch.tensor([0, 0]), torch.tensor([1, 1]), torch.tensor([0, -2]))
+    a = np.array
+    with pytest.raises(ValueError, match=r"same length B, got 2, 1, 2"):
+        ep.check_arrays(a([0, 0]), a([0]), a([0, 0]))
+    with pytest.raises(ValueError, match=r"trailing_blank_frames\[1\] = 5 exceeds segment_frames\[1\] = 4"):
+        ep.check_arrays(a([0, 5]), a([3, 4]), a([0, 0]))
+    with pytest.raises(ValueError, match=r"decoded_tokens\[1\]: must be >= 0, got -2"):
+        ep.check_arrays(a([0, 0]), a([1, 1]), a([0, -2]))
+    with pytest.raises(ValueError, match=r"segment_frames: expected a 1-D integer numpy array"):
+        ep.check_arrays(a([0]), a([1.0]), a([0]))
     with pytest.raises(ValueError, match=r"frame_shift_s must be a finite number > 0"):
         Endpointer(EndpointConfig(), -0.04)
     with pytest.raises(TypeError, match=r"cfg: expected an EndpointConfig"):

@@ -10,7 +10,7 @@ import pytest
 
 from streamd.decode.confidence import aggregate
 from streamd.tokens import TokenTable
-from streamd.decode.words import tokens_to_words
+from streamd.decode.words import WordBuilder, tokens_to_words
 from streamd.events import Word
 
 
@@ -83,3 +83,42 @@ def test_words_errors(chars: TokenTable) -> None:
         tokens_to_words(chars, [2], [0], [0.5], 0.04, "median")
     with pytest.raises(ValueError, match="token id 99 out of range"):
         tokens_to_words(chars, [99], [0], [0.5], 0.04, "min")
+
+
+def test_word_builder_matches_whole_hypothesis(chars: TokenTable, bpe: TokenTable) -> None:
+    """The incremental text and words equal decode() and tokens_to_words() of the whole hypothesis after every
+    edit: growing at the end (greedy), and cutting back to a random common prefix then growing (beam)."""
+    for seed in range(40):
+        rng = random.Random(seed)
+        for table in (chars, bpe, TokenTable(("<blk>", " ", "▁", "a", "b"))):
+            how = rng.choice(["min", "mean", "max", "prod"])
+            wb = WordBuilder(table, 0.04, how)
+            ids: list[int] = []
+            frames: list[int] = []
+            confs: list[float] = []
+            for _ in range(25):
+                keep = len(ids) if rng.random() < 0.6 else rng.randint(0, len(ids))
+                n = rng.randint(0, 6)
+                new = [rng.randrange(len(table)) for _ in range(n)]
+                start = frames[keep - 1] if keep else 0
+                new_frames = sorted(start + rng.randrange(5) for _ in range(n))
+                new_confs = [rng.random() for _ in range(n)]
+                before = list(wb.words)
+                unchanged = wb.update(new, new_frames, new_confs, keep)
+                ids, frames, confs = ids[:keep] + new, frames[:keep] + new_frames, confs[:keep] + new_confs
+                assert (wb.tokens, wb.frames, wb.confs) == (ids, frames, confs)
+                assert wb.text == table.decode(ids), (seed, table.kind)
+                assert wb.words == tokens_to_words(table, ids, frames, confs, 0.04, how), (seed, table.kind)
+                assert wb.words[:unchanged] == before[:unchanged]
+            wb.clear()
+            assert (wb.text, wb.words, wb.tokens) == ("", [], [])
+
+
+def test_word_builder_errors(chars: TokenTable) -> None:
+    wb = WordBuilder(chars, 0.04, "min")
+    with pytest.raises(ValueError, match="keep must be in 0..0, got 1"):
+        wb.update([2], [0], [0.5], 1)
+    with pytest.raises(ValueError, match="equal lengths"):
+        wb.update([2], [0, 1], [0.5], 0)
+    with pytest.raises(ValueError, match="'median'"):
+        WordBuilder(chars, 0.04, "median")
