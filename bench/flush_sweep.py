@@ -7,7 +7,7 @@
 Per flush length (seconds after the last sample, :data:`streamd.engine.TAIL_PADDING_SECONDS`), every set is
 decoded by :class:`streamd.evaluation.recognition.Evaluator` with the shipped model (or ``--model``) and its
 greedy errors printed (sub-del-ins). ``--noise-db``: the flush is white noise at that RMS level (dBFS, seed 0)
-instead of digital silence. Validation sets only: the model card's "End of stream" chose 0.32 s this way.
+instead of digital silence. Validation sets only: docs/model_history.md, "End of stream", chose 0.32 s this way.
 """
 from __future__ import annotations
 

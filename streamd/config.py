@@ -564,7 +564,7 @@ class ServerConfig:
     CPU time no other process wants (``engine_nice`` then has no effect): for
     a desktop where the recognizer must never slow anything else down, at the
     price of capacity whenever anything else runs (measured under overload:
-    docs/benchmarks.md "Scheduling policy").  Where a policy is not
+    docs/benchmarks.md "Settings and the measurements behind them").  Where a policy is not
     available, the process keeps its own and the daemon logs a warning.
     ``nice``: the nice value (-20..19) ``streamd serve`` asks for at start when
     it was started at 0 (one started otherwise, by ``nice -n`` or a unit's

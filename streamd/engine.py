@@ -101,7 +101,7 @@ def distinct_alternatives(best: str, nbest: Sequence[tuple[str, float]]
 
 TAIL_PADDING_SECONDS = 0.32
 """Seconds of quiet audio decoded after the last sample of a finished stream (the end-of-stream flush,
-:meth:`Recognizer.finish`); chosen on validation data (streamd/assets/MODEL_CARD.md, "End of stream")."""
+:meth:`Recognizer.finish`); chosen on validation data (docs/model_history.md, "End of stream")."""
 
 
 def tail_padding(seconds: float) -> np.ndarray:

@@ -150,11 +150,10 @@ class SearchMethod:
         return a + b * k + c * k * k
 
 
-# Costs measured on the shipped model, one torch thread, batches of 1 and 32-64 streams (docs/benchmarks.md
-# "Overload"): modified beam search with the fused LM ~ 1 + 0.15 x beam greedy streams (beam 4: 1.6, beam 64:
-# 10.6), the plain beam search grows with the square of the beam (beam 16: 16, beam 64: ~230), CTC prefix
-# beam 1 + 0.015 x beam.  Default beams: modified beam 8 (chosen
-# on the validation sets: 308 errors against 329 at 4, model card "Language model"), 4 elsewhere.
+# Costs in greedy streams, a + b x beam + c x beam^2: modified beam search with the fused LM 1 + 0.15 x beam,
+# the plain beam search 1 + 0.1 x beam + 0.055 x beam^2, CTC prefix beam 1 + 0.015 x beam (docs/benchmarks.md,
+# "Cost of a stream by search").  Default beams: modified beam 8 (chosen on the validation sets:
+# docs/model_history.md, "Language model"), 4 elsewhere.
 METHODS: Mapping[str, SearchMethod] = {m.name: m for m in (
     SearchMethod("greedy", beam=False, default_beam=4),
     SearchMethod("modified_beam", beam=True, default_beam=8, hotwords=True, lm=True, cost=(1.0, 0.15, 0.0)),
@@ -172,10 +171,9 @@ APPEND_ONLY_METHODS = tuple(m for m, s in METHODS.items() if not s.beam)
 """The searches whose hypothesis only grows: a word sent is never taken back."""
 
 SECOND_PASS_COST = 5.0
-"""Added to a stream's cost when its finals get a second pass (:mod:`streamd.second_pass`): Moonshine base
-took 0.113 s per second of audio on speechocean762 dev where the greedy first pass took 0.020 at 16
-concurrent streams (5.6x; Speech Commands dev 5.8x; docs/benchmarks.md, "Second pass"); it runs beside the
-engine (its own process or thread, ``engine.second_pass.worker``), on the same cores."""
+"""Added to a stream's cost when its finals get a second pass (:mod:`streamd.second_pass`): the second model
+takes several times the first pass's time per second of audio (docs/benchmarks.md, "Second pass") and runs
+beside the engine (its own process or thread, ``engine.second_pass.worker``), on the same cores."""
 
 
 def default_beam(method: str, beam: int | None = None) -> int:

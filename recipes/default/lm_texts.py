@@ -6,7 +6,8 @@
 
 Everyday English (the Debian fortunes sentences stage 18's voices read) once, the Asterisk *fitting* prompts 10
 times and the Speech Commands *fitting* split's words 5 times (never a validation or dev text): with them, LM
-fusion helps real speech instead of pulling it toward the generator's sentences (model card, "Language model").
+fusion helps real speech instead of pulling it toward the generator's sentences (docs/model_history.md,
+"Language model").
 """
 import argparse
 import json

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The training recipe of the shipped default model, stages 15-18 and the release (streamd/assets/MODEL_CARD.md):
+# The training recipe of the shipped default model, stages 15-18 and the release (docs/model_history.md):
 # real speech mixed into the synthetic corpus. Stage 15 fine-tunes the stage-14 release (the last synthetic-only
-# model, taken from git history; the commands of stages 1-14 are in the model card, "Training") on the real mix;
+# model, taken from git history; the commands of stages 1-14 are in docs/model_history.md, "Training") on the real mix;
 # stage 16 continues from stage 15 with more synthetic speakers and rooms, augmented copies of the Asterisk
 # training prompts, TTS voices reading them and long stretches of real background noise; stage 17 continues from
 # stage 16 with one more plain synthetic corpus; stage 18 continues from stage 17 with TTS voices reading everyday
@@ -157,7 +157,7 @@ if at average25; then
 fi
 if at release; then
   # the release: stage 25 and the previous release weighted 0.5 / 0.5 (chosen on the validation sets and the
-  # training split's noise, never dev; model card "Stage 25")
+  # training split's noise, never dev; docs/model_history.md "Stage 25")
   [[ -f exp/release25.pt ]] || streamd average exp/stage25f.pt exp/release1718.pt --weights 0.5 0.5 \
       --out exp/release25.pt --half
   # word-confidence calibration on the validation sets (never dev); this file is streamd/assets/default.pt

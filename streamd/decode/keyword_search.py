@@ -1,8 +1,8 @@
 """Runtime wake words: a keyword-constrained transducer search over the recognizer's own encoder output.
 
 Keywords are text, given at run time (no retraining).  Instead of decoding freely and looking for the
-keyword's spelling among a few hypotheses (the beam search this module held until issue 21, which on real
-speech rarely had the spelling in its beam), each keyword's own token path is scored against the
+keyword's spelling among a few hypotheses (on real speech a beam rarely holds a keyword's spelling; the
+beam search this replaced is in docs/benchmarks_history.md), each keyword's own token path is scored against the
 transducer lattice: a Viterbi search over the lattice of the keyword's tokens with a free start at every
 frame.  It shares the batched engine step with recognition (same projected encoder frames) and adds one
 batched joiner call per chunk and a few tiny tensor operations per frame.

@@ -4,7 +4,7 @@ At the batch sizes a live daemon mostly runs (one to a few streams per
 step) eager :meth:`StreamingEncoder.forward_chunk` spends about a third of
 its time dispatching Python modules, not computing: 4.4 ms for one stream's
 320 ms chunk, 2.9 ms as a traced graph on the same CPU thread
-(docs/benchmarks.md, "The encoder as a traced graph").
+(docs/benchmarks.md, "Speed: the engine").
 
 :class:`TracedChunkEncoder` records ``forward_chunk`` once per device,
 dtype and kind of cache (with or without an attention left context: the

@@ -8,7 +8,8 @@ its monotonic clock) and asks for decisions.
   greedy stream (:func:`stream_cost`, by search method and beam: the search
   methods' table, :data:`streamd.options.METHODS`), plus
   :data:`SECOND_PASS_COST` when its finals get a second pass
-  (:attr:`streamd.options.StreamOptions.cost`).
+  (:attr:`streamd.options.StreamOptions.cost`; docs/benchmarks.md, "Cost of a
+  stream by search").
 * **Capacity.** :class:`CapacityModel`: one step's wall time is
   ``scale x (fixed + per_unit x cost)``.  ``fixed`` and ``per_unit`` come
   from a calibration at start (greedy steps of 1 and 16 throwaway streams);
@@ -31,32 +32,32 @@ its monotonic clock) and asks for decisions.
   engine runs many small steps back to back, each paying the fixed cost,
   and merges them into larger batches as the load grows.)
 * **Admission** (:class:`Admission`): a new stream is refused with
-  ``overloaded`` (close 1013, ``retry_after`` seconds) when the model's load
-  with it would exceed ``limits.max_load`` (``retry_after``
-  :data:`RETRY_AFTER`, or :data:`NEAR_RETRY_AFTER` when it would be within
-  :data:`NEAR_LIMIT` of the limit, where the next seconds' scale decides,
-  and fewer than :data:`NEAR_WAITING` such refusals came in the last
-  :data:`LAG_WINDOW`: the last few clients of a load's peak, not a crowd
-  that a short hint would bring back three times as often; and :data:`REFILL_RETRY_AFTER` below a demand
-  the live streams were on time at in the last :data:`HELD_WINDOW` seconds, :meth:`Admission.held_demand`,
-  while they are on time now, for up to :data:`REFILL_RETRIES` times the refusals that as many clients as
-  would fit under it make waiting that hint: the last clients of a load's peak, refused while the step
-  time runs higher for a few seconds as the load's clients come back, get in as soon as the first of
-  them end, docs/benchmarks.md), while the event loop runs
-  :data:`LOOP_LAG_LIMIT` late or live streams' partials come
-  :data:`LATE_CHUNKS` chunk late (90th percentiles over :data:`LAG_WINDOW`),
-  and beyond ``max(16, 0.25 x demand)`` cost units admitted a second (slow
-  start: the measurements catch up before the next ones; with a faster one
-  up to 114 streams got in where 88 stay real time, docs/benchmarks.md).
-  The slow start applies above the *held* level only: the largest demand
-  (of streams admitted before the lag window) at which the live streams'
-  partials came within :data:`HELD_CHUNKS` of a chunk over the last
-  :data:`HELD_WINDOW` seconds, rescaled by how much slower the host runs
-  now (never up: a few streams' steps run faster per stream), is admitted
-  again at up to :data:`HELD_RATE` of it a second (after a load ends, the
-  clients of its peak come back in about two seconds, not a 6 s ramp; not
-  all at one instant, whose streams would step in phase).  An
-  idle server always takes one stream.  Per-client quotas
+  ``overloaded`` (close 1013, ``retry_after`` seconds)
+
+  - when the model's load with it would exceed ``limits.max_load``;
+  - while the event loop runs :data:`LOOP_LAG_LIMIT` late or live streams'
+    partials come :data:`LATE_CHUNKS` chunk late (90th percentiles over
+    :data:`LAG_WINDOW`);
+  - beyond ``max(16, 0.25 x demand)`` cost units admitted a second (the slow
+    start, :data:`GROWTH`: the measurements catch up before the next
+    streams), above the *held* level only: the largest demand (of streams
+    admitted before the lag window) at which the live streams' partials came
+    within :data:`HELD_CHUNKS` of a chunk over the last :data:`HELD_WINDOW`
+    seconds, rescaled down by how much slower the host runs now (never up),
+    is admitted again at up to :data:`HELD_RATE` of it a second (not all at
+    one instant, whose streams would step in phase).
+
+  ``retry_after`` is :data:`RETRY_AFTER`, except for a load-rule refusal
+  within :data:`NEAR_LIMIT` of the limit while fewer than
+  :data:`NEAR_WAITING` such refusals came in the last :data:`LAG_WINDOW`
+  (:data:`NEAR_RETRY_AFTER`), and for one below :meth:`Admission.held_demand`
+  while the live streams are on time, for up to :data:`REFILL_RETRIES` times
+  the refusals that as many clients as would fit under it make waiting the
+  hint (:data:`REFILL_RETRY_AFTER`): the last clients of a load's peak get
+  in as soon as the first of its streams end, the crowd of an overload keeps
+  the long hint.  An idle server always takes one stream.  The figures behind
+  each constant: docs/benchmarks.md, "Settings and the measurements behind
+  them".  Per-client quotas
   (``limits.max_cost_per_client`` by client address,
   ``limits.max_cost_per_token`` by bearer token, in cost units) give
   ``client_limit`` (1013).  ``/readyz`` answers 503 ``overloaded`` while a
@@ -77,8 +78,7 @@ its monotonic clock) and asks for decisions.
   unbounded audio.
 * **Light lane** (:meth:`Admission.light`): a step cannot be interrupted, so
   under load a light client's partial waits for the batch step in progress
-  (of a heavy client's streams) and then for its own: 4-9x its unloaded lag
-  at 5x overload in one lane.  The stream of a client that holds no other
+  (of a heavy client's streams) and then for its own.  The stream of a client that holds no other
   one and costs at most :data:`LIGHT_STREAM_COST` goes to a second engine
   lane (``limits.light_lane`` cost units of them; the daemon runs it in a
   process of its own, :mod:`.lane`) while the lane has room; every stream
@@ -469,8 +469,7 @@ class Admission:
         """The largest demand (cost units, at today's scale) seen on time in the last :data:`HELD_WINDOW`
         seconds: admitted again without the slow start (0: none known).  Rescaled down when the host runs
         slower now, never above :meth:`held_demand` (the steps of a lightly loaded host run faster per stream
-        than at that demand: rescaled up from a few streams' scale it let 147 streams in where 130 had been
-        on time, docs/benchmarks.md)."""
+        than at that demand, so a scale measured on a few streams would overstate it)."""
         units = self._held_max(self._held, now)
         if not units or self.model is None:
             return 0.0

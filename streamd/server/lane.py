@@ -3,9 +3,8 @@
 Two lanes use it.  **The main engine** (``server.engine_process``, on by default when ``streamd serve``
 loads a checkpoint): the daemon's event loop then shares its process with no model thread.  In one
 process the engine thread and the event loop take turns on the interpreter lock at every tensor operation,
-so each slows the other down: at 10x overload on this 2-core machine the daemon admitted 65-75 streams in
-real time with the engine in a thread and 103-137 with it in a process, at the same accepted p95
-(docs/benchmarks.md "Overload").  Its process runs ``server.engine_nice`` steps nicer (or under another CPU
+so each slows the other down (the streams held in real time either way: docs/benchmarks.md, "Settings and
+the measurements behind them").  Its process runs ``server.engine_nice`` steps nicer (or under another CPU
 scheduling policy, ``server.engine_policy``), so that on a busy CPU the event loop (every client's I/O) and the
 light lane come before the bulk of the decoding.
 
@@ -13,7 +12,7 @@ light lane come before the bulk of the decoding.
 client's partial waits for the step in progress (a heavy client's batch) and then for its own.  The daemon
 gives the only stream of a light client (:meth:`.admission.Admission.light`) to a second engine: this one,
 with its own Recognizer on the same checkpoint and config.  Not a thread, for the reason above (a second
-engine thread made the main lane's accepted streams slower: 5x / 10x overload p95 148-248 -> 200-1560 ms).
+engine thread slows the main lane's accepted streams: docs/benchmarks_history.md, "the light lane").
 
 :class:`LaneProcess` has the runner's interface (:meth:`cycle`, :attr:`budget`, :meth:`calibrate`,
 :attr:`model_info`), so a :class:`~.runner.Batcher` drives it from its one worker thread exactly as it drives
