@@ -26,7 +26,7 @@ from streamd.paths import ASSETS
 from .models import load_recognizer
 from .rescore import SecondPass
 
-__all__ = ["ASSET", "FOLDER_FILE", "calibration_path", "read_calibration", "write_calibration", "load_second_pass", "second_pass_for"]
+__all__ = ["ASSET", "FOLDER_FILE", "calibration_path", "read_calibration", "write_calibration", "load_second_pass", "engine_hotwords", "second_pass_for"]
 
 log = logging.getLogger("streamd.second_pass")
 
@@ -90,7 +90,11 @@ def load_second_pass(cfg: SecondPassConfig, hotwords: Sequence[str] = (), first_
     return SecondPass(model, cfg, cal, hotwords, first_calibrated)
 
 
+def engine_hotwords(config: EngineConfig) -> tuple[str, ...]:
+    """The phrases of an engine's decoding hotwords: what its second pass is given (Whisper's prompt)."""
+    return tuple(p.phrase for p in config.decoding.hotwords)
+
+
 def second_pass_for(config: EngineConfig, first_calibrated: bool = False) -> SecondPass | None:
-    """:func:`load_second_pass` for an engine's config: its ``second_pass`` with its decoding hotwords (the
-    phrases go to Whisper's prompt)."""
-    return load_second_pass(config.second_pass, [p.phrase for p in config.decoding.hotwords], first_calibrated)
+    """:func:`load_second_pass` for an engine's config: its ``second_pass`` with :func:`engine_hotwords`."""
+    return load_second_pass(config.second_pass, engine_hotwords(config), first_calibrated)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing as mp
-import os
+import signal
 import threading
 from typing import Callable, Sequence
 
@@ -29,11 +29,12 @@ __all__ = ["SecondPassProcess", "second_pass_runner"]
 log = logging.getLogger("streamd.second_pass")
 
 
-def _serve(conn, factory: Callable, cfg: SecondPassConfig, hotwords: tuple[str, ...], first_calibrated: bool,
-           nice: int) -> None:  # pragma: no cover - runs in the child
-
-    if nice:
-        os.nice(nice)
+def _serve(conn, factory: Callable, cfg: SecondPassConfig, hotwords: tuple[str, ...], first_calibrated: bool
+           ) -> None:  # pragma: no cover - runs in the child
+    # Ctrl-C in a terminal reaches the whole process group: the parent drains and then closes the child,
+    # which must not die first (the same rule as the engine lanes' children, server/lane.py)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         import torch
         torch.set_num_threads(1)
@@ -55,14 +56,13 @@ def _serve(conn, factory: Callable, cfg: SecondPassConfig, hotwords: tuple[str, 
 class SecondPassProcess:
     """A :class:`~.rescore.SecondPass` built from ``config.second_pass`` in a child process by ``factory``
     (``factory(second_pass_config, hotwords, first_calibrated)``, a module-level function: default
-    :func:`~.calibration.load_second_pass`); ``nice``: the child's niceness increment."""
+    :func:`~.calibration.load_second_pass`, with the engine's hotwords)."""
 
-    def __init__(self, config: EngineConfig, first_calibrated: bool = False, nice: int = 0,
-                 start_timeout_s: float = 300.0, factory: Callable | None = None):
-        from .calibration import load_second_pass
+    def __init__(self, config: EngineConfig, first_calibrated: bool = False, start_timeout_s: float = 300.0,
+                 factory: Callable | None = None):
+        from .calibration import engine_hotwords, load_second_pass
 
-        hotwords = tuple(p.phrase for p in config.decoding.hotwords)
-        self._args = (factory or load_second_pass, config.second_pass, hotwords, first_calibrated, nice)
+        self._args = (factory or load_second_pass, config.second_pass, engine_hotwords(config), first_calibrated)
         self._timeout = start_timeout_s
         self._lock = threading.Lock()
         self._proc = self._conn = None

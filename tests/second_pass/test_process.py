@@ -61,6 +61,18 @@ def test_a_dead_child_keeps_the_first_pass_and_is_replaced(folder):
         proc.close()
 
 
+def test_the_child_outlives_a_ctrl_c_the_parent_handles(folder):
+    """Ctrl-C in a terminal reaches the whole process group: the daemon drains, so the child must go on."""
+    proc = start(EngineConfig(second_pass=SecondPassConfig(model=str(folder), calibrated=False)))
+    try:
+        pid = proc.pid
+        os.kill(pid, signal.SIGINT)
+        os.kill(pid, signal.SIGTERM)
+        assert proc.apply(pending()).second_pass == "done" and proc.pid == pid
+    finally:
+        proc.close()
+
+
 def test_a_model_that_cannot_load_is_refused_at_start(tmp_path):
     cfg = EngineConfig(second_pass=SecondPassConfig(model=str(tmp_path / "missing"), calibrated=False))
     with pytest.raises(RuntimeError, match="second pass: "):
