@@ -29,8 +29,8 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-from dataclasses import dataclass
 import logging
+import math
 from typing import Sequence
 
 import numpy as np
@@ -66,17 +66,16 @@ def spoken_words(words: Sequence[RecognizedWord], heard: Sequence[str] = ()) -> 
     word heard, or on a tie."""
     bag = collections.Counter(heard)
 
-    def support(r: str) -> tuple[bool, int]:
+    def support(r: str) -> float:  # -inf for a reading with no word heard: it ties with the usual one
         ws = r.split()
         hits = sum((collections.Counter(ws) & bag).values())
-        return hits > 0, 2 * hits - len(ws)
+        return 2 * hits - len(ws) if hits else -math.inf
 
     out = []
     for i, w in enumerate(words):
         options = readings(w.word)
-        scored = [(support(r), -k, r) for k, r in enumerate(options)]
-        best = max(scored)[2] if any(heard_any for (heard_any, _), _, _ in scored) else options[0]
-        out += [(s, i) for s in best.split()]
+        best = max(range(len(options)), key=lambda k: (support(options[k]), -k))
+        out += [(s, i) for s in options[best].split()]
     return out
 
 
@@ -84,7 +83,7 @@ CONTEXT_STREAMS = 4096
 """Streams whose last segment :class:`SecondPass` keeps as a context at most (the oldest are dropped)."""
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class _Before:
     """A stream's previous segment, as the next one's context: its number, end, (M,) float32 audio, tokens."""
 
@@ -174,7 +173,8 @@ class SecondPass:
         heard = [w for w, _, _ in first]
         gaps = [(a[2] + b[1]) / 2 - final.start for a, b in zip(first, first[1:]) if b[1] > a[2]]
         bounds = [0.0] + cut_points(duration, self.window_s, gaps) + [duration]
-        context = self._context_for(final, before, duration) if len(bounds) == 2 else None
+        whole = len(bounds) == 2  # one piece: it may hear the previous segment, and be the next one's context
+        context = self._context_for(final, before, duration) if whole else None
         rec: Recognized | None = None
         spoken: list[str] = []
         probs: list[float] = []
@@ -195,7 +195,7 @@ class SecondPass:
                 times += anchor_times([s for s, _ in sw], inside, start, end)
             spoken += [s for s, _ in sw]
             probs += [rec.words[i].prob for _, i in sw]
-        self._remember(final, x, rec if len(bounds) == 2 else None)
+        self._remember(final, x, rec if whole else None)
         conf = (self.calibration.apply(probs).tolist() if self.calibration is not None and probs
                 else list(probs))
         words = tuple(Word(w, a, b, c, p) for w, (a, b), c, p in zip(spoken, times, conf, probs))

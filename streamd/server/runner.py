@@ -185,7 +185,7 @@ class EngineRunner:
             if isinstance(c, FeedPcm) and c.ack:
                 res.acks[c.key] = res.acks.get(c.key, 0) + 1
         rec = self.rec
-        held = {k: v["suppressed"] for k, v in getattr(rec, "wake_stats", {}).items()}
+        held = self._wake_suppressed()
         for _ in range(self.max_steps):
             if not rec.pending():
                 break
@@ -210,11 +210,14 @@ class EngineRunner:
             if only is not None:  # behind: let the queued commands (a real-time stream's audio) in before more
                 break
         res.pending = rec.pending()
-        for k, v in getattr(rec, "wake_stats", {}).items():
-            if v["suppressed"] > held.get(k, 0):
-                res.wake_suppressed[k] = v["suppressed"] - held.get(k, 0)
+        res.wake_suppressed = {k: n - held.get(k, 0) for k, n in self._wake_suppressed().items()
+                               if n > held.get(k, 0)}
         self._progress(res)
         return res
+
+    def _wake_suppressed(self) -> dict[str, int]:
+        """The engine's count of held-back wake-model firings so far, per keyword (its ``wake_stats``)."""
+        return {k: v["suppressed"] for k, v in getattr(self.rec, "wake_stats", {}).items()}
 
     def _progress(self, res: CycleResult) -> None:
         """How far each stream with audio is decoded (seconds of its audio: what it was fed less its backlog),
