@@ -11,22 +11,27 @@ Data, all made or read here (nothing downloaded), seeded by ``seed``:
    (``_silence_`` clips, 60 %, 0-30 dB SNR) or a faint white floor, a microphone colouring (30 %), an 8 kHz
    round trip or telephone band (20 %), level -40..-12 dBFS.
 2. **Negatives**: confusable phrases spoken the same way (each word of the keyword alone, its partial
-   phrases, the keyword with a word's first sound changed, the words in reverse order, plain sentences of
-   :class:`streamd.train.text.TextGenerator`), the parts of each positive placement before the keyword is
-   half said, and real speech and noise from training splits only (``speech_commands/train``,
-   ``speechocean762/train``, ``librispeech_unlabeled/librispeech_train-clean-100``; never ``mycroft``,
-   never a dev split; a real clip whose transcript holds the keyword is left out).
-3. Each file is scored as at run time (:meth:`streamd.model.wake.WakeScorer.offline_scores`'s windows):
-   the frozen speech_embedding once per file, then every 16-embedding window; a positive window is one
-   that ends 0-0.32 s after the keyword ends.
-4. The head (:class:`streamd.model.wake.WakeHead`) is trained with weighted binary cross-entropy, Adam, a few
-   epochs; 25 % of the negative files (by hash of the name) and of the positive TTS utterances are held out.
-5. The threshold is the lowest of :data:`THRESHOLDS` whose detections (the detector's rule: score >=
-   threshold, refractory 1 s) on the held-out **real** negatives stay at or below ``target_fa_per_h`` (a
-   rate per hour of natural audio; the held-out confusable phrases, dense by design, are reported beside
-   it); the file records it with the DET curve (held-out miss rate against false alarms per hour on the
-   real negatives), the data counts and the time taken.  The embeddings of the real files are computed
-   once per process: training several keywords in one command shares them.
+   phrases, the keyword with a word's first sound changed, the words in reverse order; **sound-alikes**
+   (:func:`sound_alikes`): the keyword with a word replaced by dictionary words 1 to ~35 % of phoneme edits
+   away, "hey savant" -> "hey levant", "chatterbox" -> "chapter box", from the CMU dictionary that festival
+   installs; plain sentences of :class:`streamd.train.text.TextGenerator`), the parts of each positive
+   placement before the keyword is half said, and all the real speech and noise of the training splits
+   (:data:`REAL_SPLITS`, ~4.8 h: never ``mycroft``, never a dev split; a real clip whose transcript holds the
+   keyword is left out).  The real files' embeddings are kept on disk (:func:`real_cache_file`).
+3. Each file is embedded once (the frozen speech_embedding, as at run time: the file after
+   ``PREFIX_SAMPLES`` of silence) and scored in 16-embedding windows (:class:`_Windows` gathers them without
+   copies); a positive window is one that ends 0-0.32 s after the keyword ends.
+4. The head (:class:`streamd.model.wake.WakeHead`) is trained with weighted binary cross-entropy, AdamW, 8
+   epochs, each on every positive and synthetic negative window and a quarter of the real negative windows;
+   then **hard-negative mining**: the 3000 training negative windows the first head scores highest are added
+   three times and a fresh head is trained.  25 % of the negative files (by hash of the name) and of the
+   positive TTS utterances are held out.
+5. The threshold is the lowest logit whose detections (the detector's rule: score >= threshold, refractory
+   1 s) on the held-out **real** negatives (~1.2 h) stay at or below ``target_fa_per_h``; then the head's last
+   layer is **calibrated** (:func:`_calibrate`): its score is 0.5 at that threshold and 0.95 at the median
+   held-out positive, so the file's threshold is 0.5 and scores do not saturate (the order of scores is
+   unchanged).  The file records the DET curve (held-out miss rate against false alarms per hour on the
+   real negatives, calibrated scores), the data counts and the time taken.
 """
 
 from __future__ import annotations
@@ -47,13 +52,14 @@ import torch
 from streamd.model.speech_embedding import load_speech_embedding
 from streamd.model.wake import PREFIX_SAMPLES, WINDOW, WakeHead, save_wake_model
 
-__all__ = ["WakeTrainConfig", "train_wake_model", "confusable_phrases", "real_negative_files"]
+__all__ = ["WakeTrainConfig", "train_wake_model", "confusable_phrases", "sound_alikes", "read_lexicon",
+           "real_negative_files", "real_cache_file"]
 
 RATE = 16000
 THRESHOLDS = sorted({round(float(t), 3) for t in np.linspace(0.05, 0.95, 19)}
                     | {round(1 - 10 ** -float(x), 6) for x in np.arange(1.25, 5.01, 0.125)})
-"""The sweep of the threshold choice: 0.05..0.95, then 1 - 10^-x up to 0.99999 (trained heads saturate)."""
-_REAL_CACHE: dict[str, tuple[torch.Tensor, float]] = {}  # real file -> (embeddings after the prefix, seconds)
+"""The DET curve's thresholds (calibrated scores): 0.05..0.95, then 1 - 10^-x up to 0.99999."""
+_REAL_CACHE: dict[str, tuple[torch.Tensor, float]] = {}  # _file_key -> (embeddings after the prefix, seconds)
 EMB = 1280                   # samples per embedding / score
 POS_SPAN_S = 0.32            # positive windows end 0 .. this after the keyword's end
 REFRACTORY_S = 1.0
@@ -71,10 +77,16 @@ class WakeTrainConfig:
     tts_positives: int = 300        # TTS utterances of the keyword
     copies: int = 5                 # placements (augmentations) of each
     tts_negatives: int = 300        # TTS confusables and sentences
-    real_negatives: int = 1800      # real training-split files (speech and noise)
+    real_negatives: int = 6000      # real training-split files (speech and noise; all ~5300 of them)
     hidden: int = 32
-    epochs: int = 12
+    epochs: int = 8
+    label_smoothing: float = 0.0    # targets 0 -> s/2, 1 -> 1 - s/2
+    weight_decay: float = 1e-4
+    real_share: float = 0.25        # share of the real negative windows drawn each epoch
+    hard_negatives: int = 3000      # a second round with this many top-scoring negatives added (0: one round)
+    hard_repeat: int = 3
     target_fa_per_h: float = 0.5
+    cache: bool = True              # keep the real negatives' embeddings on disk (real_cache_file)
     seed: int = 0
     workers: int = 2
 
@@ -120,6 +132,119 @@ def confusable_phrases(keyword: str, rng: np.random.Generator, n: int) -> list[s
             p = " ".join(w)
         if p.casefold() != key:
             out.append(p)
+    return out
+
+
+LEXICONS = ("/usr/share/festival/dicts/cmu/cmudict-0.4.out",)
+"""Pronunciation dictionaries read by :func:`sound_alikes`: festival's CMU dictionary (installed with the
+festival voice), else pocketsphinx's (``pocketsphinx/model/en-us/cmudict-en-us.dict``) when importable."""
+
+
+def _lexicon_path() -> Path | None:
+    for p in LEXICONS:
+        if Path(p).is_file():
+            return Path(p)
+    try:
+        import importlib.util
+        spec = importlib.util.find_spec("pocketsphinx")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is not None and spec.origin:
+        p = Path(spec.origin).parent / "model" / "en-us" / "cmudict-en-us.dict"
+        if p.is_file():
+            return p
+    return None
+
+
+_SAME = {"ax": "ah", "axr": "er", "ix": "ih"}  # reduced vowels count as their full ones (no near-homophones)
+
+
+def read_lexicon(path: str | Path) -> dict[str, tuple[str, ...]]:
+    """word -> phonemes (lower case, no stress) of a CMU dictionary, festival's Lisp form
+    (``("word" nil (((p h) 1) ...))``) or the plain one (``word P H ...``); the first pronunciation of a word."""
+    out: dict[str, tuple[str, ...]] = {}
+    for line in Path(path).read_text(encoding="latin-1").splitlines():
+        if line.startswith("("):
+            j = line.find('"', 2)
+            word, rest = line[2:j], line[j + 1:]
+            k = rest.find("(")
+            phones = tuple(p for p in rest[k:].replace("(", " ").replace(")", " ").split() if not p.isdigit())
+        else:
+            parts = line.split()
+            if len(parts) < 2:
+                continue
+            word, phones = parts[0], tuple("".join(c for c in p if not c.isdigit()).lower() for p in parts[1:])
+        if word.isalpha() and word not in out and phones:
+            out[word] = tuple(_SAME.get(x, x) for x in phones)
+    return out
+
+
+def _edit(a: Sequence[str], b: Sequence[str]) -> int:
+    prev = list(range(len(b) + 1))
+    for i, x in enumerate(a, 1):
+        cur = [i]
+        for j, y in enumerate(b, 1):
+            cur.append(min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (x != y)))
+        prev = cur
+    return prev[-1]
+
+
+def _pronounce(word: str, lexicon: dict[str, tuple[str, ...]]) -> tuple[str, ...] | None:
+    """A word's phonemes, or those of the two dictionary words it is made of ("chatterbox" = chatter + box)."""
+    if word in lexicon:
+        return lexicon[word]
+    for k in range(len(word) - 2, 2, -1):
+        if word[:k] in lexicon and word[k:] in lexicon:
+            return lexicon[word[:k]] + lexicon[word[k:]]
+    return None
+
+
+def _contains(q: Sequence[str], p: Sequence[str]) -> bool:
+    return any(tuple(q[i:i + len(p)]) == tuple(p) for i in range(len(q) - len(p) + 1))
+
+
+def sound_alikes(keyword: str, lexicon: dict[str, tuple[str, ...]], rng: np.random.Generator, n: int) -> list[str]:
+    """Up to ``n`` phrases that sound like ``keyword`` but are not it ("hey savant" -> "hey vermont",
+    "chatterbox" -> "cheddar block"): the keyword with one word replaced by a dictionary word (or two) whose
+    phonemes are 1 to ~35 % edits away from it; never a homophone (0 edits).  Nearest first, ties shuffled."""
+    words = keyword.split()
+    by_len: dict[int, list[tuple[str, tuple[str, ...]]]] = {}
+    for w, p in lexicon.items():
+        by_len.setdefault(len(p), []).append((w, p))
+    scored: list[tuple[float, str]] = []
+    for i, w in enumerate(words):
+        p = _pronounce(w, lexicon)
+        if not p:
+            continue
+        budget = max(1, round(0.35 * len(p)))
+        subs: list[tuple[float, str]] = []
+        for L in range(len(p) - budget, len(p) + budget + 1):
+            for v, q in by_len.get(L, ()):
+                d = _edit(p, q)
+                if 1 <= d <= budget and v != w and not _contains(q, p):
+                    subs.append((d / len(p), v))
+        for k in range(2, len(p) - 1):  # two words for one: each half within 1 edit
+            left = [(v, _edit(p[:k], q)) for L in (k - 1, k, k + 1) for v, q in by_len.get(L, ())]
+            right = [(v, _edit(p[k:], q)) for L in (len(p) - k - 1, len(p) - k, len(p) - k + 1)
+                     for v, q in by_len.get(L, ())]
+            left = [(v, d) for v, d in left if d <= 1 and len(v) > 1]
+            right = [(v, d) for v, d in right if d <= 1 and len(v) > 1]
+            for lv, dl in left[:40]:
+                for rv, dr in right[:40]:
+                    if 1 <= dl + dr <= budget:
+                        subs.append(((dl + dr) / len(p) + 0.01, f"{lv} {rv}"))
+        for d, v in subs:
+            scored.append((d, " ".join(words[:i] + [v] + words[i + 1:])))
+    key = keyword.casefold()
+    jitter = rng.random(len(scored))
+    seen: set[str] = set()
+    out = []
+    for (d, ph), _ in sorted(zip(scored, jitter), key=lambda t: (t[0][0], t[1])):
+        if ph.casefold() != key and ph not in seen:
+            seen.add(ph)
+            out.append(ph)
+        if len(out) >= n:
+            break
     return out
 
 
@@ -208,15 +333,19 @@ def _place(x: np.ndarray, rng: np.random.Generator, noise, rirs: list, lead_max:
     return y.astype(np.float32), lead, lead + n0
 
 
+REAL_SPLITS = (("speech_commands/train", ""), ("speechocean762/train", ""), ("speechocean762/unlabeled", ""),
+               ("librispeech_unlabeled", "librispeech_train-clean-100/"))
+"""The real audio that may be a negative: (folder under ``../shared/real``, prefix of its manifest's paths).
+Training splits only: never ``mycroft``, never a dev split (about 4.8 h in all)."""
+
+
 def real_negative_files(keyword: str, root: Path | None = None) -> dict[str, list[tuple[str, str]]]:
-    """Real training-split audio for negatives: {"speech": [(path, name)], "noise": [...]}.  Only
-    ``speech_commands/train``, ``speechocean762/train`` and ``librispeech_unlabeled``'s train-clean-100;
-    never mycroft, never a dev split; lines whose transcript holds the keyword are left out."""
+    """Real training-split audio for negatives: {"speech": [(path, name)], "noise": [...]} from
+    :data:`REAL_SPLITS`; lines whose transcript holds the keyword are left out."""
     root = Path(root) if root is not None else shared_root() / "real"
     key = f" {' '.join(keyword.casefold().split())} "
     out: dict[str, list[tuple[str, str]]] = {"speech": [], "noise": []}
-    for sub, prefix in (("speech_commands/train", ""), ("speechocean762/train", ""),
-                        ("librispeech_unlabeled", "librispeech_train-clean-100/")):
+    for sub, prefix in REAL_SPLITS:
         man = root / sub / "manifest.jsonl"
         if not man.is_file():
             continue
@@ -231,6 +360,20 @@ def real_negative_files(keyword: str, root: Path | None = None) -> dict[str, lis
             kind = "noise" if o.get("noise") else "speech"
             out[kind].append((str(man.parent / o["audio"]), f"{sub}/{o['audio']}"))
     return out
+
+
+def real_cache_file() -> Path:
+    """The on-disk cache of the real negatives' embeddings (float16; keyed by file path, size and time):
+    ``$XDG_CACHE_HOME/streamd/wake_real_<sha256 of the embedding weights, 12 hex>.pt`` (default ``~/.cache``)."""
+    from streamd.model.speech_embedding import default_embedding_path
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    sha = hashlib.sha256(default_embedding_path().read_bytes()).hexdigest()[:12]
+    return Path(base) / "streamd" / f"wake_real_{sha}.pt"
+
+
+def _file_key(path: str) -> str:
+    st = os.stat(path)
+    return f"{os.path.realpath(path)}:{st.st_size}:{st.st_mtime_ns}"
 
 
 def _held_out(name: str, share: float = 0.25) -> bool:
@@ -264,17 +407,6 @@ class _Bar:
 
 
 # ---------------------------------------------------------------------- windows
-
-
-def _windows(emb, audio: list[np.ndarray]) -> list[torch.Tensor]:
-    """Per file, the (T, 16, 96) windows scored at run time (the file after PREFIX_SAMPLES of silence)."""
-    out = []
-    for x in audio:
-        t = torch.from_numpy(np.concatenate([np.zeros(PREFIX_SAMPLES, np.float32), x]))[None]
-        e = emb(t)[0]
-        out.append(e.unfold(0, WINDOW, 1).transpose(1, 2).contiguous() if e.shape[0] >= WINDOW
-                   else torch.zeros(0, WINDOW, 96))
-    return out
 
 
 def _labels(n: int, start: int, end: int) -> tuple[np.ndarray, np.ndarray]:
@@ -336,11 +468,13 @@ def train_wake_model(keyword: str, out: str | Path | None = None, cfg: WakeTrain
         t_tts = time.monotonic() - t_start
         real, emb, noise, rirs = _read_real(kw, cfg, log)
         data = _embed(cfg, emb, pos_tts, neg_tts, real, noise, rirs)
-        X_pos = torch.cat(data.pos_win)
-        X_neg = torch.cat(data.neg_win)
         head = WakeHead(cfg.hidden)
-        _fit(head, X_pos, X_neg, cfg, log)
-        head.eval()
+        _fit(head, data.train, cfg, log)
+        if cfg.hard_negatives:
+            hard = _hard_negatives(head, data.train, cfg.hard_negatives)
+            torch.manual_seed(cfg.seed)
+            head = WakeHead(cfg.hidden)
+            _fit(head, data.train, cfg, log, hard)
         thr, det, pos_max, at, tts_at, top = _threshold(head, data, cfg)
         hours = data.held_secs / 3600
         elapsed = time.monotonic() - t_start
@@ -356,10 +490,9 @@ def train_wake_model(keyword: str, out: str | Path | None = None, cfg: WakeTrain
             "data": {"tts_positives": data.n_pos_ok, "copies": cfg.copies,
                      "tts_negatives": sum(x is not None for x in neg_tts),
                      "real_negative_files": len(real), "train_negative_hours": round(data.train_neg_secs / 3600, 3),
-                     "train_windows": {"positive": int(X_pos.shape[0]), "negative": int(X_neg.shape[0])},
-                     "sources": ["tts: " + ", ".join(sorted({v.engine for v in voices})),
-                                 "real/speech_commands/train", "real/speechocean762/train",
-                                 "real/librispeech_unlabeled/librispeech_train-clean-100"],
+                     "train_windows": {"positive": len(data.train.pos), "negative": len(data.train.neg)},
+                     "sources": ["tts: " + ", ".join(sorted({v.engine for v in voices}))]
+                     + [f"real/{sub}/{prefix}".rstrip("/") for sub, prefix in REAL_SPLITS],
                      "voices": len(voices), "rooms": "pyroomacoustics" if rirs else "synthetic"},
             "config": cfg.__dict__,
             "det": det,
@@ -381,7 +514,9 @@ def _synthesize(kw: str, cfg: WakeTrainConfig, rng: np.random.Generator, voices:
     from streamd.train.text import TextGenerator
 
     gen = TextGenerator(cfg.seed)
-    neg_texts = confusable_phrases(kw, rng, int(cfg.tts_negatives * 0.7))
+    lex = _lexicon_path()
+    alike = sound_alikes(kw, read_lexicon(lex), rng, int(cfg.tts_negatives * 0.35)) if lex else []
+    neg_texts = confusable_phrases(kw, rng, int(cfg.tts_negatives * 0.7) - len(alike)) + alike
     neg_texts += [gen.sentence() for _ in range(cfg.tts_negatives - len(neg_texts))]
     pos_texts = [kw if rng.random() < 0.6 else kw.replace(" ", ", ", 1) + ("!" if rng.random() < 0.3 else "")
                  for _ in range(cfg.tts_positives)]
@@ -407,15 +542,30 @@ def _read_real(kw: str, cfg: WakeTrainConfig, log: Callable[[str], None]) -> tup
     pick = np.random.default_rng([cfg.seed, 0x5245414C]).permutation(len(speech))
     pick = pick[: max(0, cfg.real_negatives - len(noise_files) // 2)]
     real = [speech[i] for i in sorted(pick)] + noise_files[: len(noise_files) // 2]
-    todo = [(p, n) for p, n in real if n not in _REAL_CACHE]
+    disk_path = real_cache_file() if cfg.cache else None
+    disk: dict = {}
+    if disk_path is not None and disk_path.is_file():
+        try:
+            disk = torch.load(disk_path, map_location="cpu", weights_only=True)
+        except Exception as e:  # noqa: BLE001 - a broken cache is rebuilt
+            log(f"ignoring the unreadable embedding cache {disk_path} ({e.__class__.__name__})")
+    todo = [p for p, _ in real if _file_key(p) not in _REAL_CACHE]
     bar = _Bar("read real audio", len(todo) + len(noise_files) - len(noise_files) // 2)
     emb = load_speech_embedding()
-    for path, name in todo:  # embeddings of real files are kept for the next keyword of this process
-        x = load_audio_at(path, RATE)
-        t = torch.from_numpy(np.concatenate([np.zeros(PREFIX_SAMPLES, np.float32), x]))[None]
-        with torch.no_grad():
-            _REAL_CACHE[name] = (emb(t)[0], len(x) / RATE)
+    new = 0
+    for path in todo:  # embeddings of real files are kept for the next keyword (and on disk for the next run)
+        key = _file_key(path)
+        if key not in disk:
+            x = load_audio_at(path, RATE)
+            disk[key] = (_sequence(emb, x).half(), len(x) / RATE)
+            new += 1
+        _REAL_CACHE[key] = (disk[key][0].float(), float(disk[key][1]))
         bar.update()
+    if disk_path is not None and new:
+        disk_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = disk_path.with_name(f".{disk_path.name}.{os.getpid()}.tmp")
+        torch.save(disk, tmp)
+        os.replace(tmp, disk_path)
 
     bg_files = noise_files[len(noise_files) // 2:]
     noise = None
@@ -434,14 +584,50 @@ def _read_real(kw: str, cfg: WakeTrainConfig, log: Callable[[str], None]) -> tup
     return real, emb, noise, rirs
 
 
+class _Windows:
+    """Training windows without copies: embedding sequences laid end to end (``rows`` (R, 96)); a window is the
+    16 rows from a start index.  ``pos`` / ``neg``: start indices (long) of the positive and negative windows;
+    ``real``: (len(neg),) bool, the negatives from real files (a share of them is drawn each epoch)."""
+
+    def __init__(self) -> None:
+        self._rows: list[torch.Tensor] = []
+        self._pos: list[torch.Tensor] = []
+        self._neg: list[torch.Tensor] = []
+        self._real: list[torch.Tensor] = []
+        self._n = 0
+
+    def add(self, seq: torch.Tensor, pos: np.ndarray | None = None, neg: np.ndarray | None = None,
+            real: bool = False) -> None:
+        """seq (T + 15, 96); pos / neg: (T,) masks of its windows (neg None: every window a negative)."""
+        starts = torch.arange(max(0, seq.shape[0] - WINDOW + 1)) + self._n
+        if pos is not None:
+            self._pos.append(starts[torch.from_numpy(pos)])
+        self._neg.append(starts if neg is None else starts[torch.from_numpy(neg)])
+        self._real.append(torch.full((len(self._neg[-1]),), real))
+        self._rows.append(seq.float())
+        self._n += seq.shape[0]
+
+    def finish(self) -> "_Windows":
+        cat = lambda xs, dt: torch.cat(xs) if xs else torch.zeros(0, dtype=dt)  # noqa: E731
+        self.rows = torch.cat(self._rows) if self._rows else torch.zeros(0, 96)
+        self.pos, self.neg = cat(self._pos, torch.long), cat(self._neg, torch.long)
+        self.real = cat(self._real, torch.bool)
+        self._rows = self._pos = self._neg = self._real = []
+        return self
+
+    def gather(self, starts: torch.Tensor) -> torch.Tensor:
+        """starts (N,) -> windows (N, 16, 96)."""
+        return self.rows[starts[:, None] + torch.arange(WINDOW)]
+
+
 @dataclass
 class _Embedded:
-    """Step 3's windows (each (N, WINDOW, 96)): for training (positive, negative) and held out (positive with
-    their labels, real negatives, confusable TTS negatives), with the seconds of audio behind them."""
+    """Step 3's data: the training windows and, held out, the positive placements (embedding sequences with
+    their positive-window masks), the real negatives and the confusable TTS negatives (sequences), with the
+    seconds of audio behind them."""
 
-    pos_win: list = field(default_factory=list)
-    neg_win: list = field(default_factory=list)
-    pos_held: list = field(default_factory=list)  # (windows, positive labels)
+    train: _Windows = field(default_factory=_Windows)
+    pos_held: list = field(default_factory=list)  # (sequence, positive mask)
     held_neg: list = field(default_factory=list)
     held_tts: list = field(default_factory=list)
     held_secs: float = 0.0
@@ -450,10 +636,17 @@ class _Embedded:
     n_pos_ok: int = 0
 
 
+def _sequence(emb, x: np.ndarray) -> torch.Tensor:
+    """The embeddings (T + 15, 96) of a file after PREFIX_SAMPLES of silence (window k = rows k .. k + 15)."""
+    t = torch.from_numpy(np.concatenate([np.zeros(PREFIX_SAMPLES, np.float32), x]))[None]
+    with torch.no_grad():
+        return emb(t)[0]
+
+
 def _embed(cfg: WakeTrainConfig, emb: Any, pos_tts: list, neg_tts: list, real: list, noise: Any, rirs: list
            ) -> _Embedded:
-    """Step 3, placements and windows: each positive placed ``copies`` times, each negative once, every file
-    scored into windows; split into training and held-out data by name."""
+    """Step 3, placements and embeddings: each positive placed ``copies`` times, each negative once, every
+    file embedded; split into training and held-out data by name."""
     d = _Embedded()
     d.n_pos_ok = sum(x is not None for x in pos_tts)
     bar = _Bar("embed positives", d.n_pos_ok * cfg.copies)
@@ -464,55 +657,95 @@ def _embed(cfg: WakeTrainConfig, emb: Any, pos_tts: list, neg_tts: list, real: l
         for c in range(cfg.copies):
             g = np.random.default_rng([cfg.seed, i, c, 0x504F53])
             y, s, e = _place(x, g, noise, rirs)
-            w = _windows(emb, [y])[0]
-            p, n = _labels(w.shape[0], s, e)
+            seq = _sequence(emb, y)
+            p, n = _labels(max(0, seq.shape[0] - WINDOW + 1), s, e)
             if held:
-                d.pos_held.append((w, p))
+                d.pos_held.append((seq, p))
             else:
-                d.pos_win.append(w[torch.from_numpy(p)])
-                d.neg_win.append(w[torch.from_numpy(n)])
+                d.train.add(seq, p, n)
             bar.update()
-    neg_items = [("tts", f"neg-{i}", x) for i, x in enumerate(neg_tts) if x is not None]
+    neg_items = [(f"neg-{i}", x) for i, x in enumerate(neg_tts) if x is not None]
     bar = _Bar("embed negatives", len(neg_items))
-    for kind, name, x in neg_items:
+    for name, x in neg_items:
         g = np.random.default_rng([cfg.seed, int(name[4:]), 0x4E4547])
         x, _, _ = _place(x, g, noise, rirs, lead_max=0.8, trail=0.4)
-        w = _windows(emb, [x])[0]
+        seq = _sequence(emb, x)
         if _held_out(name):
-            d.held_tts.append(w)
+            d.held_tts.append(seq)
             d.held_tts_secs += len(x) / RATE
         else:
-            d.neg_win.append(w)
+            d.train.add(seq)
             d.train_neg_secs += len(x) / RATE
         bar.update()
-    for _, name in real:
-        e, secs = _REAL_CACHE[name]
-        w = e.unfold(0, WINDOW, 1).transpose(1, 2) if e.shape[0] >= WINDOW else torch.zeros(0, WINDOW, 96)
+    for path, name in real:
+        seq, secs = _REAL_CACHE[_file_key(path)]
         if _held_out(name):
-            d.held_neg.append(w)
+            d.held_neg.append(seq)
             d.held_secs += secs
         else:
-            d.neg_win.append(w)
+            d.train.add(seq, real=True)
             d.train_neg_secs += secs
+    d.train.finish()
     return d
 
 
-def _threshold(head: WakeHead, d: _Embedded, cfg: WakeTrainConfig) -> tuple[float, list, np.ndarray, list, list, float]:
-    """Step 5, the threshold on the held-out data: (threshold, DET curve, the held-out positives' top scores,
-    the DET point at the threshold on real and on confusable TTS negatives, the top real negative score)."""
+@torch.no_grad()
+def _logits(head: WakeHead, seq: torch.Tensor) -> np.ndarray:
+    """The head's logits (T,) of every window of one embedding sequence (T + 15, 96)."""
+    seq = seq.float()
+    if seq.shape[0] < WINDOW:
+        return np.zeros(0, np.float32)
+    return head(seq.unfold(0, WINDOW, 1).transpose(1, 2)).numpy()
+
+
+def _threshold_logit(neg: list[np.ndarray], hours: float, target_fa_per_h: float) -> float:
+    """The lowest logit threshold whose detections (the runtime rule) on the negatives' logit tracks stay at or
+    below ``target_fa_per_h`` x ``hours`` (candidates: the negatives' own scores, highest first)."""
+    allowed = math.floor(target_fa_per_h * hours + 1e-9)
+    flat = np.concatenate([t for t in neg if len(t)] or [np.zeros(1, np.float32)])
+    cands = np.unique(flat)[::-1][: 50 * (allowed + 1) + 200]
+    thr = float(cands[0]) + 1e-3
+    for t in cands:
+        if sum(_detections(s, float(t)) for s in neg) > allowed:
+            break
+        thr = float(t)
+    return thr
+
+
+CAL_POSITIVE_LOGIT = 3.0
+"""Calibration: after training, the head's last layer is scaled and shifted so that its score is 0.5 at the
+chosen threshold and sigmoid(3.0) = 0.95 at the median held-out positive (scores no longer saturate at 0.999x;
+the order of scores, hence every miss / false-alarm trade-off, is unchanged)."""
+
+
+def _calibrate(head: WakeHead, thr_logit: float, pos_logit_median: float) -> None:
+    """Fold ``a * (logit - thr_logit)`` into the head's last layer (a > 0: the median positive lands at
+    :data:`CAL_POSITIVE_LOGIT`; a = 1 when the median positive is not above the threshold)."""
+    gap = pos_logit_median - thr_logit
+    a = CAL_POSITIVE_LOGIT / gap if gap > 1e-3 else 1.0
+    last = head.net[-1]
     with torch.no_grad():
-        neg_scores = [torch.sigmoid(head(w)).numpy() if len(w) else np.zeros(0) for w in d.held_neg]
-        tts_scores = [torch.sigmoid(head(w)).numpy() if len(w) else np.zeros(0) for w in d.held_tts]
-        pos_max = np.array([float(torch.sigmoid(head(w[torch.from_numpy(p)])).max())
-                            if p.any() else 0.0 for w, p in d.pos_held])
+        last.weight.mul_(a)
+        last.bias.sub_(thr_logit).mul_(a)
+
+
+def _threshold(head: WakeHead, d: _Embedded, cfg: WakeTrainConfig) -> tuple[float, list, np.ndarray, list, list, float]:
+    """Step 5, the threshold on the held-out data, then the calibration (:func:`_calibrate`; the threshold is
+    then 0.5): (threshold, DET curve, the held-out positives' top scores, the DET point at the threshold on real
+    and on confusable TTS negatives, the top real negative score), all after calibration."""
     hours = d.held_secs / 3600
+    pos = np.array([float(_logits(head, s)[p].max()) if p.any() else -1e9 for s, p in d.pos_held])
+    thr = _threshold_logit([_logits(head, s) for s in d.held_neg], hours, cfg.target_fa_per_h)
+    _calibrate(head, thr, float(np.median(pos)) if len(pos) else thr)
+    sig = lambda z: 1.0 / (1.0 + np.exp(-np.clip(z, -60, 60)))  # noqa: E731
+    neg_scores = [sig(_logits(head, s)) for s in d.held_neg]
+    tts_scores = [sig(_logits(head, s)) for s in d.held_tts]
+    pos_max = np.array([float(sig(_logits(head, s)[p]).max()) if p.any() else 0.0 for s, p in d.pos_held])
     det = det_curve(pos_max, neg_scores, hours, THRESHOLDS)
-    ok = [x for x in det if x[2] <= cfg.target_fa_per_h]
-    thr = ok[0][0] if ok else THRESHOLDS[-1]
     top = max((float(s.max()) for s in neg_scores if len(s)), default=0.0)
-    at = det_curve(pos_max, neg_scores, hours, [thr])[0]
-    tts_at = det_curve(pos_max, tts_scores, d.held_tts_secs / 3600, [thr])[0]
-    return thr, det, pos_max, at, tts_at, top
+    at = det_curve(pos_max, neg_scores, hours, [0.5])[0]
+    tts_at = det_curve(pos_max, tts_scores, d.held_tts_secs / 3600, [0.5])[0]
+    return 0.5, det, pos_max, at, tts_at, top
 
 
 def _imap(fn, jobs, workers: int, voices):
@@ -526,31 +759,53 @@ def _imap(fn, jobs, workers: int, voices):
         yield from pool.imap(fn, jobs, chunksize=4)
 
 
-def _fit(head: WakeHead, X_pos: torch.Tensor, X_neg: torch.Tensor, cfg: WakeTrainConfig, log) -> None:
-    """Weighted BCE (positives and negatives weigh the same in total), Adam, ``cfg.epochs`` epochs."""
-    X = torch.cat([X_pos, X_neg])
-    y = torch.cat([torch.ones(len(X_pos)), torch.zeros(len(X_neg))])
-    w = torch.where(y > 0, 0.5 * len(X) / max(1, len(X_pos)), 0.5 * len(X) / max(1, len(X_neg)))
-    opt = torch.optim.Adam(head.parameters(), lr=1e-3, weight_decay=1e-4)
+def _fit(head: WakeHead, w: _Windows, cfg: WakeTrainConfig, log, hard: torch.Tensor | None = None) -> None:
+    """Weighted binary cross-entropy (positives and negatives weigh the same in total), AdamW with weight decay,
+    one cycle of ``cfg.epochs`` epochs; labels smoothed by ``cfg.label_smoothing``; each epoch sees every
+    positive and synthetic negative window and a ``cfg.real_share`` draw of the real negative windows (2.4 h of
+    real audio is ~100 k overlapping windows); ``hard``: negative window starts added ``cfg.hard_repeat`` times
+    (the hard negatives of a first round)."""
     g = torch.Generator().manual_seed(cfg.seed)
+    neg = w.neg if hard is None else torch.cat([w.neg, hard.repeat(cfg.hard_repeat)])
+    real = w.real if hard is None else torch.cat([w.real, torch.zeros(len(hard) * cfg.hard_repeat, dtype=torch.bool)])
+    n_real = int(real.sum())
+    per_epoch = len(w.pos) + len(neg) - n_real + int(round(cfg.real_share * n_real))
     bs = 256
-    steps = cfg.epochs * math.ceil(len(X) / bs)
+    steps = cfg.epochs * (math.ceil(per_epoch / bs) + 1)
+    opt = torch.optim.AdamW(head.parameters(), lr=1e-3, weight_decay=cfg.weight_decay)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=2e-3, total_steps=steps)
-    bar = _Bar("train head", cfg.epochs)
+    bar = _Bar("train head" if hard is None else "train head (hard)", cfg.epochs)
     head.train()
+    tot = 0.0
     for _ in range(cfg.epochs):
-        perm = torch.randperm(len(X), generator=g)
+        keep = ~real | (torch.rand(len(neg), generator=g) < cfg.real_share)
+        starts = torch.cat([w.pos, neg[keep]])
+        y = torch.cat([torch.ones(len(w.pos)), torch.zeros(int(keep.sum()))])
+        wt = torch.where(y > 0, 0.5 * len(y) / max(1, len(w.pos)), 0.5 * len(y) / max(1, int(keep.sum())))
+        target = y * (1 - cfg.label_smoothing) + 0.5 * cfg.label_smoothing
+        perm = torch.randperm(len(y), generator=g)
         tot = 0.0
-        for i in range(0, len(X), bs):
+        for i in range(0, len(y), bs):
             idx = perm[i:i + bs]
-            xb = X[idx]
+            xb = w.gather(starts[idx])
             xb = xb + 0.05 * torch.randn(xb.shape, generator=g) * xb.std()
-            loss = (torch.nn.functional.binary_cross_entropy_with_logits(head(xb), y[idx], reduction="none")
-                    * w[idx]).mean()
+            loss = (torch.nn.functional.binary_cross_entropy_with_logits(head(xb), target[idx], reduction="none")
+                    * wt[idx]).mean()
             opt.zero_grad()
             loss.backward()
             opt.step()
-            sched.step()
+            if sched.last_epoch + 1 < steps:
+                sched.step()
             tot += float(loss.detach()) * len(idx)
+        tot /= max(1, len(y))
         bar.update()
-    log(f"head: {len(X_pos)} positive and {len(X_neg)} negative windows, last epoch loss {tot / len(X):.4f}")
+    head.eval()
+    log(f"head: {len(w.pos)} positive and {len(neg)} negative windows ({n_real} real, {cfg.real_share:g} of them "
+        f"per epoch), last epoch loss {tot:.4f}")
+
+
+@torch.no_grad()
+def _hard_negatives(head: WakeHead, w: _Windows, k: int) -> torch.Tensor:
+    """The starts of the ``k`` training negative windows the head scores highest."""
+    sc = torch.cat([head(w.gather(w.neg[i:i + 4096])) for i in range(0, len(w.neg), 4096)])
+    return w.neg[sc.topk(min(k, len(sc))).indices]

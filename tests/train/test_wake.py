@@ -30,6 +30,8 @@ def _fake_real(root):
         "speech_commands/dev": [{"audio": "yes/d.wav", "text": "yes"}],
         "speechocean762/train": [{"audio": "s/b.wav", "text": "we say hey jarvis now"},
                                  {"audio": "s/c.wav", "text": "hello there"}],
+        "speechocean762/dev": [{"audio": "s/e.wav", "text": "hello again"}],
+        "speechocean762/unlabeled": [{"audio": "u/f.wav"}],
         "librispeech_unlabeled": [{"audio": "librispeech_train-clean-100/x.wav"},
                                   {"audio": "librispeech_test-other/y.wav"}],
         "mycroft": [{"audio": "wake/m.wav", "text": "hey jarvis", "keyword": "hey jarvis"}],
@@ -48,7 +50,7 @@ def test_real_negatives_come_from_training_splits_only(tmp_path):
     files = W.real_negative_files("Hey  Jarvis", _fake_real(tmp_path))
     names = [n for _, n in files["speech"]]
     assert names == ["speech_commands/train/yes/a.wav", "speechocean762/train/s/c.wav",
-                     "librispeech_unlabeled/librispeech_train-clean-100/x.wav"]
+                     "speechocean762/unlabeled/u/f.wav", "librispeech_unlabeled/librispeech_train-clean-100/x.wav"]
     assert [n for _, n in files["noise"]] == ["speech_commands/train/_silence_/n.wav"]
 
 
@@ -72,16 +74,28 @@ def test_train_end_to_end(tmp_path, monkeypatch):
     if not list_voices():
         pytest.skip("no TTS engine installed (espeak-ng, flite, festival or piper-tts)")
     monkeypatch.setenv("STREAMD_SHARED", str(tmp_path / "shared"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     _fake_real(tmp_path / "shared" / "real")
     W._REAL_CACHE.clear()
     out = tmp_path / "m.wake.pt"
-    rc = wake_main(["train", "hey jarvis", "--out", str(out), "--tts-positives", "4", "--copies", "1",
-                 "--tts-negatives", "4", "--real-negatives", "3", "--epochs", "1", "--workers", "1"])
+    args = ["train", "hey jarvis", "--tts-positives", "4", "--copies", "1", "--tts-negatives", "4",
+            "--real-negatives", "3", "--epochs", "1", "--workers", "1", "--hard-negatives", "5"]
+    rc = wake_main(args + ["--out", str(out)])
     assert rc == 0
     m = load_wake_model(out)
-    assert m.keyword == "hey jarvis" and 0 < m.threshold < 1
+    assert m.keyword == "hey jarvis" and m.threshold == 0.5  # calibrated: 0.5 at the chosen threshold
     assert m.info["data"]["real_negative_files"] >= 1 and m.info["det"]
     assert all(not s.startswith("real/mycroft") for s in m.info["data"]["sources"])
+    assert all("/dev" not in s for s in m.info["data"]["sources"])
+    # the real negatives' embeddings are on disk; a second process (empty memory cache) reads them back
+    cache = W.real_cache_file()
+    assert cache.is_file() and str(cache).startswith(str(tmp_path / "cache"))
+    before = cache.stat().st_mtime_ns
+    W._REAL_CACHE.clear()
+    assert wake_main(args + ["--out", str(tmp_path / "m2.wake.pt")]) == 0
+    assert cache.stat().st_mtime_ns == before  # nothing new to embed: the cache was not rewritten
+    assert load_wake_model(tmp_path / "m2.wake.pt").info["data"]["real_negative_files"] == \
+        m.info["data"]["real_negative_files"]
 
 
 def test_cli_rejects_bad_arguments(capsys):
@@ -89,3 +103,64 @@ def test_cli_rejects_bad_arguments(capsys):
         wake_main(["train", "a", "b", "--out", "x.pt"])
     assert "--out names one file" in capsys.readouterr().err
     assert wake_main(["train", "hey 7"]) == 2
+
+
+def test_sound_alikes_are_near_but_never_the_keyword():
+    lex = {"hey": ("hh", "ey"), "savant": ("s", "ah", "v", "aa", "n", "t"), "servant": ("s", "er", "v", "ah", "n", "t"),
+           "levant": ("l", "ah", "v", "aa", "n", "t"), "savants": ("s", "ah", "v", "aa", "n", "t", "s"),
+           "save": ("s", "ey", "v"), "ant": ("ae", "n", "t"), "sahvant": ("s", "ah", "v", "aa", "n", "t"),
+           "table": ("t", "ey", "b", "ah", "l")}
+    out = W.sound_alikes("hey savant", lex, np.random.default_rng(0), 50)
+    assert "hey levant" in out and "hey servant" in out
+    assert out.index("hey levant") < out.index("hey servant")          # nearest (1 edit) first
+    assert "hey savant" not in out and "hey sahvant" not in out         # never the keyword or a homophone
+    assert "hey savants" not in out                                     # nor a word that holds the keyword
+    assert not any("table" in p for p in out)                           # too far
+    assert W._pronounce("chatterbox", {"chatter": ("ch", "ae"), "box": ("b", "aa")}) == ("ch", "ae", "b", "aa")
+
+
+def test_read_lexicon_both_forms(tmp_path):
+    f = tmp_path / "festival.out"
+    f.write_text('MNCL\n("savant" nil (((s ax) 0) ((v aa n t) 1)))\n("hey" nil (((hh ey) 1)))\n')
+    assert W.read_lexicon(f) == {"savant": ("s", "ah", "v", "aa", "n", "t"), "hey": ("hh", "ey")}
+    g = tmp_path / "cmu.dict"
+    g.write_text("savant S AH0 V AA1 N T\nsavant(2) S AE0 V AH0 N T\n")
+    assert W.read_lexicon(g) == {"savant": ("s", "ah", "v", "aa", "n", "t")}
+
+
+def test_threshold_logit_is_the_lowest_within_the_budget():
+    a = np.array([0.0, 5.0, 0.0, 0.0])
+    b = np.zeros(40)
+    b[[0, 30]] = [3.0, 4.0]                                 # 30 frames apart: two firings at <= 3
+    assert W._threshold_logit([a, b], hours=1.0, target_fa_per_h=0.5) == pytest.approx(5.0 + 1e-3)  # no FA allowed
+    assert W._threshold_logit([a, b], hours=2.0, target_fa_per_h=0.5) == 5.0       # one allowed: 5 fires once
+    assert W._threshold_logit([a, b], hours=4.0, target_fa_per_h=0.5) == 4.0       # two: 5 and 4
+
+
+def test_calibration_keeps_the_order_and_puts_the_threshold_at_half():
+    import torch
+    from streamd.model.wake import WakeHead
+    torch.manual_seed(0)
+    head = WakeHead(8).eval()
+    x = torch.randn(50, 16, 96)
+    with torch.no_grad():
+        z = head(x)
+    thr, med = float(z[10]), float(z.max())
+    W._calibrate(head, thr, med)
+    with torch.no_grad():
+        z2 = head(x)
+    assert torch.equal(torch.argsort(z2), torch.argsort(z))
+    assert float(z2[10]) == pytest.approx(0.0, abs=1e-5)
+    assert float(z2.max()) == pytest.approx(W.CAL_POSITIVE_LOGIT, abs=1e-4)
+
+
+def test_training_windows_are_gathered_without_copies():
+    import torch
+    w = W._Windows()
+    a = torch.arange(20 * 96, dtype=torch.float32).reshape(20, 96)      # 5 windows
+    w.add(a, pos=np.array([0, 0, 0, 1, 1], bool), neg=np.array([1, 0, 0, 0, 0], bool))
+    w.add(a[:17], real=True)                                            # 2 windows, both negative
+    w.finish()
+    assert w.pos.tolist() == [3, 4] and w.neg.tolist() == [0, 20, 21] and w.real.tolist() == [False, True, True]
+    assert torch.equal(w.gather(torch.tensor([4, 21]))[0], a[4:20])
+    assert torch.equal(w.gather(torch.tensor([21]))[0], a[1:17])
