@@ -23,7 +23,7 @@ from pathlib import Path
 
 import soundfile as sf
 
-from streamd.evaluation.trim import speech_span
+from streamd.audio.trim import speech_span
 
 
 def main() -> None:
