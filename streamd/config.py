@@ -277,7 +277,7 @@ class EndpointConfig:
     decoded; rule2: ``rule2_trailing_silence`` after something was decoded;
     rule3: the segment reaches ``rule3_max_utterance``.  rule2's 0.6 s (k2 sherpa's is 1.2 s) gives a
     final at every pause of 0.8 s or more between read sentences and none at a shorter one inside them
-    (``bench/endpoints.py`` on training prompts, docs/benchmarks.md "Endpoints at real pauses").
+    (``streamd bench endpoints`` on training prompts, docs/benchmarks.md "Endpoints at real pauses").
     """
 
     enabled: bool = True
