@@ -5,7 +5,7 @@ finals, splits, merges.
         --rule2 0.5,0.6,0.8,1.2 [--rule1 2.4] [--model PATH] [--rate 16000] [--json]
 
 Prompts: every k-th line of the manifest (sorted by audio path) whose text has at least ``--min-words`` words,
-``--count`` of them, each cut to its speech (:func:`streamd.evaluation.trim.speech_span`, 20 ms margins) so
+``--count`` of them, each cut to its speech (:func:`streamd.audio.trim.speech_span`, 20 ms margins) so
 that the pause between two prompts is the gap (digital silence, ``--gap`` seconds) plus 40 ms; the pauses
 inside a prompt are the reader's own. The joined recording is decoded as one stream (greedy, endpointing on,
 0.1 s pieces) once per rule2 value; per value:
@@ -34,7 +34,7 @@ from ..audio.pcm import load_audio
 from ..audio.resample import resample
 from ..config import EndpointConfig, EngineConfig
 from ..engine import Recognizer
-from ..evaluation.trim import speech_span
+from ..audio.trim import speech_span
 from ..events import Final
 
 __all__ = ["joined_prompts", "measure", "bench_endpoints"]

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import soundfile as sf
 
-from ..evaluation.trim import speech_span
+from ..audio.trim import speech_span
 
 __all__ = ["trim_speech"]
 
