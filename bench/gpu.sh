@@ -22,7 +22,7 @@ mkdir -p "$OUT"
 if [ "${1:-}" = "--offline" ]; then
   python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . 2>&1 | tail -2 \
     || export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-  TESTS=(tests/test_device.py tests/test_engine.py tests/audio tests/decode tests/model tests/bench/test_engine.py)
+  TESTS=(tests/test_device.py tests/engine tests/audio tests/decode tests/model tests/bench/test_engine.py)
 else
   python3 -m pip install -q -e ".[all,test]" 2>&1 | tail -2
   TESTS=()

@@ -2,7 +2,7 @@
 
 * :func:`feed_streams`: in-memory audio ``[(samples, rate), ...]`` as concurrent streams, one piece per
   stream between batch steps, like live clients would send it; the one loop behind everything below and
-  behind ``streamd eval`` (:mod:`streamd.evaluation`) and ``bench/peers.py``.
+  behind ``streamd eval`` (:mod:`streamd.evaluation`) and ``streamd bench peers``.
 * :func:`load_stream_audio`: a file's audio at a rate a stream takes (resampled once where it is not);
 * :func:`transcribe_files`: audio files through :func:`feed_streams`, events per path.
 * :func:`transcribe_capture`: a live capture (:class:`streamd.capture.MicCapture`) into one stream.

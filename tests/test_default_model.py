@@ -22,7 +22,7 @@ from streamd.paths import default_model_path, default_samples
 from streamd.feed import transcribe_files
 from streamd.config import SEARCH_METHODS, EngineConfig
 from streamd.engine import Recognizer
-from streamd.evaluation.trim import speech_span
+from streamd.audio.trim import speech_span
 from streamd.events import Final, WakeWord
 from streamd.model.checkpoint import load_checkpoint
 from streamd.scoring.metrics import word_errors

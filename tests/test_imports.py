@@ -158,6 +158,8 @@ FORBIDDEN = (
     + [("streamd.client", "streamd.server"), ("streamd.server", "streamd.client")]
     + [("streamd.scoring", up) for up in ("streamd.train", "streamd.evaluation", "streamd.server")]
     + [("streamd.evaluation", "streamd.train")]  # training's calibration fits on an evaluation's decode
+    + [(room, "streamd.bench") for room in ("streamd.scoring", "streamd.train", "streamd.evaluation")]
+    + [("streamd.bench", "streamd.train")]  # benchmarks measure through evaluation and the runtime, train nothing
     + [(room, "streamd.cli") for room in GROUND + RUNTIME + ("streamd.scoring", "streamd.train", "streamd.evaluation",
                                                               "streamd.bench")]  # the CLI is the leaf
 )
@@ -180,7 +182,8 @@ def test_package_order():
     audio, text) imports no room above it; the runtime (model, searches, engine, server, second pass, client) imports no
     measuring, training or evaluation code; client and server share only the wire vocabulary; what training
     and evaluation both need is in :mod:`streamd.scoring`, below both, and evaluation imports no training
-    code (training's calibration decodes through evaluation: the one direction); nothing imports the command
+    code (training's calibration decodes through evaluation: the one direction); the benchmarks import no
+    training code and only the command line imports them; nothing imports the command
     line (:mod:`streamd.cli`, the leaf) but ``streamd.__main__``."""
     assert _violations(import_graph()) == []
 

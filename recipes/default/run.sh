@@ -174,7 +174,7 @@ if at lm; then
 fi
 if at eval; then
   # the speech-trimmed copy of Speech Commands dev: every clip cut to its speech (streams that end at the word)
-  [[ -f data/real/sc_dev_trimmed/manifest.jsonl ]] || python3 bench/trim_speech.py \
+  [[ -f data/real/sc_dev_trimmed/manifest.jsonl ]] || streamd bench trim-speech \
       "$REAL/speech_commands/dev/manifest.jsonl" --out data/real/sc_dev_trimmed
   streamd eval --model exp/release/default.pt --lm exp/release/default.lm.pt \
       --set "$REAL/speech_commands/dev/manifest.jsonl" --set data/real/sc_dev_trimmed/manifest.jsonl \

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Write the short sample recordings shipped in streamd/assets/samples (what `streamd eval`, `streamd bench
-engine` and bench/peers.py use when no evaluation set is given, so their commands work from a plain clone).
+engine` and streamd bench peers use when no evaluation set is given, so their commands work from a plain clone).
 
     python recipes/samples/make_samples.py [--out streamd/assets/samples]
 

@@ -63,7 +63,8 @@ import numpy as np
 from ..config import FbankConfig
 
 __all__ = ["ClientTrace", "ServerBenchResult", "partial_latency", "slope_per_minute", "third_p95s",
-           "parse_metrics", "metrics_url", "summarize", "bench_server", "InProcessServer", "AudioLoop", "format_report"]
+           "parse_metrics", "metrics_url", "summarize", "bench_server", "InProcessServer", "AudioLoop", "format_report",
+           "ClientPlan", "run_client"]
 
 RATE = 16000
 PACKET_S = 0.1
@@ -312,85 +313,104 @@ class ClientPlan:
     speed: float = 1.0  # pacing: this many times real time
 
 
-async def _client(plan: ClientPlan, audio: AudioLoop, tr: ClientTrace, offset: int, phase: float,
-                  ready: asyncio.Event, go: asyncio.Future, paced: bool = True) -> None:
-    """One stream: start, wait for ready, (barrier), paced audio packets, eof; record partials and done."""
-    from websockets.asyncio.client import connect
-    from websockets.exceptions import ConnectionClosed, InvalidStatus
-
-    headers = {"Authorization": f"Bearer {plan.token}"} if plan.token else None
+def _start_message(plan: ClientPlan) -> str:
     start: dict[str, Any] = {"type": "start", "sample_rate": RATE, "format": "s16le", "partials": True}
     if plan.method:
         start["method"] = plan.method
     if plan.beam:
         start["beam"] = plan.beam
+    return json.dumps(start)
+
+
+async def _send_audio(ws: Any, plan: ClientPlan, audio: AudioLoop, tr: ClientTrace, offset: int, phase: float,
+                      t0: float, paced: bool) -> None:
+    """The stream's audio in packets (paced from ``t0 + phase`` at ``plan.speed`` x real time), then eof."""
     pkt = tr.packet_samples
+    for k in range(-(-tr.total_samples // pkt)):
+        n = min(pkt, tr.total_samples - k * pkt)
+        if paced:
+            due = t0 + phase + (k + 1) * PACKET_S / plan.speed
+            await asyncio.sleep(max(0.0, due - time.perf_counter()))
+        await ws.send(audio.read(offset + k * pkt, n))
+        tr.sent_at.append(time.perf_counter())
+    await ws.send('{"type": "eof"}')
+    tr.eof_at = time.perf_counter()
+
+
+def _record(tr: ClientTrace, raw: str | bytes, now: float) -> None:
+    """One server message into the trace: partial (arrival, end), final, done, error."""
+    if isinstance(raw, bytes):
+        return
+    m = json.loads(raw)
+    kind = m.get("type")
+    if kind == "partial" and isinstance(m.get("end"), (int, float)):
+        tr.partials.append((now, float(m["end"])))
+    elif kind == "final":
+        tr.finals.append(m.get("text", ""))
+    elif kind == "done":
+        tr.done_at = now
+        tr.done_audio_seconds = m.get("audio_seconds")
+    elif kind == "error":
+        tr.error = f"{m.get('code')}: {m.get('message')}"
+        tr.error_code = m.get("code")
+
+
+async def _stream(ws: Any, plan: ClientPlan, audio: AudioLoop, tr: ClientTrace, offset: int, phase: float,
+                  ready: asyncio.Event, go: asyncio.Future, paced: bool) -> None:
+    """An open connection: start, ready (or the refusal), the barrier, audio and replies, how it closed."""
+    from websockets.exceptions import ConnectionClosed
+
+    try:
+        await ws.send(_start_message(plan))
+    except ConnectionClosed:
+        pass  # refused at once (error, then close): the error is still to be read
+    try:
+        msg = json.loads(await asyncio.wait_for(ws.recv(), plan.timeout))
+    except ConnectionClosed:
+        tr.close_code = ws.close_code
+        raise
+    if msg.get("type") != "ready":
+        tr.error = f"{msg.get('code', msg.get('type'))}: {msg.get('message', msg)}"
+        tr.error_code, tr.retry_after = msg.get("code"), msg.get("retry_after")
+        try:
+            await asyncio.wait_for(ws.wait_closed(), plan.timeout)
+        finally:
+            tr.close_code = ws.close_code
+        return
+    tr.chunk_seconds = (msg.get("model") or {}).get("chunk_seconds")
+    ready.set()
+    t0 = await go
+    sender = asyncio.create_task(_send_audio(ws, plan, audio, tr, offset, phase, t0, paced))
+    try:
+        async for raw in ws:
+            _record(tr, raw, time.perf_counter())
+    finally:
+        if not sender.done():
+            sender.cancel()
+        try:
+            await sender
+        except (asyncio.CancelledError, ConnectionClosed):
+            pass
+    tr.close_code = ws.close_code
+    if tr.error is None and ws.close_code != 1000:
+        tr.error = f"connection closed with code {ws.close_code} {ws.close_reason or ''}".strip()
+    if tr.error is None and tr.done_at is None:
+        tr.error = "the connection closed without a done message"
+
+
+async def run_client(plan: ClientPlan, audio: AudioLoop, tr: ClientTrace, offset: int, phase: float,
+                     ready: asyncio.Event, go: asyncio.Future, paced: bool = True) -> None:
+    """One stream: start, wait for ready, (barrier), paced audio packets, eof; record partials and done in
+    ``tr`` (a refusal, a failed connection: its error)."""
+    from websockets.asyncio.client import connect
+    from websockets.exceptions import ConnectionClosed, InvalidStatus
+
+    headers = {"Authorization": f"Bearer {plan.token}"} if plan.token else None
     try:
         extra = {"local_addr": (plan.local_addr, 0)} if plan.local_addr else {}
         async with connect(plan.url, additional_headers=headers, max_size=None, open_timeout=plan.timeout,
                            close_timeout=5, compression=None, **extra) as ws:
-            try:
-                await ws.send(json.dumps(start))
-            except ConnectionClosed:
-                pass  # refused at once (error, then close): the error is still to be read
-            try:
-                msg = json.loads(await asyncio.wait_for(ws.recv(), plan.timeout))
-            except ConnectionClosed:
-                tr.close_code = ws.close_code
-                raise
-            if msg.get("type") != "ready":
-                tr.error = f"{msg.get('code', msg.get('type'))}: {msg.get('message', msg)}"
-                tr.error_code, tr.retry_after = msg.get("code"), msg.get("retry_after")
-                try:
-                    await asyncio.wait_for(ws.wait_closed(), plan.timeout)
-                finally:
-                    tr.close_code = ws.close_code
-                return
-            tr.chunk_seconds = (msg.get("model") or {}).get("chunk_seconds")
-            ready.set()
-            t0 = await go
-
-            async def send() -> None:
-                for k in range(-(-tr.total_samples // pkt)):
-                    n = min(pkt, tr.total_samples - k * pkt)
-                    if paced:
-                        due = t0 + phase + (k + 1) * PACKET_S / plan.speed
-                        await asyncio.sleep(max(0.0, due - time.perf_counter()))
-                    await ws.send(audio.read(offset + k * pkt, n))
-                    tr.sent_at.append(time.perf_counter())
-                await ws.send('{"type": "eof"}')
-                tr.eof_at = time.perf_counter()
-
-            sender = asyncio.create_task(send())
-            try:
-                async for raw in ws:
-                    now = time.perf_counter()
-                    if isinstance(raw, bytes):
-                        continue
-                    m = json.loads(raw)
-                    kind = m.get("type")
-                    if kind == "partial" and isinstance(m.get("end"), (int, float)):
-                        tr.partials.append((now, float(m["end"])))
-                    elif kind == "final":
-                        tr.finals.append(m.get("text", ""))
-                    elif kind == "done":
-                        tr.done_at = now
-                        tr.done_audio_seconds = m.get("audio_seconds")
-                    elif kind == "error":
-                        tr.error = f"{m.get('code')}: {m.get('message')}"
-                        tr.error_code = m.get("code")
-            finally:
-                if not sender.done():
-                    sender.cancel()
-                try:
-                    await sender
-                except (asyncio.CancelledError, ConnectionClosed):
-                    pass
-            tr.close_code = ws.close_code
-            if tr.error is None and ws.close_code != 1000:
-                tr.error = f"connection closed with code {ws.close_code} {ws.close_reason or ''}".strip()
-            if tr.error is None and tr.done_at is None:
-                tr.error = "the connection closed without a done message"
+            await _stream(ws, plan, audio, tr, offset, phase, ready, go, paced)
     except InvalidStatus as e:
         tr.error = f"server refused the connection: HTTP {e.response.status_code}"
         tr.error_code = f"http {e.response.status_code}"
@@ -408,7 +428,7 @@ async def _run_clients(plan: ClientPlan, audio: AudioLoop, n: int, seed: int) ->
     traces = [ClientTrace(i, pkt, plan.total_samples) for i in range(n)]
     readies = [asyncio.Event() for _ in range(n)]
     go: asyncio.Future = asyncio.get_running_loop().create_future()
-    tasks = [asyncio.create_task(_client(plan, audio, tr, rnd.randrange(audio.pcm.size), rnd.uniform(0, PACKET_S),
+    tasks = [asyncio.create_task(run_client(plan, audio, tr, rnd.randrange(audio.pcm.size), rnd.uniform(0, PACKET_S),
                                          ev, go)) for tr, ev in zip(traces, readies)]
     await asyncio.gather(*(ev.wait() for ev in readies))
     t0 = time.perf_counter()
@@ -422,7 +442,7 @@ async def _warmup(plan: ClientPlan, audio: AudioLoop) -> str | None:
     tr = ClientTrace(-1, int(PACKET_S * RATE), int(WARMUP_S * RATE))
     go: asyncio.Future = asyncio.get_running_loop().create_future()
     go.set_result(time.perf_counter())
-    await _client(plan, audio, tr, 0, 0.0, asyncio.Event(), go, paced=False)
+    await run_client(plan, audio, tr, 0, 0.0, asyncio.Event(), go, paced=False)
     return tr.error
 
 

@@ -13,7 +13,7 @@ take plain arguments (functions, dataclasses) and import nothing from this packa
 * :mod:`.data`       ``data``, ``synth``, ``augment``, ``label``;
 * :mod:`.evaluate`   ``eval``, ``calibrate``;
 * :mod:`.wake`       ``wake`` (and ``python -m streamd.model.speech_embedding_convert``);
-* :mod:`.bench`      ``bench engine``, ``bench server`` (:mod:`streamd.bench`);
+* :mod:`.bench`      ``bench NAME``: every benchmark (engine, server, stress, peers, ...; :mod:`streamd.bench`);
 * :mod:`.engine_args` the engine flags every decoding command shares, and the ``PROG: message`` guard.
 
 The commands of :data:`DELEGATED` build their own parser (``streamd NAME ARGS...`` -> ``function(ARGS)``).
@@ -48,7 +48,8 @@ DELEGATED = {
                                                             "on validation sets and store it in a copy of the model"),
     "lm": ("streamd.cli.train", "lm_main", "train the token n-gram for modified_beam shallow fusion"),
     "bench": ("streamd.cli.bench", "bench_main", "benchmarks: bench engine (streams in real time, latency, batching "
-                                                 "gain), bench server (a daemon under websocket clients)"),
+                                                 "gain), bench server (a daemon under websocket clients), bench "
+                                                 "stress, bench peers, ... (streamd bench --help lists them)"),
     "label": ("streamd.cli.data", "label_main", "label untranscribed audio with real-speech teacher models"),
     "wake": ("streamd.cli.wake", "wake_main", "wake words on the speech embedding: `streamd wake train KEYWORD` "
                                               "trains one from its text"),

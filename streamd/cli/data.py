@@ -287,6 +287,8 @@ def augment_main(argv: Sequence[str] | None = None) -> int:
                     help="SNR range in dB (default 0,30)")
     ap.add_argument("--channel", type=float, default=0.0, metavar="P", help="microphone / channel colouring")
     ap.add_argument("--telephone", type=float, default=0.0, metavar="P", help="telephone band, 8 kHz, mu-law")
+    ap.add_argument("--tight-crop", type=float, default=0.0, metavar="P",
+                    help="cut the copy tight to its speech, random thresholds and 0-40 ms margins (speech only)")
     args = ap.parse_args(argv)
     if args.noise_manifest and not args.noise:
         print("augment: warning: --noise-manifest given but --noise is 0: no noise is added", file=sys.stderr)
@@ -298,7 +300,8 @@ def augment_main(argv: Sequence[str] | None = None) -> int:
     try:
         chain = augment.build_chain(speed=args.speed, voice=args.voice_perturb, real_rir=args.real_rir,
                             room_sim=args.room_sim, noise=args.noise, channel=args.channel,
-                            telephone=args.telephone, snr=args.snr, noise_manifest=args.noise_manifest,
+                            telephone=args.telephone, tight_crop=args.tight_crop, snr=args.snr,
+                            noise_manifest=args.noise_manifest,
                             rir_dir=args.rir_dir, rir_bank=args.rir_bank, rt60=args.rt60, seed=args.seed, log=log)
         path = augment.augment_manifest(args.manifest, args.out, chain, copies=args.copies, seed=args.seed,
                                 workers=args.workers, shard_size=args.shard_size, progress=True)

@@ -9,6 +9,7 @@ import numpy as np
 
 from streamd.events import Event, Final
 from streamd.scoring.metrics import align_words, normalize_words
+from streamd.second_pass.align import agreement
 
 from .confidence import calibration_figures
 from .sets import EvalEntry
@@ -18,12 +19,14 @@ __all__ = ["second_pass_words", "second_pass_figures"]
 
 
 def second_pass_words(entries: Sequence[EvalEntry], events: Sequence[Sequence[Event]]
-                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[str]]:
     """The second-pass words of every file (finals with ``pass`` 2): (raw probability (W,), calibrated conf
-    (W,), right (W,) bool by the same alignment as the WER, utterance key per word)."""
-    raw, conf, right, keys = [], [], [], []
+    (W,), right (W,) bool by the same alignment as the WER, the first pass wrote the same word there (W,) bool
+    (:func:`streamd.second_pass.align.agreement` with the final's first-pass text), utterance key per word)."""
+    raw, conf, right, agree, keys = [], [], [], [], []
     for e, evs in zip(entries, events):
-        words = [w for f in evs if isinstance(f, Final) and f.pass_no == 2 for w in f.words]
+        finals = [f for f in evs if isinstance(f, Final) and f.pass_no == 2]
+        words = [w for f in finals for w in f.words]
         hyp = [w.word for w in words]
         text = " ".join(f.text for f in evs if isinstance(f, Final) and f.text)
         if normalize_words(text) != normalize_words(" ".join(hyp)) or len(normalize_words(" ".join(hyp))) != len(hyp):
@@ -32,9 +35,10 @@ def second_pass_words(entries: Sequence[EvalEntry], events: Sequence[Sequence[Ev
         raw += [w.conf_raw for w in words]
         conf += [w.conf for w in words]
         right += list(ok)
+        agree += [g for f in finals for g in agreement((f.first_pass_text or "").split(), [w.word for w in f.words])]
         keys += [f"{e.rel_audio}\t{e.text}"] * len(words)
     return (np.asarray(raw, dtype=np.float64), np.asarray(conf, dtype=np.float64), np.asarray(right, dtype=bool),
-            keys)
+            np.asarray(agree, dtype=bool), keys)
 
 
 SELECT_GRID = (-0.3, -0.2, -0.1, -0.05, 0.0, 0.05, 0.1, 0.2, 0.3)
@@ -59,9 +63,12 @@ def second_pass_figures(entries: Sequence[EvalEntry], first: Sequence[Sequence[E
         for f in evs:
             if isinstance(f, Final):
                 outcomes[f.second_pass or "none"] = outcomes.get(f.second_pass or "none", 0) + 1
-    raw, conf, right, _ = second_pass_words(entries, second)
+    raw, conf, right, agree, _ = second_pass_words(entries, second)
     cal = calibration_figures(right.tolist(), raw.tolist(), conf.tolist() if sp.calibration is not None else None,
-                              sp.calibration, None)
+                              sp.calibration.agree if sp.calibration is not None else None, None)
+    if cal["calibration"] is not None:  # the two maps: what was fitted, and the words of each kind here
+        cal["calibration"].update(describe=sp.calibration.describe(), split=sp.calibration.split,
+                                  words=sp.calibration.words, agreeing_words=int(agree.sum()))
     select = None
     if sp.first_calibrated and sp.calibration is not None:
         select = {f"{m:g}": wer_figures(entries, texts(chosen(m)))["wer"] for m in SELECT_GRID}

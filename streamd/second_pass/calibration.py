@@ -2,13 +2,13 @@
 
 A model's word probability (its tokens' softmax probabilities aggregated: ``min`` for Moonshine,
 faster-whisper's ``mean`` for Whisper) ranks words but is not P(word right).  ``streamd calibrate
---second-pass NAME`` fits a :class:`~streamd.decode.calibration.Calibration` (isotonic by default) on
-training / validation sets (never dev) and stores it:
+--second-pass NAME`` fits a :class:`~.confidence.SecondPassCalibration` (two maps, isotonic by default: words
+the first pass also wrote, and the others) on training / validation sets (never dev) and stores it:
 
 * for a registered name, in ``streamd/assets/second_pass.calibration.json`` (``{name: calibration}``);
 * for a model folder, in ``<folder>/streamd.calibration.json`` (one calibration).
 
-The stored map records the measure as ``max_prob`` (the chosen token's probability), alpha 1, and the
+The stored maps record the measure as ``max_prob`` (the chosen token's probability), alpha 1, and the
 model's aggregation; a calibration fitted for another aggregation is not applied (a warning is logged).
 """
 
@@ -20,9 +20,10 @@ from pathlib import Path
 from typing import Sequence
 
 from streamd.config import EngineConfig, SecondPassConfig
-from streamd.decode.calibration import Calibration, CalibrationError
+from streamd.decode.calibration import CalibrationError
 from streamd.paths import ASSETS
 
+from .confidence import SecondPassCalibration
 from .models import load_recognizer
 from .rescore import SecondPass
 
@@ -42,7 +43,7 @@ def calibration_path(model: str) -> tuple[Path, str | None]:
     return ASSET, model
 
 
-def read_calibration(model: str) -> Calibration | None:
+def read_calibration(model: str) -> SecondPassCalibration | None:
     """``model``'s stored calibration, or None (none stored; a bad file is an error naming it)."""
     path, key = calibration_path(model)
     if not path.is_file():
@@ -51,12 +52,12 @@ def read_calibration(model: str) -> Calibration | None:
         data = json.loads(path.read_text(encoding="utf-8"))
         if key is not None:
             data = data.get(key)
-        return None if data is None else Calibration.from_dict(data)
+        return None if data is None else SecondPassCalibration.from_dict(data)
     except (ValueError, CalibrationError, AttributeError) as e:
         raise ValueError(f"{path}: not a second-pass calibration ({e})") from None
 
 
-def write_calibration(model: str, cal: Calibration, path: str | Path | None = None) -> Path:
+def write_calibration(model: str, cal: SecondPassCalibration, path: str | Path | None = None) -> Path:
     """Store ``cal`` for ``model`` (in ``path`` when given, else where :func:`calibration_path` says)."""
     dest, key = calibration_path(model)
     if path is not None:

@@ -1,5 +1,5 @@
 """Real-speech recognizers: pretrained English ASR models that label untranscribed audio (the training
-"teachers" of ``streamd label`` and ``bench/peers.py``) and decode finished segments again (the runtime's second pass,
+"teachers" of ``streamd label`` and ``streamd bench peers``) and decode finished segments again (the runtime's second pass,
 :mod:`streamd.second_pass`).
 
 A :class:`Teacher` has a ``name`` and ``transcribe(audio) -> str`` (mono

@@ -8,8 +8,9 @@
   spelled, punctuation gone; a digit string read as the first pass heard it), so that it reads like the
   first pass; ``first_pass_text`` keeps the
   streaming model's text; the words are dated on the stream's time axis (:mod:`.align`) and carry
-  ``conf`` = the calibrated probability that the word is right (``conf_raw``: the model's word
-  probability, its tokens' softmax probabilities aggregated);
+  ``conf`` = the calibrated probability that the word is right, from the model's word probability
+  (``conf_raw``: its tokens' softmax probabilities aggregated) and whether the first pass wrote the same
+  word there (:mod:`.confidence`);
 * ``pass_no`` 1 with ``second_pass`` ``failed`` when the model raised (logged), so a final is never lost;
   ``skipped_no_speech`` when the first pass heard no words (a segment of silence or noise at a reset or
   the end of the stream: a real-speech model may write words into it; not decoded);
@@ -40,7 +41,8 @@ from streamd.decode.calibration import Calibration
 from streamd.events import Event, Final, Word
 from streamd.text.normalize import readings
 
-from .align import anchor_times, cut_points, offset_times
+from .align import agreement, anchor_times, cut_points, offset_times
+from .confidence import SecondPassCalibration
 from .models import Context, Recognized, RecognizedWord, WordRecognizer
 
 __all__ = ["SecondPass", "fallback", "spoken_words"]
@@ -94,16 +96,20 @@ class _Before:
 
 
 class SecondPass:
-    """A real-speech model over finished segments; ``calibration`` maps its word probability to P(right)."""
+    """A real-speech model over finished segments; ``calibration`` maps its word probability (and the first
+    pass's agreement) to P(right)."""
 
     def __init__(self, model: WordRecognizer, cfg: SecondPassConfig | None = None,
-                 calibration: Calibration | None = None, hotwords: Sequence[str] = (), first_calibrated: bool = False):
-        """first_calibrated: the first pass's word ``conf`` is a calibrated probability too (the engine's model
+                 calibration: SecondPassCalibration | Calibration | None = None, hotwords: Sequence[str] = (),
+                 first_calibrated: bool = False):
+        """calibration: a :class:`~.confidence.SecondPassCalibration`, or one Calibration for every word.
+        first_calibrated: the first pass's word ``conf`` is a calibrated probability too (the engine's model
         carries a calibration), so ``select: confidence`` may compare the two passes."""
         self.model = model
         self.first_calibrated = first_calibrated
         self.cfg = cfg or SecondPassConfig(model=getattr(model, "name", "model"))
-        self.calibration = calibration
+        self.calibration = (SecondPassCalibration.single(calibration) if isinstance(calibration, Calibration)
+                            else calibration)
         self.hotwords = tuple(hotwords)
         self.window_s = min(self.cfg.window_s, float(getattr(model, "window_s", self.cfg.window_s)))
         self._context: collections.OrderedDict[int, _Before] = collections.OrderedDict()
@@ -196,8 +202,8 @@ class SecondPass:
             spoken += [s for s, _ in sw]
             probs += [rec.words[i].prob for _, i in sw]
         self._remember(final, x, rec if whole else None)
-        conf = (self.calibration.apply(probs).tolist() if self.calibration is not None and probs
-                else list(probs))
+        conf = (self.calibration.apply(probs, agreement(heard, spoken)).tolist()
+                if self.calibration is not None and probs else list(probs))
         words = tuple(Word(w, a, b, c, p) for w, (a, b), c, p in zip(spoken, times, conf, probs))
         first_text = final.first_pass_text if final.first_pass_text is not None else final.text
         two = dataclasses.replace(final, text=" ".join(spoken), words=words, pass_no=2, second_pass="done",

@@ -14,7 +14,8 @@ The server package by purpose, from the bottom up (lower modules never import hi
 * :mod:`.routes` (the HTTP side of the listeners: header checks, probes, metrics, static files),
   :mod:`.handlers` (their websocket side: refusals, each connection's session and :class:`~.conn.Conn`) and
   :mod:`.supervisor` (an engine lane's process started again when it dies);
-* this module: the :class:`App` that ties them together; :mod:`.serve`: the commands.
+* this module: the :class:`App` that ties them together (its engines and lanes in :mod:`.app_engines`, its
+  drain and close in :mod:`.app_shutdown`); :mod:`.serve`: the commands.
 
 Threads and tasks
 -----------------
@@ -52,7 +53,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import functools
 import itertools
 import logging
 import socket
@@ -64,15 +64,17 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 from websockets.asyncio.server import Server, serve
 
 from ..config import AppConfig, ConfigError
-from ..events import Done, Error, Event, Final, Partial, WakeWord
+from ..events import Done, Error, Event, Partial, WakeWord
 from .admission import Admission, Refusal
+from .app_engines import EngineLanes
+from .app_shutdown import Shutdown
 from .auth import check_wyoming_auth, load_tokens
 from .commands import CloseStream, Command, OpenStream
 from .conn import Conn, MicStream, run_mic
-from .drain import ThroughputWindow, cannot_finish_message, drain_plan, grace_over_message
+from .drain import ThroughputWindow
 from .exhaustion import ACCEPT_ERROR_LOG_SECONDS, RESOURCE_ERRNOS, ResourceErrors
 from .guard import HostRule, RateLimitedLog
-from .lane import LaneProcess, drop_shared_folder, shared_folder
+from .lane import LaneProcess
 from .metrics import Metrics
 from .notify import Notifier, watchdog_interval
 from .protocol import public_model_info
@@ -93,7 +95,7 @@ __all__ = ["App", "CycleResult", "EngineRunner", "Conn", "MicStream", "resolve_c
 
 log = logging.getLogger("streamd.server")
 
-class App:
+class App(EngineLanes, Shutdown):
     """One ``streamd serve`` instance: listeners, engine, connections, lifecycle.
 
     ``recognizer``: an already built Recognizer; otherwise ``loader()`` (or
@@ -396,78 +398,6 @@ class App:
             self.vosk_port = vs.sockets[0].getsockname()[1]
             log.info("vosk listening on %s://%s:%d (every path)", scheme, s.host, self.vosk_port)
 
-    async def _load_engines(self, loop: asyncio.AbstractEventLoop) -> EngineRunner | LaneProcess:
-        """The main engine (in its own process with ``server.engine_process``, else here) and the light lane's
-        process beside it (the daemon is ready with both): the main engine's runner."""
-        s, lim = self.config.server, self.config.limits
-        lane = None
-        path = self.model_path or getattr(getattr(self.rec, "loaded", None), "path", "")
-        if lim.light_lane and path and self.rec is None and self.loader is None and s.engine_process:
-            self._share_dir = shared_folder()  # two engine processes: one copy of their n-gram tables (.lane)
-        if lim.light_lane and path:
-            lane = loop.create_task(self._start_light_lane(str(path)))
-        runner: EngineRunner | LaneProcess
-        if self.rec is None and self.loader is None and s.engine_process and self.model_path:
-            runner = await self._start_main_lane(loop)
-        else:
-            runner = await self._load_here(loop)
-        if lane is not None:  # loaded before the calibration, which it would slow down
-            await lane
-        drop_shared_folder(self._share_dir)  # both have mapped what they share (restarted lanes load their own)
-        self._share_dir = None
-        return runner
-
-    async def _start_main_lane(self, loop: asyncio.AbstractEventLoop) -> LaneProcess:
-        """The main engine in a process of its own (``server.engine_process``), loaded and warmed up."""
-        s = self.config.server
-        log.info("loading model %s in the main engine's process", self.model_path)
-        t0 = time.perf_counter()
-        try:
-            runner = await loop.run_in_executor(self.executor, self._main_lane_process)
-        except RuntimeError as e:  # as if it had loaded here: the child's own error (CheckpointError, ...)
-            if isinstance(e.__cause__, Exception):
-                raise e.__cause__ from None
-            raise
-        self.main_supervisor.started(runner)
-        log.info("main engine: process pid %s (policy %s, nice +%d), loaded and warmed up (%.1f s of audio) in "
-                 "%.2f s", runner.pid, "normal" if runner.policy_error else s.engine_policy, s.engine_nice,
-                 s.warmup_seconds, time.perf_counter() - t0)
-        if runner.policy_error:
-            log.warning("main engine: server.engine_policy %s not applied (%s); it runs at nice +%d",
-                        s.engine_policy, runner.policy_error, s.engine_nice)
-        return runner
-
-    async def _load_here(self, loop: asyncio.AbstractEventLoop) -> EngineRunner:
-        """The main engine in this process (the given Recognizer, or loaded in the engine thread), warmed up."""
-        s, lim = self.config.server, self.config.limits
-        if self.rec is None:
-            loader = self.loader
-            if loader is None:
-                from ..engine import Recognizer
-
-                log.info("loading model %s", self.model_path)
-                loader = functools.partial(Recognizer.from_checkpoint, self.model_path, self.config.engine)
-            self.rec = await loop.run_in_executor(self.executor, loader)
-        if s.warmup_seconds > 0:
-            t0 = time.perf_counter()
-            await loop.run_in_executor(self.executor, self.rec.warm_up, s.warmup_seconds)
-            log.info("warmed up (%.1f s of audio, every method) in %.2f s", s.warmup_seconds,
-                     time.perf_counter() - t0)
-        return await loop.run_in_executor(self.executor, EngineRunner, self.rec, s.max_steps_per_cycle,
-                                          lim.max_backlog_seconds)
-
-    async def _calibrate(self, loop: asyncio.AbstractEventLoop, runner: EngineRunner | LaneProcess) -> None:
-        """Admission by capacity (``limits.max_load``): the step-time model, calibrated on this machine now, and
-        the event loop's lag watched."""
-        lim = self.config.limits
-        model = await loop.run_in_executor(self.executor, runner.calibrate)
-        self.admission.model = model
-        self._tasks.append(loop.create_task(self._watch_loop_lag()))
-        log.info("capacity: a batch step takes %.1f ms + %.2f ms per greedy stream here; about %d greedy "
-                 "streams fit in limits.max_load (%g of a %.2f s chunk), fewer with beam searches",
-                 1000 * model.fixed, 1000 * model.per_unit, model.budget(0.0, lim.max_load), lim.max_load,
-                 model.chunk_seconds)
-
     def _start_watchdog(self, loop: asyncio.AbstractEventLoop) -> None:
         """The systemd watchdog (WATCHDOG_USEC): pinged while no engine lane is stalled."""
         interval = watchdog_interval()
@@ -486,105 +416,6 @@ class App:
         log.info("page: %s://%s:%d/ (live transcription in a browser%s)", scheme, host,
                  self.port, "" if tls or local else "; browsers give the microphone only to https or localhost pages")
         self.page_url = f"{scheme}://{socket.gethostname() if wildcard else host}:{self.port}/"
-
-    async def _start_second_pass(self, loop: asyncio.AbstractEventLoop) -> None:
-        """engine.second_pass: load its model (in its own process or beside the engine, ``worker``) and start
-        its worker thread and gate."""
-        spc = self.engine_config.second_pass
-        if not spc.enabled:
-            return
-        from ..second_pass.process import second_pass_runner
-        from ..second_pass.worker import FinalGate, SecondPassWorker
-
-        t0 = time.perf_counter()
-        calibrated = bool(self.model_info.get("calibrated"))
-        second = self._second_given or await loop.run_in_executor(None, second_pass_runner, self.engine_config,
-                                                                   calibrated)
-        self.second_worker = SecondPassWorker(second, spc.max_queue, spc.max_batch, spc.max_wait_s)
-
-        def done(key: Any, final: Final, seconds: float) -> None:  # in the worker thread
-            loop.call_soon_threadsafe(self._second_done, key, final, seconds)
-
-        self.second_gate = FinalGate(lambda key, final: self.second_worker.submit(key, final, done),
-                                     on_skip=lambda key, final: self._second_outcome(final))
-        self.model_info["second_pass"] = spc.model if self.config.server.show_model_paths or \
-            not Path(spc.model).is_absolute() else Path(spc.model).name
-        log.info("second pass: %s loaded in %.2f s (queue %d, wait <= %g s)", spc.model, time.perf_counter() - t0,
-                 spc.max_queue, spc.max_wait_s)
-
-    def _second_outcome(self, final: Final) -> None:
-        self.metrics.second_pass.labels(final.second_pass or "none").inc()
-
-    def _second_done(self, key: int, final: Final, seconds: float) -> None:
-        """A second pass came back (event loop): count it, deliver it and what waited behind it."""
-        self._second_outcome(final)
-        if final.second_pass == "done":
-            self.metrics.second_pass_seconds.observe(seconds)
-        if self.second_gate is not None:
-            for k, ev in self.second_gate.resolved(key, final):
-                self._deliver(k, ev, self._targets())
-
-    def _main_lane_process(self) -> LaneProcess:
-        """The main engine's process (``server.engine_process``), loaded and warmed up (blocking: the engine
-        thread)."""
-        s, lim = self.config.server, self.config.limits
-        return LaneProcess(str(self.model_path), self.config.engine, s.max_steps_per_cycle, lim.max_backlog_seconds,
-                           s.warmup_seconds, name="main engine", nice=s.engine_nice,
-                           policy=s.engine_policy, share_dir=self._share_dir)
-
-    @staticmethod
-    async def _in_thread(executor: ThreadPoolExecutor | None, fn: Callable[..., Any], *args: Any) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(executor, fn, *args)
-
-    async def _new_main_lane(self, old: LaneProcess) -> LaneProcess:
-        """A new main engine process after ``old`` died (RuntimeError when it cannot start: tried again)."""
-        return await self._in_thread(self.executor, self._main_lane_process)
-
-    def _main_lane_died(self) -> None:
-        """The main engine's process died (its streams have their errors): new streams get ``loading`` and
-        ``/readyz`` 503 while its supervisor starts a new one (the capacity model stays the one calibrated at
-        the start)."""
-        self.loading = True
-
-    def _install_main_lane(self, old: LaneProcess, lane: LaneProcess) -> None:
-        lane.budget = old.budget
-        self.batcher.runner = lane
-        self.loading = False
-
-    async def _start_light_lane(self, model_path: str) -> None:
-        """The light lane (``limits.light_lane``, :mod:`.lane`): the same checkpoint and engine config in a
-        child process, driven by a batcher of its own.  Its steps are not fed to the capacity model (the
-        main lane's are); every stream still counts in the admission.  While its process is dead (its streams
-        have their errors) every stream goes to the main engine; if a new one cannot start, the daemon goes on
-        with one engine."""
-        config = self.engine_config  # the main engine's
-        self.light_executor = ThreadPoolExecutor(1, thread_name_prefix="streamd-light")
-        lane = await self._new_lane(model_path, config)
-        if lane is None:
-            return
-        self.light_supervisor.started(lane)
-        self.light = Batcher(lane, self.light_executor, self._cycle_done)
-        self._tasks.append(asyncio.get_running_loop().create_task(self.light.run()))
-        self._lane_gauge()
-        log.info("light lane: the only stream of a client (up to %g cost units of them) decodes in a second "
-                 "engine process (pid %s)", self.config.limits.light_lane, lane.pid)
-
-    async def _new_lane(self, model_path: str, config: Any) -> LaneProcess | None:
-        """A light lane process, loaded (in the lane's thread), or None (logged: the main engine takes every
-        stream)."""
-        s, lim = self.config.server, self.config.limits
-        try:
-            return await self._in_thread(
-                self.light_executor, functools.partial(LaneProcess, model_path, config, s.max_steps_per_cycle,
-                                                       lim.max_backlog_seconds, min(s.warmup_seconds, 1.0),
-                                                       share_dir=self._share_dir))
-        except RuntimeError as e:
-            log.error("%s; every stream goes to the main engine", e)
-            return None
-
-    def _install_light_lane(self, old: LaneProcess, lane: LaneProcess) -> None:
-        self.light.runner = lane
-        self._lane_gauge()
 
     def _stalled(self, limit: float) -> bool:
         """An engine lane has been in one cycle longer than ``limit`` seconds (the systemd watchdog)."""
@@ -612,95 +443,6 @@ class App:
                          self.config.limits.max_load, sig.get("scale", 1.0), 100 * sig.get("busy", 0.0),
                          "n/a" if sig["loop_lag"] is None else f"{1000 * sig['loop_lag']:.0f} ms",
                          "n/a" if sig["late"] is None else f"{sig['late']:.2f} s")
-
-    async def shutdown(self) -> None:
-        """Drain: refuse new streams, finish every live one (finals, done), then close within the grace.
-
-        Under load the streams whose backlog the grace cannot decode (:func:`.drain.drain_plan`, from the
-        recent throughput) get a ``shutting_down`` error and close 1001 at once, as does every stream
-        still live when the grace is over: no stream ends in silence."""
-        if self.draining:
-            return
-        self.draining = True
-        self.notifier.stopping("draining")
-        grace = self.config.server.grace_seconds
-        log.info("draining %d streams (grace %.1f s)", len(self.conns), grace)
-        deadline = time.monotonic() + grace
-        if self._mic_task is not None:
-            self._mic_task.cancel()
-        for conn in list(self.conns.values()):
-            conn.perform(conn.proto.shutdown())
-        live = {k: c for k, c in self.conns.items() if not c.proto.closed}
-        give_up = drain_plan({k: c.proto.audio_seconds - c.decoded for k, c in live.items()},
-                             self.throughput.rate(time.monotonic()), grace)
-        if give_up:
-            log.warning("draining: %d of %d streams cannot be decoded within the grace period; ending them now",
-                        len(give_up), len(live))
-            for k in sorted(give_up):
-                c = live[k]
-                left = c.proto.audio_seconds - c.decoded
-                c.perform(c.proto.fail("shutting_down", cannot_finish_message(left)))
-        waits = [asyncio.ensure_future(e.wait()) for e in self.conn_done.values()]
-        waits += [asyncio.ensure_future(m.done.wait()) for m in self.mics.values()]
-        if self.wyoming is not None:  # its streams finish (results sent), its idle connections close
-            waits += [asyncio.ensure_future(e.wait()) for e in self.wyoming.drain()]
-        if waits:
-            _, pending = await asyncio.wait(waits, timeout=max(0.0, deadline - time.monotonic()))
-            for w in pending:
-                w.cancel()
-            late = [c for c in self.conns.values() if not c.proto.closed]
-            if late:
-                log.warning("grace period over: ending %d streams before their end (shutting_down)", len(late))
-                for c in late:
-                    c.perform(c.proto.fail("shutting_down", grace_over_message(grace)))
-            left = [e for e in self.conn_done.values() if not e.is_set()]
-            if left:  # the error and close frames go out before the listeners close the rest
-                waits = [asyncio.ensure_future(e.wait()) for e in left]
-                _, pending = await asyncio.wait(waits, timeout=min(self.config.server.close_timeout, 2.0))
-                for w in pending:
-                    w.cancel()
-        for sub in list(self.subscribers):
-            sub.outbox.close(1001, "shutting_down")
-        await self.close()
-
-    async def close(self) -> None:
-        """Stop listening, close what is left (1001), stop the batcher and the worker thread."""
-        if self.wyoming is not None:
-            await self.wyoming.close()  # a stream still live gets a shutting_down error first
-        for srv in self.servers:
-            srv.close()  # what is left after the grace: 1001 going away
-        for srv in self.servers:
-            try:
-                await asyncio.wait_for(srv.wait_closed(), self.config.server.close_timeout + 1)
-            except asyncio.TimeoutError:
-                log.warning("some connections did not close in time")
-        for t in self._tasks:
-            t.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        self._tasks.clear()
-        if self.main_lane is not None:  # from the engine thread, after the cycle it may be in (one pipe writer)
-            await self._close_lane(self.main_lane, self.executor)
-        await asyncio.get_running_loop().run_in_executor(None, self.executor.shutdown)
-        if self.light_lane is not None:  # from the lane's thread, after the cycle it may be in (one pipe writer)
-            await self._close_lane(self.light_lane, self.light_executor)
-        if self.light_executor is not None:
-            await asyncio.get_running_loop().run_in_executor(None, self.light_executor.shutdown)
-        drop_shared_folder(self._share_dir)  # a start that failed while the engines loaded
-        if self.second_worker is not None:
-            await asyncio.get_running_loop().run_in_executor(None, self.second_worker.close)
-        self.notifier.close()
-        self.resource_errors.restore()
-        log.info("stopped")
-
-    @staticmethod
-    async def _close_lane(lane: LaneProcess, executor: ThreadPoolExecutor) -> None:
-        """Close an engine process from its lane's thread (killed if that takes over 5 s)."""
-        closing = asyncio.get_running_loop().run_in_executor(executor, lane.close)
-        try:
-            await asyncio.wait_for(asyncio.shield(closing), 5.0)
-        except asyncio.TimeoutError:
-            lane.kill()
-            await closing
 
     async def __aenter__(self) -> "App":
         try:

@@ -22,7 +22,9 @@ probability (all 0 by default):
    active-speech power (20 ms frames within 30 dB of the loudest);
 5. ``--channel P``: microphone colouring (band limits, shelves, peaking EQ,
    soft clipping, gain; :func:`streamd.train.rooms.sample_channel_params`);
-6. ``--telephone P``: 300-3400 Hz, 8 kHz, mu-law (:func:`streamd.train.augment.telephone`).
+6. ``--telephone P``: 300-3400 Hz, 8 kHz, mu-law (:func:`streamd.train.augment.telephone`);
+7. ``--tight-crop P``: the copy cut tight to its speech, so that it starts and ends at a word as a
+   push-to-talk or IVR stream does (:func:`tight_crop`; only for utterances with text).
 
 Peaks above 0.99 are scaled down.  Output: 16-bit 16 kHz mono WAVs
 ``DIR/shard-XXXX/aug-XXXXXXXX.wav`` (file number ``index * copies + copy``)
@@ -53,10 +55,10 @@ from streamd.train.jobs import job_results, report_progress
 from streamd.manifest_lines import iter_audio_lines
 from streamd.train import rooms as R
 
-__all__ = ["AugmentChain", "stage_rngs", "active_power", "augment_one", "augment_manifest", "build_chain", "STAGES"]
+__all__ = ["AugmentChain", "stage_rngs", "active_power", "augment_one", "augment_manifest", "build_chain", "tight_crop", "STAGES"]
 
 RATE = 16000
-STAGES = ("speed", "voice", "room", "noise", "channel", "telephone")
+STAGES = ("speed", "voice", "room", "noise", "channel", "telephone", "crop")
 
 
 def stage_rngs(entropy: list[int] | tuple[int, ...]) -> dict[str, np.random.Generator]:
@@ -99,13 +101,14 @@ class AugmentChain:
     noise: float = 0.0
     channel: float = 0.0
     telephone: float = 0.0
+    tight_crop: float = 0.0
     snr: tuple[float, float] = (0.0, 30.0)
     real_rirs: list = field(default_factory=list, repr=False)
     sim_rirs: list = field(default_factory=list, repr=False)
     noise_bank: R.NoiseBank | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
-        for name in ("speed", "voice", "real_rir", "room_sim", "noise", "channel", "telephone"):
+        for name in ("speed", "voice", "real_rir", "room_sim", "noise", "channel", "telephone", "tight_crop"):
             setattr(self, name, _prob(getattr(self, name), name.replace("_", "-")))
         if self.real_rir + self.room_sim > 1.0 + 1e-9:
             raise ValueError(f"real-rir + room-sim must be <= 1 (one room per utterance), got "
@@ -124,7 +127,8 @@ class AugmentChain:
 
     @property
     def active(self) -> bool:
-        return any((self.speed, self.voice, self.real_rir, self.room_sim, self.noise, self.channel, self.telephone))
+        return any((self.speed, self.voice, self.real_rir, self.room_sim, self.noise, self.channel, self.telephone,
+                    self.tight_crop))
 
     # each stage: (x, its own generator, the aug dict to fill) -> x
 
@@ -184,10 +188,32 @@ class AugmentChain:
             return A.telephone(x, RATE)
         return x
 
+    def apply_crop(self, x: np.ndarray, rng: np.random.Generator, aug: dict) -> np.ndarray:
+        if self.tight_crop and rng.random() < self.tight_crop:
+            y, span = tight_crop(x, rng)
+            aug["crop"] = [round(span[0] / RATE, 3), round(span[1] / RATE, 3)]
+            return y
+        return x
+
+
+def tight_crop(x: np.ndarray, rng: np.random.Generator, rate: int = RATE) -> tuple[np.ndarray, tuple[int, int]]:
+    """``x`` (N,) cut to its speech (:func:`streamd.audio.trim.speech_span`) with a random cut: 6-15 dB above the
+    noise floor, 30-45 dB below the loudest frame, margins of 0-40 ms drawn for each end, so that the weak onsets
+    and codas an energy cut takes away are sometimes gone, sometimes kept.  Returns ``(y, (start, end))``."""
+    from streamd.audio.trim import speech_span
+
+    above, below = float(rng.uniform(6.0, 15.0)), float(rng.uniform(30.0, 45.0))
+    s, e = speech_span(x, rate, above, below, margin=0.0)
+    if (s, e) == (0, len(x)):  # nothing stands out of the noise: the clip stays whole
+        return x, (0, len(x))
+    lead, tail = (int(round(float(rng.uniform(0.0, 0.04)) * rate)) for _ in range(2))
+    s, e = max(0, s - lead), min(len(x), e + tail)
+    return x[s:e], (s, e)
+
 
 def augment_one(x: np.ndarray, chain: AugmentChain, rngs: dict[str, np.random.Generator], *,
                 speech: bool = True) -> tuple[np.ndarray, dict]:
-    """Run the whole chain on ``x`` ((N,) float32 at 16 kHz); ``speech=False`` skips the voice stage.
+    """Run the whole chain on ``x`` ((N,) float32 at 16 kHz); ``speech=False`` skips the voice and crop stages.
 
     Returns:
         ``(y, aug)``: float32 with peaks <= 0.99 and the description of what was applied."""
@@ -199,6 +225,8 @@ def augment_one(x: np.ndarray, chain: AugmentChain, rngs: dict[str, np.random.Ge
     x = chain.apply_noise(x, rngs["noise"], aug)
     x = chain.apply_channel(x, rngs["channel"], aug)
     x = chain.apply_telephone(x, rngs["telephone"], aug)
+    if speech:
+        x = chain.apply_crop(x, rngs["crop"], aug)
     peak = float(np.max(np.abs(x))) if len(x) else 0.0
     if peak > 0.99:
         x = x * np.float32(0.99 / peak)
@@ -281,7 +309,7 @@ def augment_manifest(manifests: list[str | os.PathLike], out_dir: str | os.PathL
 
 
 def build_chain(*, speed: float = 0.0, voice: float = 0.0, real_rir: float = 0.0, room_sim: float = 0.0,
-                noise: float = 0.0, channel: float = 0.0, telephone: float = 0.0,
+                noise: float = 0.0, channel: float = 0.0, telephone: float = 0.0, tight_crop: float = 0.0,
                 snr: tuple[float, float] = (0.0, 30.0), noise_manifest: str | None = None,
                 rir_dir: str | None = None, rir_bank: int = 64, rt60: tuple[float, float] = (0.2, 1.0),
                 seed: int = 0, log=None) -> AugmentChain:
@@ -309,5 +337,5 @@ def build_chain(*, speed: float = 0.0, voice: float = 0.0, real_rir: float = 0.0
         if log:
             log(f"{len(bank)} noise clips from {noise_manifest}")
     return AugmentChain(speed=speed, voice=voice, real_rir=real_rir, room_sim=room_sim, noise=noise,
-                        channel=channel, telephone=telephone, snr=snr, real_rirs=real, sim_rirs=sim,
+                        channel=channel, telephone=telephone, tight_crop=tight_crop, snr=snr, real_rirs=real, sim_rirs=sim,
                         noise_bank=bank)

@@ -133,23 +133,46 @@ def calibrate_second_pass(model: str, sets: Sequence[str], config: EngineConfig,
                                                                           select="always"))
     second = second_pass_for(config)
     rec = Recognizer(load_checkpoint(model, "cpu"), config)
-    raws, oks, keys, info = [], [], [], []
+    raws, oks, agrees, keys, info = [], [], [], [], []
     for path in sets:
         entries, _ = read_eval_set(path, options.limit)
         events, _ = timed_decode(rec, load_entries(entries, None), options.batch_streams, 0.1)
-        raw, _, ok, k = second_pass_words(entries, [second.apply_events(e) for e in events])
+        raw, _, ok, agree, k = second_pass_words(entries, [second.apply_events(e) for e in events])
         raws.append(raw)
         oks.append(ok)
+        agrees.append(agree)
         keys += k
-        info.append({"set": path, "utterances": len(entries), "words": int(raw.size), "correct": int(ok.sum())})
-    raw, correct = np.concatenate(raws), np.concatenate(oks)
+        info.append({"set": path, "utterances": len(entries), "words": int(raw.size), "correct": int(ok.sum()),
+                     "agreeing": int(agree.sum()), "agreeing_correct": int((ok & agree).sum())})
+    raw, correct, agree = np.concatenate(raws), np.concatenate(oks), np.concatenate(agrees)
     cc = ConfidenceConfig(measure="max_prob", alpha=1.0, aggregation=second.model.aggregation, exclude_blank=True)
-    figures, _ = compare_fits(raw, correct, heldout_mask(keys), cc)
-    cal = fit_calibration(options.kind, raw, correct, cc)
+    held = heldout_mask(keys)
+    figures, _ = compare_fits(raw, correct, held, cc)
+    cal = _fit_by_agreement(options.kind, raw, correct, agree, cc)
+    if held.any() and (~held).any():
+        fit = _fit_by_agreement(options.kind, raw[~held], correct[~held], agree[~held], cc)
+        figures[f"{options.kind}+agree"] = confidence_scores(correct[held], fit.apply(raw[held], agree[held]))
     dest = write_calibration(config.second_pass.model, cal, out)
     return {"model": f"second pass {config.second_pass.model}", "out": str(dest), "plot": None, "calibration": cal.to_dict(),
             "sets": info, "method": config.decoding.method, "beam": config.decoding.beam_for(config.decoding.method),
-            "kind": cal.kind, "heldout": figures}
+            "kind": (f"{options.kind} by first-pass agreement ({cal.agree.words} agreeing / {cal.disagree.words} other "
+                     "words)" if cal.split else f"{options.kind} for every word ({cal.words} words)"),
+            "heldout": figures}
+
+
+def _fit_by_agreement(kind: str, raw: np.ndarray, correct: np.ndarray, agree: np.ndarray, cc: ConfidenceConfig):
+    """A :class:`~streamd.second_pass.confidence.SecondPassCalibration`: ``kind`` fitted on the words the first
+    pass also wrote and on the others (one map for all when either kind has under :data:`MIN_SPLIT_WORDS`)."""
+    from streamd.second_pass.confidence import SecondPassCalibration
+
+    if min(int(agree.sum()), int((~agree).sum())) < MIN_SPLIT_WORDS:
+        return SecondPassCalibration.single(fit_calibration(kind, raw, correct, cc))
+    return SecondPassCalibration(fit_calibration(kind, raw[agree], correct[agree], cc),
+                                 fit_calibration(kind, raw[~agree], correct[~agree], cc))
+
+
+MIN_SPLIT_WORDS = 100
+"""Fewest words of each kind (agreeing with the first pass, or not) for the second pass's two maps."""
 
 
 def _num(x: float | None) -> str:
@@ -159,18 +182,23 @@ def _num(x: float | None) -> str:
 def format_report(report: dict) -> str:
     """Readable text of :func:`calibrate`'s report."""
     c = report["calibration"]
-    lines = [f"model {report['model']}  method {report['method']} (beam {report['beam']})  measure {c['measure']} "
-             f"alpha {c['alpha']} {c['aggregation']}"]
+    m = c.get("agree", c)  # a second pass's two maps are for one measure
+    lines = [f"model {report['model']}  method {report['method']} (beam {report['beam']})  measure {m['measure']} "
+             f"alpha {m['alpha']} {m['aggregation']}"]
     for s in report["sets"]:
         share = f"{100 * s['correct'] / s['words']:.1f} % correct" if s["words"] else "no words"
         lines.append(f"  {s['set']}: {s['utterances']} utterances, {s['words']} hypothesis words, {share}")
     h = report["heldout"]
     lines += [f"held out: {h['heldout_words']} words; fitted on the other {h['fit_words']}",
               f"  {'':10s} {'ECE':>7s} {'AUC':>7s} {'NCE':>8s}"]
-    for name in ("raw", *CALIBRATION_KINDS):
-        f = h[name]
-        lines.append(f"  {name:10s} {_num(f['ece']):>7s} {_num(f['auc']):>7s} {_num(f['nce']):>8s}")
-    lines.append(f"stored: {c['kind']} fitted on all {c['words']} words, {len(c['x'])} knots -> {report['out']}")
+    for name, f in h.items():
+        if isinstance(f, dict):
+            lines.append(f"  {name:10s} {_num(f['ece']):>7s} {_num(f['auc']):>7s} {_num(f['nce']):>8s}")
+    if "agree" in c:
+        lines.append(f"stored: {report['kind']}, {len(c['agree']['x'])} + {len(c['disagree']['x'])} knots -> "
+                     f"{report['out']}")
+    else:
+        lines.append(f"stored: {c['kind']} fitted on all {c['words']} words, {len(c['x'])} knots -> {report['out']}")
     if report["plot"]:
         lines.append(f"reliability diagram (held-out words) -> {report['plot']}")
     return "\n".join(lines)

@@ -75,11 +75,11 @@ from ..model.encoder import StreamingEncoder
 from ..model.transducer import Transducer
 from .data import AsrDataset, Batch, Utterance, _header_duration, default_char_tokens
 from ..manifest_lines import iter_audio_lines
-from .trainer import (DataConfig, OptimConfig, RunConfig, SpecAugmentConfig, _adamw, _augment, _check_input, _check_run,
-                      config_dict,
-                      _eval_loader, _measure_feature_stats, _req, _resume, _resume_position, _resume_value, _run_data,
-                      _run_steps, _save_step, _start_run, _state_path, _step_seed, _update,
-                      _weighted_means, _write_run_files)
+from .run import (_adamw, _augment, _eval_loader, _measure_feature_stats, _resume, _resume_position, _run_data,
+                  _run_steps, _save_step, _start_run, _state_path, _step_seed, _update, _weighted_means,
+                  _write_run_files)
+from .train_config import (_check_input, _check_run, config_dict, DataConfig, OptimConfig, _req, _resume_value,
+                           RunConfig, SpecAugmentConfig)
 
 __all__ = ["MaskConfig", "EmaConfig", "TargetConfig", "RegressionLossConfig", "PretrainConfig",
            "load_pretrain_config", "AudioDataset", "sample_time_masks", "instance_norm", "build_targets",

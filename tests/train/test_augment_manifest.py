@@ -151,6 +151,30 @@ def test_real_noise_snr_over_active_speech(corpus):
     assert abs(10 * np.log10(p / np.mean((y - x).astype(np.float64) ** 2)) - 10.0) < 1e-3
 
 
+def test_tight_crop_cuts_at_the_speech_and_leaves_noise_whole(corpus):
+    """--tight-crop: the copy starts and ends within 40 ms of the speech; noise clips (no text) stay whole."""
+    x = np.zeros(SR, np.float32)
+    x += (1e-4 * np.random.default_rng(3).standard_normal(SR)).astype(np.float32)   # a quiet floor
+    word = speechlike(np.random.default_rng(4), 0.4)
+    x[int(0.3 * SR): int(0.3 * SR) + len(word)] += word
+    for seed in range(5):
+        y, (s, e) = C.tight_crop(x, np.random.default_rng(seed))
+        assert int(0.3 * SR) - 0.065 * SR <= s <= int(0.3 * SR) + 0.03 * SR     # margin 0-40 ms + a window
+        assert int(0.7 * SR) - 0.03 * SR <= e <= int(0.7 * SR) + 0.065 * SR
+        assert np.array_equal(y, x[s:e])
+        y, aug = C.augment_one(x, C.AugmentChain(tight_crop=1.0), C.stage_rngs([seed]))
+        assert abs(len(y) - SR * (aug["crop"][1] - aug["crop"][0])) <= 16    # the span in ms, rounded
+    y, aug = C.augment_one(x, C.AugmentChain(tight_crop=1.0), C.stage_rngs([0]), speech=False)
+    assert "crop" not in aug and len(y) == len(x)
+    flat = (0.02 * np.random.default_rng(5).standard_normal(SR)).astype(np.float32)   # nothing stands out
+    y, span = C.tight_crop(flat, np.random.default_rng(0))
+    assert span == (0, SR) and len(y) == SR
+    tmp_path, rows = corpus
+    m = C.augment_manifest([tmp_path / "src" / "manifest.jsonl"], tmp_path / "crop", C.AugmentChain(tight_crop=1.0))
+    out = [json.loads(line) for line in m.read_text().splitlines()]
+    assert "crop" not in out[2]["aug"] and out[2]["duration"] == rows[2]["duration"]   # the noise clip
+
+
 @pytest.mark.parametrize("kw,msg", [
     (dict(voice=1.5), "voice must be a probability"),
     (dict(real_rir=0.7, room_sim=0.5, real_rirs=[1], sim_rirs=[1]), r"real-rir \+ room-sim must be <= 1"),
@@ -158,6 +182,7 @@ def test_real_noise_snr_over_active_speech(corpus):
     (dict(room_sim=0.5), "bank of simulated rooms"),
     (dict(noise=0.5), "needs a noise manifest"),
     (dict(snr=(20.0, 10.0)), "snr must be a range"),
+    (dict(tight_crop=-0.1), "tight-crop must be a probability"),
 ])
 def test_chain_validation(kw, msg):
     with pytest.raises(ValueError, match=msg):

@@ -16,7 +16,7 @@ from streamd.server.outbox import Outbox
 from streamd.server.protocol import Close
 from streamd.train.jobs import job_results, report_progress
 from streamd.manifest_lines import iter_json_lines, resolve_audio
-from streamd.train.trainer import _weighted_means
+from streamd.train.run import _weighted_means
 
 
 @dataclass(frozen=True)

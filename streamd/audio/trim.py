@@ -1,5 +1,6 @@
 """Where the speech of a clip lies, by frame energy: for copies of evaluation sets cut tight to the speech
-(``bench/trim_speech.py``) and the tests of the end-of-stream flush."""
+(``streamd bench trim-speech``), random tight crops in training (``streamd augment --tight-crop``) and the tests of
+the end-of-stream flush."""
 
 from __future__ import annotations
 

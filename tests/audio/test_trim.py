@@ -1,8 +1,8 @@
-"""streamd.evaluation.trim.speech_span: where the speech of a clip lies, by frame energy."""
+"""streamd.audio.trim.speech_span: where the speech of a clip lies, by frame energy."""
 
 import numpy as np
 
-from streamd.evaluation.trim import speech_span
+from streamd.audio.trim import speech_span
 
 
 def test_a_burst_in_noise_is_found_with_its_margins():

@@ -1,4 +1,5 @@
-"""Recognizer: streaming equals offline, batching is invisible, errors stay in their stream."""
+"""Recognizer: streaming equals offline, batching is invisible, errors stay in their stream; partials,
+endpoints, resets, options, the observer hook, every search's interface."""
 
 from __future__ import annotations
 
@@ -8,58 +9,12 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import offline_heads, random_audio, write_checkpoint
-from streamd.audio.fbank import Fbank, FbankStream
-from streamd.config import DecodingConfig, EndpointConfig, EngineConfig, KwsConfig
+from helpers import random_audio, write_checkpoint
+from streamd.audio.fbank import FbankStream
+from streamd.config import EndpointConfig, EngineConfig
 from streamd.engine import Recognizer, StreamOptions
 from streamd.events import Done, Error, Final, Partial, WakeWord
-
-
-def feed(rec, sid, x, seed, max_piece=3000):
-    rnd = random.Random(seed)
-    pos, events = 0, []
-    while pos < x.size:
-        n = rnd.randint(0, max_piece)
-        events += rec.accept_audio(sid, x[pos:pos + n])
-        pos += n
-        if rnd.random() < 0.5:
-            events += rec.step()
-    return events
-
-
-def run_one(rec, x, seed=0, **opts):
-    sid = rec.create_stream(**opts)
-    ev = feed(rec, sid, x, seed)
-    rec.finish(sid)
-    ev += rec.drain()
-    return [e for e in ev if e.stream == sid]
-
-
-def finals_text(events):
-    return " ".join(e.text for e in events if isinstance(e, Final) and e.text)
-
-
-def final_tokens(events):
-    return [t for e in events if isinstance(e, Final) for t in e.tokens]
-
-
-@torch.no_grad()
-def offline_tokens(rec, x, method="greedy", beam=None):
-    """Whole utterance: fbank of the signal and the engine's end-of-stream flush, encoder forward under the
-    chunk mask, one search call (beam: the stream's, by default the config's for the method)."""
-    beam = rec.config.decoding.beam_for(method) if beam is None else beam
-    heads, enc_len = offline_heads(rec, x)
-    search = rec.searches[method]
-    if method in ("greedy", "ctc_greedy"):
-        state = search.init_state(1)
-    else:
-        state = search.init_state(torch.tensor([beam]))
-    x_in = heads.ctc_log_probs if method.startswith("ctc") else heads.enc_p
-    state = search.step(state, x_in, enc_len, torch.zeros(1, dtype=torch.long))
-    return list(search.best(state)[0].tokens), int(enc_len[0])
-
-
-NO_ENDPOINT = EngineConfig(device="cpu", endpoint=EndpointConfig(enabled=False))
+from tests.engine.feeding import FbankStream_frames, final_tokens, NO_ENDPOINT, offline_tokens, run_one
 
 
 @pytest.mark.parametrize("method", ["greedy", "modified_beam", "beam", "ctc_greedy", "ctc_prefix_beam"])
@@ -309,75 +264,6 @@ def test_reset_flushes_like_the_end_of_stream(tiny_ckpt, method, monkeypatch):
     assert (finals[1].tokens, finals[1].start) == (second.tokens, second.start)
 
 
-def test_wake_word_events(tmp_path):
-    ckpt = write_checkpoint(tmp_path / "m.pt")
-    rec = Recognizer.from_checkpoint(ckpt, EngineConfig(device="cpu", kws=KwsConfig(threshold=0.5, refractory_s=1.0)))
-    with torch.no_grad():
-        rec.model.kws[-1].bias.fill_(30.0)  # head says "keyword" on every frame
-    ev = run_one(rec, random_audio(3.0, seed=9))
-    wakes = [e for e in ev if isinstance(e, WakeWord)]
-    assert 2 <= len(wakes) <= 4  # refractory 1 s over 3 s and the end-of-stream flush (0.32 s)
-    assert wakes[0].keyword == "hey stream" and wakes[0].score > 0.99
-    assert wakes[1].end - wakes[0].end >= 1.0
-    rec2 = Recognizer.from_checkpoint(ckpt, EngineConfig(device="cpu"))
-    with torch.no_grad():
-        rec2.model.kws[-1].bias.fill_(30.0)
-    assert not any(isinstance(e, WakeWord) for e in run_one(rec2, random_audio(3.0), keywords=False))
-
-
-class RampKws(torch.nn.Module):
-    """Stand-in KWS head for a single stream: logit 0.2 * (t - fire) + 0.1 at the stream's encoder frame t,
-    so the score rises gradually, crosses threshold / 2 = 0.25 at fire - 5 and 0.5 at ``fire``."""
-
-    def __init__(self, fire: int):
-        super().__init__()
-        self.fire, self.t = fire, 0
-
-    def forward(self, enc):  # (1, T', D) -> (1, T', 1)
-        t = torch.arange(self.t, self.t + enc.shape[1], dtype=enc.dtype)
-        self.t += enc.shape[1]
-        return (0.2 * (t - self.fire) + 0.1)[None, :, None]
-
-
-@pytest.mark.parametrize("method", ["greedy", "beam"])
-def test_wake_span_follows_a_gradual_rise_of_the_head(tiny_ckpt, method):
-    """A random model's hypothesis does not hold the keyword: the wake event spans the head's rise,
-    from its first frame >= threshold / 2 to the end of the firing frame (six frames here)."""
-    cfg = EngineConfig(device="cpu", kws=KwsConfig(threshold=0.5, refractory_s=10))
-    rec = Recognizer.from_checkpoint(tiny_ckpt, cfg)
-    rec.model.kws = RampKws(fire=30)
-    ev = run_one(rec, random_audio(2.0, seed=4), method=method)
-    text = finals_text(ev)
-    assert "hey stream" not in text and "stream" not in text
-    wakes = [e for e in ev if isinstance(e, WakeWord)]
-    assert [(w.start, w.end) for w in wakes] == [pytest.approx((25 * 0.04, 31 * 0.04))]
-    assert wakes[0].start < wakes[0].end and wakes[0].end - wakes[0].start > 0.04
-
-
-def test_wake_span_is_the_keyword_as_the_hypothesis_aligned_it(tmp_path):
-    """When the stream's hypothesis holds the keyword, the wake event spans its words, even when the
-    head fires well after them (but within MAX_KEYWORD_S of their start).  The keyword is the word this
-    random model writes anyway (a one-output KWS head is the same for any keyword name)."""
-    x = random_audio(3.0, seed=5)
-    plain = Recognizer.from_checkpoint(write_checkpoint(tmp_path / "a.pt", seed=2), NO_ENDPOINT)
-    words = [w for e in run_one(plain, x) if isinstance(e, Final) for w in e.words]
-    assert words and words[0].end - words[0].start > 0.04  # (the model also writes a word into the flush)
-    word = words[0]
-    rec = Recognizer.from_checkpoint(write_checkpoint(tmp_path / "b.pt", seed=2, keywords=(word.word,)),
-                                     NO_ENDPOINT)
-    fire = round(word.end / 0.04) + 10  # the head fires 10 frames after the word
-    rec.model.kws = RampKws(fire=fire)
-    ev = run_one(rec, x)
-    assert [w for e in ev if isinstance(e, Final) for w in e.words] == words  # same model, same words
-    wakes = [e for e in ev if isinstance(e, WakeWord)]
-    # the ramp stays high: fires at `fire` and every refractory second (25 frames) after it; the third
-    # firing (frame fire + 50) is more than MAX_KEYWORD_S (50 frames) after the word began: the head's
-    # span, clamped to the 50 frames up to the end of the firing frame
-    assert len(wakes) == 3
-    assert [(w.keyword, w.start, w.end) for w in wakes[:2]] == [(word.word, word.start, word.end)] * 2
-    assert (wakes[2].start, wakes[2].end) == pytest.approx(((fire + 1) * 0.04, (fire + 51) * 0.04))
-
-
 def test_options_validated(tiny_ckpt):
     rec = Recognizer.from_checkpoint(tiny_ckpt, NO_ENDPOINT)
     with pytest.raises(ValueError, match="sample_rate must be 8000..48000, got 5"):
@@ -428,95 +314,6 @@ def test_observer_hook_and_measure_override(tiny_ckpt):
     assert sum(int(v.lengths.sum()) for v in seen) == (FbankStream_frames(rec, x.size) + 3) // 4
 
 
-def FbankStream_frames(rec, n):
-    """Fbank frames a finished stream of n samples decodes (its end-of-stream flush included)."""
-    fs = FbankStream(rec.model.cfg.fbank)
-    fs.accept(np.zeros(n, dtype=np.float32))
-    if n:
-        fs.accept(rec.tail_padding)
-    fs.finish()
-    return fs.frames_ready()
-
-
-# ----------------------------------------------------------------- language-model fusion
-
-
-def _lm_for(ckpt_path, tokens, out_path, order=3):
-    """An n-gram over the checkpoint's tokens from a few sentences, written to out_path."""
-    from streamd.decode.lm import build_ngram, save_lm
-    from streamd.tokens import TokenTable
-    table = TokenTable.from_lines(tokens)
-    text = ["turn on the lights", "set a timer", "hey stream", "turn off the lights", "what time is it"]
-    save_lm(build_ngram([table.encode(t) for t in text], len(table), table.blank_id, order, 1, table.to_lines()),
-            out_path)
-    return str(out_path)
-
-
-def test_lm_auto_next_to_model_streaming_equals_offline(tmp_path):
-    from helpers import CHARS
-    from streamd.engine import lm_path_for
-    ckpt = write_checkpoint(tmp_path / "m.pt")
-    _lm_for(ckpt, CHARS, lm_path_for(ckpt))
-    cfg = EngineConfig(device="cpu", endpoint=EndpointConfig(enabled=False))
-    rec = Recognizer.from_checkpoint(ckpt, cfg)
-    assert rec.lm is not None and rec.model_info["lm"]["path"].endswith("m.lm.pt")
-    assert rec.searches["modified_beam"].lm is rec.searches["modified_beam"].lm  # built once
-    x = random_audio(2.0, seed=4)
-    ev = run_one(rec, x, 3, method="modified_beam", beam=4)
-    # offline: the whole utterance through the same fused search, ranked as a complete segment
-    fs = FbankStream(rec.model.cfg.fbank)
-    fs.accept(x)
-    fs.finish()
-    n = fs.frames_ready()
-    with torch.no_grad():
-        feats = Fbank(rec.model.cfg.fbank)(torch.from_numpy(fs.take(n))[None])
-        enc, enc_len = rec.model.encoder(feats, torch.tensor([n]))
-        search = rec.searches["modified_beam"]
-        st = search.step(search.init_state(torch.tensor([4])), rec.model.heads(enc).enc_p, enc_len,
-                         torch.zeros(1, dtype=torch.long))
-    assert final_tokens(ev) == list(search.best(st, final=True)[0].tokens)
-    plain = Recognizer.from_checkpoint(ckpt, EngineConfig(device="cpu", decoding=DecodingConfig(lm="none")))
-    assert plain.lm is None and plain.model_info["lm"] is None
-
-
-def test_lm_errors_name_the_setting(tmp_path):
-    ckpt = write_checkpoint(tmp_path / "m.pt")
-    other = _lm_for(ckpt, ("<blk>", " ") + tuple("abcdefghijklmnopqrstuvwxyz"), tmp_path / "other.lm.pt")
-    with pytest.raises(ValueError, match="decoding.lm: .*another token table"):
-        Recognizer.from_checkpoint(ckpt, EngineConfig(device="cpu", decoding=DecodingConfig(lm=other)))
-    with pytest.raises(ValueError, match="decoding.lm: .*no such language model file"):
-        Recognizer.from_checkpoint(ckpt, EngineConfig(device="cpu", decoding=DecodingConfig(lm=str(tmp_path / "no"))))
-    assert Recognizer.from_checkpoint(ckpt, EngineConfig(device="cpu")).lm is None  # auto, no file: no LM
-
-
-def test_distinct_alternatives_reference():
-    from streamd.engine import distinct_alternatives
-
-    nb = [("four percent", -1.0), ("four percent", -1.5), ("for percent", -2.0), ("", -2.2),
-          ("four percent t", -3.0), ("for percent", -1.8)]
-    assert distinct_alternatives("four percent", nb) == (("for percent", "four percent t"), (-1.0, -1.8, -3.0))
-    # the best text missing from the n-best: its score is the top one there
-    assert distinct_alternatives("x", [("a", -2.0), ("b", -1.0)]) == (("b", "a"), (-1.0, -1.0, -2.0))
-    assert distinct_alternatives("a", [("a", -1.0)]) == ((), (-1.0,))
-
-
-@pytest.mark.parametrize("method", ["modified_beam", "beam"])
-def test_final_alternatives_are_distinct_other_texts_in_score_order(tiny_ckpt, method):
-    rec = Recognizer.from_checkpoint(tiny_ckpt, EngineConfig(endpoint=EndpointConfig(enabled=False)))
-    seen = 0
-    for seed in range(6):
-        x = random_audio(1.5, seed=seed)
-        finals = [e for e in run_one(rec, x, seed, method=method, beam=8) if isinstance(e, Final)]
-        for f in finals:
-            assert len(f.scores) == 1 + len(f.alternatives)
-            assert f.text not in f.alternatives and "" not in f.alternatives
-            assert len(set(f.alternatives)) == len(f.alternatives)
-            assert list(f.scores[1:]) == sorted(f.scores[1:], reverse=True)
-            seen += len(f.alternatives)
-            assert f.to_wire().get("alternatives", []) == list(f.alternatives)
-    assert seen > 0  # the random model's beams do hold other texts
-
-
 def test_partials_report_the_backlog_of_undecoded_audio(tiny_ckpt):
     rec = Recognizer.from_checkpoint(tiny_ckpt, EngineConfig(endpoint=EndpointConfig(enabled=False)))
     x = random_audio(3.0, seed=4)
@@ -537,83 +334,6 @@ def test_partials_report_the_backlog_of_undecoded_audio(tiny_ckpt):
     assert late[0].backlog == pytest.approx(3.0 - late[0].end, abs=1e-6) and late[0].backlog > 2.0
     assert late[-1].backlog < late[0].backlog
     assert late[0].to_wire()["backlog"] == round(late[0].backlog, 2)
-
-
-# ----------------------------------------------------------------- calibrated word confidence
-
-
-def _calibrated_copy(src, dst, **kw):
-    """A copy of checkpoint ``src`` carrying a hand-made calibration (default: for the default measure)."""
-    from streamd.decode.calibration import Calibration
-    from streamd.model.checkpoint import copy_with_meta, load_checkpoint
-
-    spec = dict(measure="entropy_tsallis_exp", alpha=0.33, aggregation="min", **kw)
-    cal = Calibration((0.0, 0.05, 0.3, 1.0), (0.05, 0.2, 0.7, 0.99), **spec)
-    copy_with_meta(src, dst, {**load_checkpoint(src).meta, "calibration": cal.to_dict()})
-    return str(dst), cal
-
-
-def _words_of(events):
-    """(kind, words) of every Partial and Final, in order."""
-    return [(type(e).__name__, e.words) for e in events if isinstance(e, (Partial, Final))]
-
-
-@pytest.mark.parametrize("method", ["greedy", "modified_beam", "beam", "ctc_greedy", "ctc_prefix_beam"])
-def test_calibrated_conf_is_the_map_of_the_raw_measure(tiny_ckpt, tmp_path, method):
-    """Partials and finals: conf = calibration(conf_raw), conf_raw = the uncalibrated engine's conf."""
-    ckpt, cal = _calibrated_copy(tiny_ckpt, tmp_path / "cal.pt")
-    x = random_audio(2.0, seed=6)
-    plain = run_one(Recognizer.from_checkpoint(tiny_ckpt, NO_ENDPOINT), x, 2, method=method, beam=3)
-    rec = Recognizer.from_checkpoint(ckpt, NO_ENDPOINT)
-    assert rec.calibration == cal and rec.model_info["calibrated"]
-    calibrated = run_one(rec, x, 2, method=method, beam=3)
-    got, want = _words_of(calibrated), _words_of(plain)
-    assert [k for k, _ in got] == [k for k, _ in want] and "Final" in [k for k, _ in got]
-    assert sum(len(ws) for _, ws in got) > 0
-    for (_, ours), (_, raw) in zip(got, want):
-        assert [(w.word, w.start, w.end) for w in ours] == [(w.word, w.start, w.end) for w in raw]
-        assert [w.conf_raw for w in ours] == [w.conf for w in raw]
-        assert [w.conf for w in ours] == pytest.approx([float(np.interp(w.conf, cal.x, cal.y)) for w in raw],
-                                                       abs=1e-12)
-    fin = [e for e in calibrated if isinstance(e, Final)][-1]
-    assert fin.token_confs == [e for e in plain if isinstance(e, Final)][-1].token_confs  # tokens stay raw
-    wire = fin.to_wire()["words"][0]
-    assert wire["conf"] == round(fin.words[0].conf, 3) and wire["conf_raw"] == round(fin.words[0].conf_raw, 3)
-
-
-def test_calibration_for_another_measure_is_not_applied(tiny_ckpt, tmp_path, caplog):
-    """Another aggregation than the calibration's (warning) or calibration off (info): conf is the raw measure."""
-    import dataclasses
-    import logging
-
-    from streamd.config import ConfidenceConfig
-
-    ckpt, _ = _calibrated_copy(tiny_ckpt, tmp_path / "cal.pt")
-    x = random_audio(1.6, seed=7)
-    for cc, level in ((ConfidenceConfig(aggregation="mean"), logging.WARNING),
-                      (ConfidenceConfig(calibrated=False), logging.INFO)):
-        cfg = dataclasses.replace(NO_ENDPOINT, confidence=cc)
-        caplog.clear()
-        with caplog.at_level(logging.INFO, logger="streamd.engine"):
-            rec = Recognizer.from_checkpoint(ckpt, cfg)
-        assert rec.calibration is None and not rec.model_info["calibrated"]
-        (msg,) = [r for r in caplog.records if "calibration not applied" in r.getMessage()]  # once, at load
-        assert msg.levelno == level
-        if level == logging.WARNING:
-            assert "fitted for entropy_tsallis_exp alpha 0.33 min" in msg.getMessage() and "mean" in msg.getMessage()
-        words = [w for _, ws in _words_of(run_one(rec, x, 1)) for w in ws]
-        raw = [w for _, ws in _words_of(run_one(Recognizer.from_checkpoint(tiny_ckpt, cfg), x, 1)) for w in ws]
-        assert words and [(w.conf, w.conf_raw) for w in words] == [(w.conf, w.conf) for w in raw]
-        assert not [r for r in caplog.records if r.levelno >= logging.WARNING and level == logging.INFO]
-
-
-def test_bad_calibration_in_checkpoint_is_an_error(tiny_ckpt, tmp_path):
-    from streamd.decode.calibration import CalibrationError
-    from streamd.model.checkpoint import copy_with_meta
-
-    copy_with_meta(tiny_ckpt, tmp_path / "bad.pt", {"calibration": {"version": 1, "x": [0.5]}})
-    with pytest.raises(CalibrationError, match="meta.calibration"):
-        Recognizer.from_checkpoint(tmp_path / "bad.pt", NO_ENDPOINT)
 
 
 def test_every_search_has_the_complete_interface(tiny_ckpt):

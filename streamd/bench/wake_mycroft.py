@@ -1,0 +1,187 @@
+"""``streamd bench wake-mycroft``: trained wake models on Mycroft's real recordings: thresholds on the dev half,
+figures on the test half.
+
+    OMP_NUM_THREADS=1 streamd bench wake-mycroft athena.wake.pt amelia.wake.pt ... [--oww [MODEL.onnx ...]]
+
+Halves by the parity of the SHA-1 of each file's name (the split of docs/benchmarks.md, "Runtime wake
+words"); positives: ``../shared/real/mycroft`` wake clips (the shared folder: ``$STREAMD_SHARED``, else ``../shared``
+beside the checkout); negatives: Mycroft ``not_wake``, Speech Commands
+dev and the negatives of ``../shared/eval/dev/kws.jsonl``.  Printed: per model the test miss and FA/h at the
+model's own threshold, at the dev-chosen threshold (lowest dev miss at <= 0.5 FA/h) and the test half's
+own best at <= 0.5 FA/h; then a Markdown table.  The set files are written under ``/tmp/wake_mycroft_sets``.
+
+``--oww``: openWakeWord's pretrained models as peers (:mod:`streamd.evaluation.oww`; pip package
+``openwakeword``, models CC BY-NC-SA 4.0: measured, never shipped), by default the four wake-phrase models
+its package bundles (alexa, hey jarvis, hey mycroft, hey rhasspy), scored on the same files with the same
+counting (:func:`~streamd.evaluation.wake.wake_model_figures`, refractory 1 s in 80 ms frames).  Mycroft has
+no clip of these keywords, so a peer has no positives here: printed are its false alarms per hour on the
+test half at its default threshold 0.5 and at the dev-chosen threshold (the lowest with <= 0.5 FA/h on the
+dev half), on the negatives and on the negatives plus every Mycroft wake clip of the half (490 real "athena",
+"hey computer", ... clips on the test half: none is a peer's keyword), and the test half's own lowest
+threshold at <= 0.5 FA/h; the JSON lands in ``/tmp/wake_mycroft_sets/oww_out.json``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from ..paths import shared_root
+
+__all__ = ["write_halves", "wake_mycroft"]
+
+SETS = Path("/tmp/wake_mycroft_sets")
+BASE = {"athena": 89.6, "amelia": 66.4, "hey savant": 56.6, "computer": 42.9, "hey chatterbox": 80.8,
+        "hey computer": 25.0}  # the table's "runtime search" column: its miss at the same negatives (docs)
+OWW_BUNDLED = ("alexa", "hey_jarvis", "hey_mycroft", "hey_rhasspy")
+
+
+def write_halves(shared: Path, sets_dir: Path) -> None:
+    """The dev / test halves of each source (parity of the SHA-1 of the file name) as JSON-lines sets."""
+    sets_dir.mkdir(parents=True, exist_ok=True)
+    srcs = {"mycroft": shared / "real/mycroft/manifest.jsonl",
+            "sc": shared / "real/speech_commands/dev/manifest.jsonl", "kwsdev": shared / "eval/dev/kws.jsonl"}
+    for name, man in srcs.items():
+        halves = {"dev": [], "test": []}
+        for line in open(man):
+            if not line.strip():
+                continue
+            o = json.loads(line)
+            if name == "kwsdev" and o.get("keyword"):
+                continue  # its "hey stream" positives are not these keywords
+            o["audio"] = str(man.parent / o["audio"])
+            o["text"] = o.get("text") or ""
+            h = int(hashlib.sha1(os.path.basename(o["audio"]).encode()).hexdigest(), 16) % 2
+            halves["dev" if h == 0 else "test"].append(o)
+        for k, v in halves.items():
+            with open(sets_dir / f"{k}_{name}.jsonl", "w") as f:
+                f.writelines(json.dumps(o) + "\n" for o in v)
+
+
+def _score(models: list, oww: Any, peers: list, sets_dir: Path) -> tuple[dict, dict]:
+    """Per half: the trained models' figures and the peers' (negatives; negatives plus every wake clip)."""
+    from ..evaluation.sets import load_entries, read_eval_set
+    from ..evaluation.wake import score_tracks, wake_model_figures
+    from ..model.wake import WakeScorer
+
+    res, peer_res = {}, {}
+    for half in ("dev", "test"):
+        ents = []
+        for s in ("mycroft", "sc", "kwsdev"):
+            ents += read_eval_set(sets_dir / f"{half}_{s}.jsonl")[0]
+        audio = load_entries(ents, None)
+        secs = [len(x) / r for x, r in audio]
+        if models:
+            t0 = time.time()
+            tracks = score_tracks(WakeScorer(models), audio)
+            res[half] = (ents, tracks, secs, wake_model_figures(models, ents, tracks, secs, 1.0, 0.08))
+            print(half, "scored", round(sum(secs)), "s audio in", round(time.time() - t0), "s", file=sys.stderr)
+        if peers:
+            from ..evaluation.oww import peer_figures
+
+            t0 = time.time()
+            tracks = oww.tracks(audio)
+            # the same files again with every wake clip a negative (none is a peer's keyword)
+            as_neg = [dataclasses.replace(e, keyword=None) for e in ents]
+            peer_res[half] = (peer_figures(peers, ents, tracks, secs, 1.0),
+                              peer_figures(peers, as_neg, tracks, secs, 1.0))
+            print(half, "openWakeWord scored", round(sum(secs)), "s audio in", round(time.time() - t0), "s",
+                  file=sys.stderr)
+    return res, peer_res
+
+
+def _models_table(models: list, res: dict, sets_dir: Path) -> None:
+    """The trained models' figures: per model a line, then the Markdown table; the JSON in eval_out.json."""
+    out = {}
+    tot_pos = tot_miss = 0
+    for m in models:
+        d = res["dev"][3][m.keyword]; t = res["test"][3][m.keyword]
+        op = d["frr_at_0.5_fa_per_hour"]
+        thr = op["threshold"] if op else 0.9999
+        tp = next(s for s in t["sweep"] if s["threshold"] == thr)
+        own = next(s for s in t["sweep"] if s["threshold"] == m.threshold)
+        out[m.keyword] = {"dev_thr": thr, "dev_frr": op and op["frr"], "test_positives": t["positives"],
+                          "test_frr_at_dev_thr": tp["frr"], "test_fa_per_h_at_dev_thr": tp["fa_per_hour"],
+                          "test_frr_own_thr": own["frr"], "test_fa_own_thr": own["fa_per_hour"], "own_thr": m.threshold,
+                          **{k: t[k] for k in t if k.startswith("frr_at")}}
+        tot_pos += t["positives"]; tot_miss += tp["missed"]
+        print(f"{m.keyword:15s} dev thr {thr:.4f} dev miss {op and op['frr']}  TEST miss {tp['frr']*100:.1f} % FA/h {tp['fa_per_hour']:.2f} "
+              f"| own thr {m.threshold:.3f}: miss {own['frr']*100:.1f} % FA/h {own['fa_per_hour']:.2f} | test oracle 0.5: {t['frr_at_0.5_fa_per_hour']}")
+    print("summed test miss at dev thresholds:", tot_miss, "/", tot_pos, f"{100*tot_miss/max(1,tot_pos):.1f} %")
+    json.dump(out, open(sets_dir / "eval_out.json", "w"), indent=1)
+    base = BASE
+    print("| keyword | test positives | own threshold: miss / FA/h | dev threshold: miss / FA/h | test oracle <= 0.5 FA/h | runtime search (llr, same negatives) | training (wall) |")
+    print("|---|---:|---|---|---|---:|---:|")
+    sums = {"own": 0, "dev": 0, "orc": 0, "n": 0}
+    for m in models:
+        o = out[m.keyword]; t = res["test"][3][m.keyword]
+        orc = o["frr_at_0.5_fa_per_hour"]
+        own_m = round(o["test_frr_own_thr"] * o["test_positives"]); dev_m = round(o["test_frr_at_dev_thr"] * o["test_positives"])
+        orc_m = round(orc["frr"] * o["test_positives"]) if orc else o["test_positives"]
+        sums["own"] += own_m; sums["dev"] += dev_m; sums["orc"] += orc_m; sums["n"] += o["test_positives"]
+        print(f"| {m.keyword} | {o['test_positives']} | {o['test_frr_own_thr']*100:.1f} % / {o['test_fa_own_thr']:.1f} ({m.threshold:g}) | "
+              f"{o['test_frr_at_dev_thr']*100:.1f} % / {o['test_fa_per_h_at_dev_thr']:.1f} ({o['dev_thr']:g}) | "
+              f"{(orc['frr']*100 if orc else 100):.1f} % ({orc['threshold'] if orc else '-'}) | {base.get(m.keyword, float('nan'))} % | {m.info.get('trained_s')} s |")
+    n = max(1, sums["n"])
+    print(f"| summed | {sums['n']} | {100*sums['own']/n:.1f} % | {100*sums['dev']/n:.1f} % | {100*sums['orc']/n:.1f} % | | |")
+
+
+def _peers_table(peers: list, peer_res: dict, sets_dir: Path) -> None:
+    print("| openWakeWord model (peer) | test positives | FA/h at 0.5: negatives / + all Mycroft wake clips | "
+          "dev-chosen threshold (<= 0.5 FA/h on dev): FA/h, negatives / + wake clips | test's lowest threshold at <= 0.5 FA/h |")
+    print("|---|---:|---|---|---|")
+    peer_out = {}
+    for p in peers:
+        figs = {h: [f[p.keyword] for f in peer_res[h]] for h in ("dev", "test")}
+        dev_ok = [s for s in figs["dev"][0]["sweep"] if s["fa_per_hour"] <= 0.5]
+        thr = min(s["threshold"] for s in dev_ok) if dev_ok else None
+        row = {}
+        for i, key in enumerate(("negatives", "with_wake_clips")):
+            t = figs["test"][i]
+            at = lambda th: next(s for s in t["sweep"] if s["threshold"] == th)
+            ok = [s["threshold"] for s in t["sweep"] if s["fa_per_hour"] <= 0.5]
+            row[key] = {"negative_hours": t["negative_hours"], "positives": t["positives"],
+                        "at_0.5": at(0.5), "at_dev_thr": thr and at(thr), "test_lowest_thr": min(ok) if ok else None}
+        peer_out[p.keyword] = {"model": p.path, "dev_thr": thr, **row}
+        n, w = row["negatives"], row["with_wake_clips"]
+        fa = lambda r, k: f"{r[k]['fa_per_hour']:.1f} ({r[k]['false_alarms']})" if r[k] else "-"
+        print(f"| {p.keyword} ({Path(p.path).name}) | {n['positives']} | {fa(n, 'at_0.5')} / {fa(w, 'at_0.5')} | "
+              f"{thr}: {fa(n, 'at_dev_thr')} / {fa(w, 'at_dev_thr')} | {n['test_lowest_thr']} / {w['test_lowest_thr']} |")
+    print(f"test negatives {peer_out[peers[0].keyword]['negatives']['negative_hours']:.3f} h, with the wake clips "
+          f"{peer_out[peers[0].keyword]['with_wake_clips']['negative_hours']:.3f} h; cells: FA/h (false alarms)")
+    json.dump(peer_out, open(sets_dir / "oww_out.json", "w"), indent=1)
+
+
+def wake_mycroft(model_paths: Sequence[str], oww: Sequence[str] | None = None, shared: Path | None = None,
+                 sets_dir: Path = SETS) -> None:
+    """Score the trained models (and, ``oww`` not None, openWakeWord's: none given, the four bundled wake
+    phrases) on both halves; print the figures and the tables, write the JSON under ``sets_dir``."""
+    import torch
+
+    from ..model.wake import load_wake_model
+
+    torch.set_num_threads(1)
+    write_halves(shared or shared_root(), sets_dir)
+    models = [load_wake_model(p) for p in model_paths]
+    peers, scorer = [], None
+    if oww is not None:
+        from ..evaluation.oww import OwwScorer, PeerWakeModel, oww_keyword
+
+        if not oww:
+            import openwakeword
+
+            d = Path(openwakeword.__file__).parent / "resources" / "models"
+            oww = [str(d / f"{n}_v0.1.onnx") for n in OWW_BUNDLED]
+        peers = [PeerWakeModel(oww_keyword(p), p) for p in oww]
+        scorer = OwwScorer(list(oww))
+    res, peer_res = _score(models, scorer, peers, sets_dir)
+    if models:
+        _models_table(models, res, sets_dir)
+    if peers:
+        _peers_table(peers, peer_res, sets_dir)

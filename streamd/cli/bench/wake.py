@@ -1,0 +1,55 @@
+"""``streamd bench wake-cost|wake-hey-stream|wake-mycroft``: the parsers of the trained wake models'
+benchmarks (the work is :mod:`streamd.bench.wake` and :mod:`streamd.bench.wake_mycroft`)."""
+
+from __future__ import annotations
+
+import argparse
+
+__all__ = ["add_parsers"]
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("wake-cost", help="cost of trained wake models in the engine step, side by side in one "
+                                         "process")
+    p.add_argument("--streams", type=int, default=32)
+    p.add_argument("--models", type=int, default=10)
+    p.add_argument("--seconds", type=float, default=8.0)
+    p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--device", default="cpu")
+    p.set_defaults(run=_wake_cost)
+
+    p = sub.add_parser("wake-hey-stream", help='"hey stream": the model\'s KWS head against a trained wake model, '
+                                               "on the same files")
+    p.add_argument("--wake-model", required=True)
+    p.add_argument("--set", action="append", default=None)
+    p.add_argument("--real-neg", action="append", default=None)
+    p.add_argument("--batch", type=int, default=32)
+    p.set_defaults(run=_wake_hey_stream)
+
+    p = sub.add_parser("wake-mycroft", help="trained wake models on Mycroft's real recordings: thresholds on the "
+                                            "dev half, figures on the test half")
+    p.add_argument("models", nargs="*", metavar="MODEL.wake.pt", help="trained wake models (streamd wake train)")
+    p.add_argument("--oww", nargs="*", metavar="MODEL.onnx", help="openWakeWord models as peers (no file: the four "
+                   "wake-phrase models of its package)")
+    p.set_defaults(run=_wake_mycroft)
+
+
+def _wake_cost(a: argparse.Namespace) -> int:
+    from ...bench.wake import wake_cost
+
+    wake_cost(a.streams, a.models, a.seconds, a.rounds, a.device)
+    return 0
+
+
+def _wake_hey_stream(a: argparse.Namespace) -> int:
+    from ...bench.wake import wake_hey_stream
+
+    wake_hey_stream(a.wake_model, a.set or (), a.real_neg or (), a.batch)
+    return 0
+
+
+def _wake_mycroft(a: argparse.Namespace) -> int:
+    from ...bench.wake_mycroft import wake_mycroft
+
+    wake_mycroft(a.models, a.oww)
+    return 0

@@ -1,0 +1,121 @@
+"""The Recognizer's trained wake models (speech embedding heads): built from ``kws.wake_models``,
+scored per step on the 16 kHz audio of the streams that ask for them, their detections as events."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Collection
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from ..decode.kws import Detection, KwsDetector, KwsState, aligned_span
+from ..events import Event, WakeWord
+from ..options import StreamOptions
+from .state import _Batch
+
+
+class WakeModels:
+    """Part of :class:`~streamd.engine.Recognizer`: its trained wake models."""
+
+
+    def _init_wake_models(self, kcfg) -> None:
+        """Load ``kws.wake_models`` (:mod:`streamd.model.wake`): one speech embedding per stream, every model
+        on it, and a detector over their scores (each model's threshold, ``refractory_s``, no smoothing)."""
+        self.wake_scorer = None
+        self.wake_detector: KwsDetector | None = None
+        self.wake_stats: dict[str, dict[str, int]] = {}
+        if not kcfg.wake_models:
+            return
+        from ..model.wake import WakeScorer, load_wake_model
+        models = []
+        for i, path in enumerate(kcfg.wake_models):
+            try:
+                models.append(load_wake_model(path))
+            except (OSError, ValueError) as e:
+                raise ValueError(f"kws.wake_models[{i}]: {e}") from None
+        head = {k.casefold() for k in self.keywords}
+        for m in models:
+            if m.keyword.casefold() in head:
+                raise ValueError(f"kws.wake_models: {m.path} spots {m.keyword!r}, the model's own KWS keyword "
+                                 "(its events would come twice)")
+        self.wake_scorer = WakeScorer(models, device=self.device)
+        wcfg = dataclasses.replace(kcfg, thresholds={m.keyword: m.threshold for m in models}, smoothing_frames=1,
+                                   wake_words=(), wake_models=())
+        self.wake_detector = KwsDetector(self.wake_scorer.keywords, wcfg, self.wake_scorer.frame_shift_s)
+        self._wake_thr = np.array([m.threshold for m in models])
+        self.wake_stats = {m.keyword: {"detections": 0, "suppressed": 0} for m in models}
+
+    def _wake_mask(self, opts: StreamOptions) -> Tensor | None:
+        """(K,) bool: the loaded wake models a stream scores (None: none)."""
+        if self.wake_scorer is None or not opts.keywords or not self.config.kws.enabled:
+            return None
+        names = self.wake_scorer.keywords
+        if opts.wake_models is None:
+            return torch.ones(len(names), dtype=torch.bool, device=self.device)
+        known = {n.casefold(): i for i, n in enumerate(names)}
+        on = torch.zeros(len(names), dtype=torch.bool)
+        for i, k in enumerate(opts.wake_models):
+            j = known.get(k.casefold())
+            if j is None:
+                raise ValueError(f"wake_models[{i}] {k!r}: no such wake model loaded (loaded: {list(names)})")
+            on[j] = True
+        return on.to(self.device) if bool(on.any()) else None
+
+    def _wake_step(self, ids: Collection[int]) -> list[Event]:
+        """Score the pending audio of streams ``ids`` with every wake model (one embedding and one head call
+        for the whole batch) and run the detector; WakeWord events with the model's score.  Firings the
+        refractory period holds back are counted in :attr:`wake_stats` (``suppressed``)."""
+        streams = [self._streams[i] for i in ids if i in self._streams]
+        streams = [st for st in streams if st.wake_emb is not None and st.wake_audio]
+        if not streams:
+            return []
+        chunks = [torch.from_numpy(np.concatenate(st.wake_audio)).to(self.device) for st in streams]
+        for st in streams:
+            st.wake_audio = []
+        scores = self.wake_scorer.stream([st.wake_emb for st in streams], chunks)       # B x (T_b, K)
+        lens = [s.shape[0] for s in scores]
+        if not max(lens):
+            return []
+        k = self.wake_scorer.num_models
+        padded = torch.zeros(len(streams), max(lens), k, device=self.device)
+        for j, (st, sc) in enumerate(zip(streams, scores)):
+            padded[j, :sc.shape[0]] = sc * st.wake_on
+        state = KwsState.cat([st.wake_det for st in streams])
+        offsets = [st.wake_emb.scored - n for st, n in zip(streams, lens)]   # each stream's first new score
+        new, dets = self.wake_detector.step(state, padded, torch.tensor(lens, device=self.device),
+                                            torch.tensor(offsets, device=self.device))
+        host = padded.cpu().numpy()
+        fired = {(d.row, d.frame, d.keyword) for d in dets}
+        names = self.wake_scorer.keywords
+        for j, st in enumerate(streams):
+            st.wake_det = new.select([j])
+            above = host[j, :lens[j]] >= self._wake_thr                                  # (T, K)
+            prev = np.concatenate([st.wake_above[None], above[:-1]]) if lens[j] else above
+            st.wake_above = above[-1] if lens[j] else st.wake_above
+            for t, m in zip(*np.nonzero(above & ~prev)):
+                if (j, offsets[j] + int(t), names[m]) not in fired:
+                    self.wake_stats[names[m]]["suppressed"] += 1
+        events: list[Event] = []
+        for d in dets:
+            self.wake_stats[d.keyword]["detections"] += 1
+            events.append(WakeWord(streams[d.row].id, d.keyword, d.score, d.start, d.end))
+        return events
+
+
+    def _wake_events(self, batch: _Batch, dets: list[Detection]) -> list[Event]:
+        """One WakeWord per detection, spanning the keyword as the stream's best hypothesis aligned it
+        (:func:`~streamd.decode.kws.aligned_span`), else the head's span."""
+        if not dets:
+            return []
+        kws_ids = [batch.ids[row] for row in batch.kws_rows.tolist()]
+        best = self._best_of(batch, sorted({kws_ids[d.row] for d in dets}))
+        events: list[Event] = []
+        for d in dets:
+            sid = kws_ids[d.row]
+            earliest = self.kws.earliest_start_frame(d.frame) * self.frame_shift_s
+            span = aligned_span(d.keyword, self._words(best[sid]), earliest, d.end)
+            start, end = span if span is not None else (d.start, d.end)
+            events.append(WakeWord(sid, d.keyword, d.score, start, end))
+        return events
