@@ -239,7 +239,9 @@ class SecondPassConfig:
     server's process; it holds the interpreter lock between its native calls); ``transcribe`` and ``eval``
     run it in line.  ``context_s``: a segment an endpoint split from the previous one is decoded with
     that segment's audio before it when that is at most this long (models that take a context: Moonshine;
-    0: never).
+    0: never).  ``warp``: the model hears the segment resampled so that it plays ``1 / warp`` times longer,
+    its pitch and formants lowered by the factor ``warp`` (1: as recorded; 0.5..1.5); the words' times are
+    mapped back to the stream's time axis.
     """
 
     model: str = SECOND_PASS_OFF
@@ -255,6 +257,7 @@ class SecondPassConfig:
     select_margin: float = 0.1
     worker: str = "process"
     context_s: float = 10.0
+    warp: float = 1.0
 
     def __post_init__(self) -> None:
         _check(isinstance(self.model, str) and self.model.strip() != "", "model",
@@ -275,6 +278,8 @@ class SecondPassConfig:
         _check(not isinstance(self.select_margin, bool) and isinstance(self.select_margin, (int, float))
                and -1.0 <= self.select_margin <= 1.0, "select_margin", f"must be a number in [-1, 1], got "
                f"{self.select_margin!r}")
+        _check(not isinstance(self.warp, bool) and isinstance(self.warp, (int, float)) and 0.5 <= self.warp <= 1.5,
+               "warp", f"must be a number in [0.5, 1.5], got {self.warp!r}")
 
     @property
     def enabled(self) -> bool:

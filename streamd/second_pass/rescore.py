@@ -36,6 +36,7 @@ from typing import Sequence
 
 import numpy as np
 
+from streamd.audio.resample import resample
 from streamd.config import SecondPassConfig
 from streamd.decode.calibration import Calibration
 from streamd.events import Event, Final, Word
@@ -111,7 +112,9 @@ class SecondPass:
         self.calibration = (SecondPassCalibration.single(calibration) if isinstance(calibration, Calibration)
                             else calibration)
         self.hotwords = tuple(hotwords)
-        self.window_s = min(self.cfg.window_s, float(getattr(model, "window_s", self.cfg.window_s)))
+        # the model's window holds warp x its length of the segment's audio once warped
+        self.window_s = min(self.cfg.window_s,
+                            float(getattr(model, "window_s", self.cfg.window_s)) * min(1.0, self.cfg.warp))
         self._context: collections.OrderedDict[int, _Before] = collections.OrderedDict()
 
     def apply(self, final: Final, choose: bool = True) -> Final:
@@ -189,12 +192,12 @@ class SecondPass:
             piece = x[int(round(lo * RATE)):int(round(hi * RATE))]
             if piece.size < RATE // 20:  # under 50 ms: nothing a word fits in
                 continue
-            rec = (self.model.recognize(piece, self.hotwords, context) if context is not None
-                   else self.model.recognize(piece, self.hotwords))
+            rec = self._recognize(piece, context)
             sw = spoken_words(rec.words, heard)
             start, end = final.start + lo, min(final.start + hi, final.end)
             if rec.words and all(w.start is not None for w in rec.words):
-                span = offset_times([(w.start, w.end) for w in rec.words], start, start, end)
+                k = RATE / self._warp_rate  # the model's seconds of warped audio -> seconds of the segment
+                span = offset_times([(w.start * k, w.end * k) for w in rec.words], start, start, end)
                 times += [span[i] for _, i in sw]
             else:
                 inside = [f for f in first if start - 1e-6 <= (f[1] + f[2]) / 2 < end + 1e-6]
@@ -209,6 +212,21 @@ class SecondPass:
         two = dataclasses.replace(final, text=" ".join(spoken), words=words, pass_no=2, second_pass="done",
                                   first_pass_text=first_text, alternatives=(), scores=(), audio=None)
         return self.choose(final, two) if choose else two
+
+    @property
+    def _warp_rate(self) -> int:
+        """The rate the segment is resampled to and heard at 16 kHz (``warp``: 16000 / warp samples a second)."""
+        return int(round(RATE / self.cfg.warp))
+
+    def _recognize(self, piece: np.ndarray, context: Context | None) -> Recognized:
+        """The model on ``piece`` (and ``context``), both warped by ``warp`` (1: as they are)."""
+        if self.cfg.warp != 1.0:
+            piece = resample(piece, RATE, self._warp_rate)
+            if context is not None:
+                context = Context(resample(context.audio, RATE, self._warp_rate), context.ids)
+        if context is not None:
+            return self.model.recognize(piece, self.hotwords, context)
+        return self.model.recognize(piece, self.hotwords)
 
     def choose(self, final: Final, two: Final, margin: float | None = None) -> Final:
         """The client's Final from the engine's ``final`` and its second pass ``two`` (``select``; ``margin``

@@ -184,3 +184,17 @@ def test_no_context_after_a_reset_or_an_empty_segment():
     assert sp.apply(empty).second_pass == "skipped_no_speech"
     sp.apply(segment(1, 3, 4.0, 1.0))
     assert model.contexts == [None, None, None]
+
+
+def test_warp_lengthens_what_the_model_hears_and_maps_its_times_back():
+    """``warp`` 0.8: the model hears 1.25x the samples (pitch and formants lowered), its word times come back on
+    the segment's axis; 1 leaves the audio as it is."""
+    model = FakeRecognizer("one two three", times=True)
+    f = SecondPass(model, SecondPassConfig(model="fake", warp=0.8)).apply(pending(start=4.0))
+    assert model.calls == [40000]  # 2 s at 16 kHz resampled to 20 kHz
+    assert [t for w in f.words for t in (w.start, w.end)] == pytest.approx([4.0, 4.16, 4.24, 4.4, 4.48, 4.64])
+    plain = FakeRecognizer("one", times=True)
+    SecondPass(plain, SecondPassConfig(model="fake")).apply(pending())
+    assert plain.calls == [32000]
+    with pytest.raises(ValueError, match="warp"):
+        SecondPassConfig(model="fake", warp=0.3)
