@@ -34,7 +34,8 @@ __all__ = ["WAKE_THRESHOLDS", "detect_frames", "score_tracks", "wake_model_figur
 
 WAKE_THRESHOLDS: tuple[float, ...] = tuple(round(0.01 * i, 2) for i in range(1, 100)) + tuple(
     round(1 - 10 ** -(2 + 0.125 * i), 7) for i in range(1, 25))
-"""The sweep of trained models: 0.01..0.99, then 1 - 10^-x for x in 2.125..5 (trained heads saturate)."""
+"""The sweep of trained models: 0.01..0.99, then 1 - 10^-x for x in 2.125..5 (calibrated heads sit in the first
+part; uncalibrated ones, and a keyword whose negatives score near its positives, need the second)."""
 
 
 @dataclass(frozen=True)
