@@ -25,7 +25,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from streamd.decode.calibration import Calibration, CalibrationError
+from streamd.decode.calibration import Calibration, CalibrationError, newton_logistic
 from streamd.decode.confidence import AGGREGATIONS
 
 __all__ = ["SecondPassCalibration", "FEATURES", "word_features", "fit_second_pass_calibration", "logistic_weights"]
@@ -134,39 +134,15 @@ class SecondPassCalibration:
 def logistic_weights(feats: np.ndarray, correct: np.ndarray, l2: float = 1e-3, iterations: int = 100
                      ) -> np.ndarray:
     """(K + 1,) weights and bias last minimizing the mean cross entropy of ``sigmoid(feats @ w + b)`` against
-    ``correct`` (N,) plus ``l2 / 2 * |w|^2`` (the bias unpenalized); ``feats`` (N, K).  Newton's method with
-    step halving (the objective is convex)."""
+    ``correct`` (N,) plus ``l2 / 2 * |w|^2`` (the bias unpenalized); ``feats`` (N, K)
+    (:func:`streamd.decode.calibration.newton_logistic`)."""
     x = np.c_[np.asarray(feats, dtype=np.float64), np.ones(len(feats))]
     t = np.asarray(correct, dtype=np.float64)
     if x.shape[0] == 0 or t.shape != (x.shape[0],):
         raise ValueError(f"need N >= 1 words with one label each, got features {x.shape} and labels {t.shape}")
     reg = np.full(x.shape[1], l2)
     reg[-1] = 0.0
-    n = x.shape[0]
-
-    def loss(theta: np.ndarray) -> float:
-        z = x @ theta
-        return float(np.sum(np.logaddexp(0.0, z) - t * z) / n + 0.5 * np.sum(reg * theta ** 2))
-
-    theta = np.zeros(x.shape[1])
-    cur = loss(theta)
-    for _ in range(iterations):
-        p = _sigmoid(x @ theta)
-        grad = x.T @ (p - t) / n + reg * theta
-        hess = (x * (p * (1 - p))[:, None]).T @ x / n + np.diag(reg) + 1e-10 * np.eye(x.shape[1])
-        step = np.linalg.solve(hess, grad)
-        scale = 1.0
-        while scale > 1e-6 and loss(theta - scale * step) > cur:
-            scale /= 2
-        new = theta - scale * step
-        new_loss = loss(new)
-        if new_loss > cur:
-            break
-        done = abs(cur - new_loss) <= 1e-12 * max(1.0, abs(cur))
-        theta, cur = new, new_loss
-        if done:
-            break
-    return theta
+    return newton_logistic(x, t, reg, iterations=iterations)
 
 
 def fit_second_pass_calibration(feats: np.ndarray, correct: np.ndarray, aggregation: str,
