@@ -171,6 +171,7 @@ def eval_main(argv: Sequence[str] | None = None) -> int:
 
 def calibrate_parser() -> argparse.ArgumentParser:
     from ..decode.calibration import CALIBRATION_KINDS
+    from ..train.calibrate import SECOND_PASS_FEATURES
 
     ap = argparse.ArgumentParser(prog="streamd calibrate", description="Fit a calibration of word confidence "
                                  "(the configured measure -> P(word correct)) on validation sets through the "
@@ -183,8 +184,10 @@ def calibrate_parser() -> argparse.ArgumentParser:
                                   "--second-pass: where its calibration goes (default: the shipped "
                                   "streamd/assets/second_pass.calibration.json for a name, the model folder's "
                                   "streamd.calibration.json for a path)")
-    ap.add_argument("--kind", choices=CALIBRATION_KINDS, default="isotonic",
-                    help="calibration stored (default isotonic); both are reported on held-out words")
+    ap.add_argument("--kind", choices=(*CALIBRATION_KINDS, SECOND_PASS_FEATURES),
+                    help="calibration stored: isotonic (the default) or logistic; with --second-pass also "
+                         "features (its default: a logistic model of the word probability, the first pass's "
+                         "confidence and the segment's word count); all are reported on held-out words")
     ap.add_argument("--plot", metavar="PNG", help="write the held-out reliability diagram to PNG (needs matplotlib)")
     add_engine_args(ap)
     ap.add_argument("--device", help="auto, cpu, cuda or cuda:N")
@@ -196,10 +199,14 @@ def calibrate_parser() -> argparse.ArgumentParser:
 
 def _run_calibrate(args: argparse.Namespace) -> int:
     from ..paths import model_arg
-    from ..train.calibrate import CalibrateOptions, calibrate, calibrate_second_pass, format_report
+    from ..train.calibrate import (SECOND_PASS_FEATURES, CalibrateOptions, calibrate, calibrate_second_pass,
+                                   format_report)
 
-    options = CalibrateOptions(kind=args.kind, limit=args.limit, batch_streams=args.batch_streams)
     config = engine_config_from_args(args)
+    kind = args.kind or (SECOND_PASS_FEATURES if config.second_pass.enabled else "isotonic")
+    if kind == SECOND_PASS_FEATURES and not config.second_pass.enabled:
+        raise ValueError(f"--kind {SECOND_PASS_FEATURES} is for a second pass (--second-pass NAME)")
+    options = CalibrateOptions(kind=kind, limit=args.limit, batch_streams=args.batch_streams)
     if config.second_pass.enabled:  # the second pass's word probability, not the checkpoint's measure
         report = calibrate_second_pass(model_arg(args.model), args.sets, config, options, args.out)
     elif not args.model or not args.out:

@@ -241,18 +241,31 @@ def logistic_params(raw: Sequence[float] | np.ndarray, correct: Sequence[bool] |
     s, c = _check_sample(raw, correct)
     n_pos = int(c.sum())
     t = np.where(c, (n_pos + 1.0) / (n_pos + 2.0), 1.0 / (s.size - n_pos + 2.0))  # (N,) targets
-    feats = np.stack([s, np.ones_like(s)], 1)  # (N, 2)
+    start = np.array([0.0, math.log((t.sum() + 1e-12) / (s.size - t.sum() + 1e-12))])
+    theta = newton_logistic(np.stack([s, np.ones_like(s)], 1), t, start=start, iterations=iterations)
+    return float(theta[0]), float(theta[1])
+
+
+def newton_logistic(feats: np.ndarray, targets: np.ndarray, reg: np.ndarray | None = None,
+                    start: np.ndarray | None = None, iterations: int = 100) -> np.ndarray:
+    """(K,) theta minimizing the mean cross entropy of ``sigmoid(feats @ theta)`` against ``targets`` (N,) in
+    [0, 1], plus ``sum(reg * theta ** 2) / 2`` (``reg`` (K,), default none); ``feats`` (N, K) (a column of ones
+    for a bias).  Newton's method with step halving from ``start`` (default zeros); the objective is convex."""
+    x = np.asarray(feats, dtype=np.float64)
+    t = np.asarray(targets, dtype=np.float64)
+    n, k = x.shape
+    reg = np.zeros(k) if reg is None else np.asarray(reg, dtype=np.float64)
 
     def loss(theta: np.ndarray) -> float:
-        z = feats @ theta
-        return float(np.sum(np.logaddexp(0.0, z) - t * z))
+        z = x @ theta
+        return float(np.sum(np.logaddexp(0.0, z) - t * z) / n + 0.5 * np.sum(reg * theta ** 2))
 
-    theta = np.array([0.0, math.log((t.sum() + 1e-12) / (s.size - t.sum() + 1e-12))])
+    theta = np.zeros(k) if start is None else np.asarray(start, dtype=np.float64).copy()
     cur = loss(theta)
     for _ in range(iterations):
-        p = _sigmoid(feats @ theta)
-        grad = feats.T @ (p - t)
-        hess = (feats * (p * (1 - p))[:, None]).T @ feats + 1e-10 * np.eye(2)
+        p = _sigmoid(x @ theta)
+        grad = x.T @ (p - t) / n + reg * theta
+        hess = (x * (p * (1 - p))[:, None]).T @ x / n + np.diag(reg) + 1e-10 * np.eye(k)
         step = np.linalg.solve(hess, grad)
         scale = 1.0
         while scale > 1e-6 and loss(theta - scale * step) > cur:
@@ -265,7 +278,7 @@ def logistic_params(raw: Sequence[float] | np.ndarray, correct: Sequence[bool] |
         theta, cur = new, new_loss
         if done:
             break
-    return float(theta[0]), float(theta[1])
+    return theta
 
 
 def fit_logistic(raw: Sequence[float] | np.ndarray, correct: Sequence[bool] | np.ndarray,

@@ -8,8 +8,8 @@ from typing import Sequence
 import numpy as np
 
 from streamd.events import Event, Final
-from streamd.scoring.metrics import align_words, normalize_words
-from streamd.second_pass.align import agreement
+from streamd.scoring.metrics import align_words, confidence_scores, normalize_words
+from streamd.second_pass.confidence import FEATURES, word_features
 
 from .confidence import calibration_figures
 from .sets import EvalEntry
@@ -18,13 +18,15 @@ from .wer import wer_figures
 __all__ = ["second_pass_words", "second_pass_figures"]
 
 
-def second_pass_words(entries: Sequence[EvalEntry], events: Sequence[Sequence[Event]]
-                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[str]]:
-    """The second-pass words of every file (finals with ``pass`` 2): (raw probability (W,), calibrated conf
-    (W,), right (W,) bool by the same alignment as the WER, the first pass wrote the same word there (W,) bool
-    (:func:`streamd.second_pass.align.agreement` with the final's first-pass text), utterance key per word)."""
-    raw, conf, right, agree, keys = [], [], [], [], []
-    for e, evs in zip(entries, events):
+def second_pass_words(entries: Sequence[EvalEntry], events: Sequence[Sequence[Event]],
+                      first: Sequence[Sequence[Event]]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+                                                                  list[str]]:
+    """The second-pass words of every file (finals with ``pass`` 2 in ``events``; ``first``: the same files'
+    engine events, the first pass's finals): (raw probability (W,), calibrated conf (W,), right (W,) bool by
+    the same alignment as the WER, the words' calibration features (W, len(FEATURES))
+    (:func:`streamd.second_pass.confidence.word_features`), utterance key per word)."""
+    raw, conf, right, feats, keys = [], [], [], [], []
+    for e, evs, evs1 in zip(entries, events, first):
         finals = [f for f in evs if isinstance(f, Final) and f.pass_no == 2]
         words = [w for f in finals for w in f.words]
         hyp = [w.word for w in words]
@@ -32,13 +34,16 @@ def second_pass_words(entries: Sequence[EvalEntry], events: Sequence[Sequence[Ev
         if normalize_words(text) != normalize_words(" ".join(hyp)) or len(normalize_words(" ".join(hyp))) != len(hyp):
             continue  # a pass-1 final in between, or words the scorer splits: not labelled word by word
         ok = align_words(normalize_words(e.text), hyp).hyp_correct
+        before = {(f.stream, f.segment): f for f in evs1 if isinstance(f, Final)}
+        for f in finals:
+            fp = before.get((f.stream, f.segment))
+            feats.append(word_features([w.conf_raw for w in f.words], [w.conf for w in fp.words] if fp else []))
         raw += [w.conf_raw for w in words]
         conf += [w.conf for w in words]
         right += list(ok)
-        agree += [g for f in finals for g in agreement((f.first_pass_text or "").split(), [w.word for w in f.words])]
         keys += [f"{e.rel_audio}\t{e.text}"] * len(words)
     return (np.asarray(raw, dtype=np.float64), np.asarray(conf, dtype=np.float64), np.asarray(right, dtype=bool),
-            np.asarray(agree, dtype=bool), keys)
+            np.concatenate(feats) if feats else np.zeros((0, len(FEATURES))), keys)
 
 
 SELECT_GRID = (-0.3, -0.2, -0.1, -0.05, 0.0, 0.05, 0.1, 0.2, 0.3)
@@ -63,12 +68,13 @@ def second_pass_figures(entries: Sequence[EvalEntry], first: Sequence[Sequence[E
         for f in evs:
             if isinstance(f, Final):
                 outcomes[f.second_pass or "none"] = outcomes.get(f.second_pass or "none", 0) + 1
-    raw, conf, right, agree, _ = second_pass_words(entries, second)
+    raw, conf, right, _, _ = second_pass_words(entries, second, first)
     cal = calibration_figures(right.tolist(), raw.tolist(), conf.tolist() if sp.calibration is not None else None,
-                              sp.calibration.agree if sp.calibration is not None else None, None)
-    if cal["calibration"] is not None:  # the two maps: what was fitted, and the words of each kind here
-        cal["calibration"].update(describe=sp.calibration.describe(), split=sp.calibration.split,
-                                  words=sp.calibration.words, agreeing_words=int(agree.sum()))
+                              sp.calibration.single if sp.calibration is not None else None, None)
+    if sp.calibration is not None and sp.calibration.single is None:  # a logistic model over features
+        cal["calibration"] = {"kind": "features", "describe": sp.calibration.describe(),
+                              "words": sp.calibration.words, "applied": True, "not_applied": None,
+                              **confidence_scores(right.tolist(), conf.tolist())}
     select = None
     if sp.first_calibrated and sp.calibration is not None:
         select = {f"{m:g}": wer_figures(entries, texts(chosen(m)))["wer"] for m in SELECT_GRID}

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-__all__ = ["edit_pairs", "agreement", "anchor_times", "offset_times", "cut_points", "WORD_S"]
+__all__ = ["edit_pairs", "anchor_times", "offset_times", "cut_points", "WORD_S"]
 
 WORD_S = 0.4
 """Seconds given to each second-pass word before the first anchor or after the last (about a spoken word)."""
@@ -52,15 +52,6 @@ def edit_pairs(a: Sequence[str], b: Sequence[str]) -> list[tuple[int, int]]:
         else:
             j -= 1
     return pairs[::-1]
-
-
-def agreement(first: Sequence[str], second: Sequence[str]) -> list[bool]:
-    """For each word of ``second``: whether the alignment of :func:`edit_pairs` puts the same word of ``first``
-    beside it (both passes wrote it there)."""
-    flags = [False] * len(second)
-    for i, j in edit_pairs(first, second):
-        flags[j] = first[i] == second[j]
-    return flags
 
 
 def _share(words: Sequence[str], start: float, end: float) -> list[tuple[float, float]]:

@@ -9,8 +9,8 @@
   first pass; ``first_pass_text`` keeps the
   streaming model's text; the words are dated on the stream's time axis (:mod:`.align`) and carry
   ``conf`` = the calibrated probability that the word is right, from the model's word probability
-  (``conf_raw``: its tokens' softmax probabilities aggregated) and whether the first pass wrote the same
-  word there (:mod:`.confidence`);
+  (``conf_raw``: its tokens' softmax probabilities aggregated), the first pass's confidence in the segment
+  and how many words the segment has (:mod:`.confidence`);
 * ``pass_no`` 1 with ``second_pass`` ``failed`` when the model raised (logged), so a final is never lost;
   ``skipped_no_speech`` when the first pass heard no words (a segment of silence or noise at a reset or
   the end of the stream: a real-speech model may write words into it; not decoded);
@@ -42,7 +42,7 @@ from streamd.decode.calibration import Calibration
 from streamd.events import Event, Final, Word
 from streamd.text.normalize import readings
 
-from .align import agreement, anchor_times, cut_points, offset_times
+from .align import anchor_times, cut_points, offset_times
 from .confidence import SecondPassCalibration
 from .models import Context, Recognized, RecognizedWord, WordRecognizer
 
@@ -97,8 +97,8 @@ class _Before:
 
 
 class SecondPass:
-    """A real-speech model over finished segments; ``calibration`` maps its word probability (and the first
-    pass's agreement) to P(right)."""
+    """A real-speech model over finished segments; ``calibration`` maps its word probability (with what the
+    segment says about it) to P(right)."""
 
     def __init__(self, model: WordRecognizer, cfg: SecondPassConfig | None = None,
                  calibration: SecondPassCalibration | Calibration | None = None, hotwords: Sequence[str] = (),
@@ -109,7 +109,7 @@ class SecondPass:
         self.model = model
         self.first_calibrated = first_calibrated
         self.cfg = cfg or SecondPassConfig(model=getattr(model, "name", "model"))
-        self.calibration = (SecondPassCalibration.single(calibration) if isinstance(calibration, Calibration)
+        self.calibration = (SecondPassCalibration.of_map(calibration) if isinstance(calibration, Calibration)
                             else calibration)
         self.hotwords = tuple(hotwords)
         # the model's window holds warp x its length of the segment's audio once warped
@@ -205,7 +205,7 @@ class SecondPass:
             spoken += [s for s, _ in sw]
             probs += [rec.words[i].prob for _, i in sw]
         self._remember(final, x, rec if whole else None)
-        conf = (self.calibration.apply(probs, agreement(heard, spoken)).tolist()
+        conf = (self.calibration.apply(probs, [w.conf for w in final.words]).tolist()
                 if self.calibration is not None and probs else list(probs))
         words = tuple(Word(w, a, b, c, p) for w, (a, b), c, p in zip(spoken, times, conf, probs))
         first_text = final.first_pass_text if final.first_pass_text is not None else final.text

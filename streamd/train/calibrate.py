@@ -33,20 +33,24 @@ from streamd.evaluation.recognition import Evaluator
 from streamd.scoring.metrics import ReliabilityBins, confidence_scores, reliability
 from streamd.scoring.reliability import plot_reliability, require_matplotlib
 
+SECOND_PASS_FEATURES = "features"
+"""``--kind`` of a second pass's logistic model over :data:`streamd.second_pass.confidence.FEATURES`."""
+
 __all__ = ["CalibrateOptions", "heldout_mask", "compare_fits", "calibrate", "format_report", "calibrate_second_pass"]
 
 
 @dataclass(frozen=True)
 class CalibrateOptions:
-    """kind: the calibration stored; limit / batch_streams: as ``streamd eval``'s."""
+    """kind: the calibration stored (``features``: a second pass's only); limit / batch_streams: as ``streamd
+    eval``'s."""
 
     kind: str = "isotonic"
     limit: int | None = None
     batch_streams: int = 16
 
     def __post_init__(self) -> None:
-        if self.kind not in CALIBRATION_KINDS:
-            raise ValueError(f"kind must be one of {list(CALIBRATION_KINDS)}, got {self.kind!r}")
+        if self.kind not in (*CALIBRATION_KINDS, SECOND_PASS_FEATURES):
+            raise ValueError(f"kind must be one of {[*CALIBRATION_KINDS, SECOND_PASS_FEATURES]}, got {self.kind!r}")
 
 
 def heldout_mask(keys: Sequence[str]) -> np.ndarray:
@@ -124,6 +128,7 @@ def calibrate_second_pass(model: str, sets: Sequence[str], config: EngineConfig,
     import dataclasses
 
     from streamd.second_pass.calibration import second_pass_for, write_calibration
+    from streamd.second_pass.confidence import SecondPassCalibration, fit_second_pass_calibration
     from streamd.evaluation.decoding import timed_decode
     from streamd.evaluation.second import second_pass_words
     from streamd.evaluation.sets import load_entries, read_eval_set
@@ -133,46 +138,30 @@ def calibrate_second_pass(model: str, sets: Sequence[str], config: EngineConfig,
                                                                           select="always"))
     second = second_pass_for(config)
     rec = Recognizer(load_checkpoint(model, "cpu"), config)
-    raws, oks, agrees, keys, info = [], [], [], [], []
+    raws, oks, feats, keys, info = [], [], [], [], []
     for path in sets:
         entries, _ = read_eval_set(path, options.limit)
         events, _ = timed_decode(rec, load_entries(entries, None), options.batch_streams, 0.1)
-        raw, _, ok, agree, k = second_pass_words(entries, [second.apply_events(e) for e in events])
+        raw, _, ok, f, k = second_pass_words(entries, [second.apply_events(e) for e in events], events)
         raws.append(raw)
         oks.append(ok)
-        agrees.append(agree)
+        feats.append(f)
         keys += k
-        info.append({"set": path, "utterances": len(entries), "words": int(raw.size), "correct": int(ok.sum()),
-                     "agreeing": int(agree.sum()), "agreeing_correct": int((ok & agree).sum())})
-    raw, correct, agree = np.concatenate(raws), np.concatenate(oks), np.concatenate(agrees)
+        info.append({"set": path, "utterances": len(entries), "words": int(raw.size), "correct": int(ok.sum())})
+    raw, correct, feat = np.concatenate(raws), np.concatenate(oks), np.concatenate(feats)
     cc = ConfidenceConfig(measure="max_prob", alpha=1.0, aggregation=second.model.aggregation, exclude_blank=True)
     held = heldout_mask(keys)
     figures, _ = compare_fits(raw, correct, held, cc)
-    cal = _fit_by_agreement(options.kind, raw, correct, agree, cc)
+    agg = second.model.aggregation
     if held.any() and (~held).any():
-        fit = _fit_by_agreement(options.kind, raw[~held], correct[~held], agree[~held], cc)
-        figures[f"{options.kind}+agree"] = confidence_scores(correct[held], fit.apply(raw[held], agree[held]))
+        fit = fit_second_pass_calibration(feat[~held], correct[~held], agg)
+        figures["features"] = confidence_scores(correct[held], fit.apply_features(feat[held], raw[held]))
+    cal = (fit_second_pass_calibration(feat, correct, agg) if options.kind == SECOND_PASS_FEATURES
+           else SecondPassCalibration.of_map(fit_calibration(options.kind, raw, correct, cc)))
     dest = write_calibration(config.second_pass.model, cal, out)
-    return {"model": f"second pass {config.second_pass.model}", "out": str(dest), "plot": None, "calibration": cal.to_dict(),
-            "sets": info, "method": config.decoding.method, "beam": config.decoding.beam_for(config.decoding.method),
-            "kind": (f"{options.kind} by first-pass agreement ({cal.agree.words} agreeing / {cal.disagree.words} other "
-                     "words)" if cal.split else f"{options.kind} for every word ({cal.words} words)"),
-            "heldout": figures}
-
-
-def _fit_by_agreement(kind: str, raw: np.ndarray, correct: np.ndarray, agree: np.ndarray, cc: ConfidenceConfig):
-    """A :class:`~streamd.second_pass.confidence.SecondPassCalibration`: ``kind`` fitted on the words the first
-    pass also wrote and on the others (one map for all when either kind has under :data:`MIN_SPLIT_WORDS`)."""
-    from streamd.second_pass.confidence import SecondPassCalibration
-
-    if min(int(agree.sum()), int((~agree).sum())) < MIN_SPLIT_WORDS:
-        return SecondPassCalibration.single(fit_calibration(kind, raw, correct, cc))
-    return SecondPassCalibration(fit_calibration(kind, raw[agree], correct[agree], cc),
-                                 fit_calibration(kind, raw[~agree], correct[~agree], cc))
-
-
-MIN_SPLIT_WORDS = 100
-"""Fewest words of each kind (agreeing with the first pass, or not) for the second pass's two maps."""
+    return {"model": f"second pass {config.second_pass.model}", "out": str(dest), "plot": None,
+            "calibration": cal.to_dict(), "sets": info, "method": config.decoding.method,
+            "beam": config.decoding.beam_for(config.decoding.method), "kind": cal.describe(), "heldout": figures}
 
 
 def _num(x: float | None) -> str:
@@ -182,9 +171,8 @@ def _num(x: float | None) -> str:
 def format_report(report: dict) -> str:
     """Readable text of :func:`calibrate`'s report."""
     c = report["calibration"]
-    m = c.get("agree", c)  # a second pass's two maps are for one measure
-    lines = [f"model {report['model']}  method {report['method']} (beam {report['beam']})  measure {m['measure']} "
-             f"alpha {m['alpha']} {m['aggregation']}"]
+    lines = [f"model {report['model']}  method {report['method']} (beam {report['beam']})  measure {c['measure']} "
+             f"alpha {c.get('alpha', 1.0)} {c['aggregation']}"]
     for s in report["sets"]:
         share = f"{100 * s['correct'] / s['words']:.1f} % correct" if s["words"] else "no words"
         lines.append(f"  {s['set']}: {s['utterances']} utterances, {s['words']} hypothesis words, {share}")
@@ -194,9 +182,8 @@ def format_report(report: dict) -> str:
     for name, f in h.items():
         if isinstance(f, dict):
             lines.append(f"  {name:10s} {_num(f['ece']):>7s} {_num(f['auc']):>7s} {_num(f['nce']):>8s}")
-    if "agree" in c:
-        lines.append(f"stored: {report['kind']}, {len(c['agree']['x'])} + {len(c['disagree']['x'])} knots -> "
-                     f"{report['out']}")
+    if c.get("by") == "features":
+        lines.append(f"stored: {report['kind']} -> {report['out']}")
     else:
         lines.append(f"stored: {c['kind']} fitted on all {c['words']} words, {len(c['x'])} knots -> {report['out']}")
     if report["plot"]:

@@ -33,7 +33,7 @@ def start(cfg, **kw):
 
 
 def test_the_child_gives_what_the_in_process_second_pass_gives(folder):
-    cfg = EngineConfig(second_pass=SecondPassConfig(model=str(folder), calibrated=False))
+    cfg = EngineConfig(second_pass=SecondPassConfig(model=str(folder), calibrated=False, warp=1.0))
     proc = start(cfg)
     try:
         inline = SecondPass(fakes.FakeRecognizer(fakes.FOLDER_TEXT), cfg.second_pass)
@@ -45,7 +45,7 @@ def test_the_child_gives_what_the_in_process_second_pass_gives(folder):
 
 
 def test_a_dead_child_keeps_the_first_pass_and_is_replaced(folder):
-    cfg = EngineConfig(second_pass=SecondPassConfig(model=str(folder), calibrated=False))
+    cfg = EngineConfig(second_pass=SecondPassConfig(model=str(folder), calibrated=False, warp=1.0))
     proc = start(cfg)
     try:
         first = proc.pid
@@ -63,7 +63,7 @@ def test_a_dead_child_keeps_the_first_pass_and_is_replaced(folder):
 
 def test_the_child_outlives_a_ctrl_c_the_parent_handles(folder):
     """Ctrl-C in a terminal reaches the whole process group: the daemon drains, so the child must go on."""
-    proc = start(EngineConfig(second_pass=SecondPassConfig(model=str(folder), calibrated=False)))
+    proc = start(EngineConfig(second_pass=SecondPassConfig(model=str(folder), calibrated=False, warp=1.0)))
     try:
         pid = proc.pid
         os.kill(pid, signal.SIGINT)

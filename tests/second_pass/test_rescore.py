@@ -30,7 +30,7 @@ def test_spoken_words_turn_written_words_into_the_models_form():
 def test_a_pending_final_becomes_the_second_pass():
     model = FakeRecognizer("Hello, world 3.")
     first = (Word("hallo", 1.2, 1.5, 0.4), Word("wold", 1.7, 2.1, 0.3))
-    f = SecondPass(model).apply(pending(words=first))
+    f = SecondPass(model, SecondPassConfig(model="fake", warp=1.0)).apply(pending(words=first))  # heard as is
     assert f.text == "hello world three" and f.pass_no == 2 and f.second_pass == "done"
     assert f.first_pass_text == "hallo wold" and f.audio is None
     assert f.alternatives == () and f.scores == ()  # the first pass's n-best no longer describes the text
@@ -46,7 +46,8 @@ def test_a_pending_final_becomes_the_second_pass():
 
 def test_model_times_are_offset_to_the_segment_and_conf_is_calibrated():
     cal = Calibration((0.0, 1.0), (0.1, 0.9), "max_prob", 1.0, "min", words=10)
-    f = SecondPass(FakeRecognizer("one two three", times=True), calibration=cal).apply(pending(start=4.0))
+    f = SecondPass(FakeRecognizer("one two three", times=True), SecondPassConfig(model="fake", warp=1.0),
+                   calibration=cal).apply(pending(start=4.0))
     assert [t for w in f.words for t in (w.start, w.end)] == pytest.approx([4.0, 4.2, 4.3, 4.5, 4.6, 4.8])
     assert all(w.conf == pytest.approx(0.74) and w.conf_raw == pytest.approx(0.8) for w in f.words)
 
@@ -67,8 +68,8 @@ def test_other_finals_pass_unchanged_and_failures_keep_the_first_pass():
 def test_a_segment_longer_than_the_window_is_decoded_in_pieces_cut_at_pauses():
     model = FakeRecognizer("word", window_s=10.0)
     first = tuple(Word(f"w{i}", 0.5 + 3 * i, 1.5 + 3 * i, 0.5) for i in range(8))  # pauses 1.5-3.5, 4.5-6.5, ...
-    f = SecondPass(model, SecondPassConfig(model="fake", window_s=28.0)).apply(pending(seconds=25.0, start=0.0,
-                                                                                      words=first))
+    f = SecondPass(model, SecondPassConfig(model="fake", window_s=28.0, warp=1.0)).apply(
+        pending(seconds=25.0, start=0.0, words=first))
     assert len(model.calls) == 3 and sum(model.calls) == 25 * 16000
     assert all(n <= 10 * 16000 for n in model.calls)
     assert model.calls[0] == int(8.5 * 16000)  # cut in the pause between w2 (ends 7.5) and w3 (starts 9.5)
@@ -150,7 +151,7 @@ def segment(stream, seg, start, seconds, reason="endpoint:rule2"):
 
 def test_a_segment_split_by_an_endpoint_is_heard_after_the_one_before():
     model = _ContextRecognizer()
-    sp = SecondPass(model, SecondPassConfig(model="ctx", select="always"))
+    sp = SecondPass(model, SecondPassConfig(model="ctx", select="always", warp=1.0))
     sp.apply(segment(1, 0, 0.0, 2.0))
     sp.apply(segment(2, 0, 0.0, 1.0))                 # another stream between them
     out = sp.apply(segment(1, 1, 2.0, 1.5, "eos"))
@@ -169,7 +170,7 @@ def test_a_segment_split_by_an_endpoint_is_heard_after_the_one_before():
 ])
 def test_no_context_where_it_does_not_belong(second, cfg):
     model = _ContextRecognizer()
-    sp = SecondPass(model, SecondPassConfig(model="ctx", select="always", **cfg))
+    sp = SecondPass(model, SecondPassConfig(model="ctx", select="always", warp=1.0, **cfg))
     sp.apply(segment(1, 0, 0.0, 2.0))
     sp.apply(second)
     assert model.contexts == [None, None]
@@ -177,7 +178,7 @@ def test_no_context_where_it_does_not_belong(second, cfg):
 
 def test_no_context_after_a_reset_or_an_empty_segment():
     model = _ContextRecognizer()
-    sp = SecondPass(model, SecondPassConfig(model="ctx", select="always"))
+    sp = SecondPass(model, SecondPassConfig(model="ctx", select="always", warp=1.0))
     sp.apply(segment(1, 0, 0.0, 2.0, "reset"))
     sp.apply(segment(1, 1, 2.0, 1.0))
     empty = dataclasses.replace(segment(1, 2, 3.0, 1.0), text="", words=())
@@ -194,7 +195,7 @@ def test_warp_lengthens_what_the_model_hears_and_maps_its_times_back():
     assert model.calls == [40000]  # 2 s at 16 kHz resampled to 20 kHz
     assert [t for w in f.words for t in (w.start, w.end)] == pytest.approx([4.0, 4.16, 4.24, 4.4, 4.48, 4.64])
     plain = FakeRecognizer("one", times=True)
-    SecondPass(plain, SecondPassConfig(model="fake")).apply(pending())
+    SecondPass(plain, SecondPassConfig(model="fake", warp=1.0)).apply(pending())
     assert plain.calls == [32000]
     with pytest.raises(ValueError, match="warp"):
         SecondPassConfig(model="fake", warp=0.3)

@@ -20,10 +20,10 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def make(ckpt, model, **second):
-    """A daemon with the test double as its second pass; no capacity admission (``limits.max_load`` 0): on a busy
-    machine the tiny model's measured steps would refuse the overload test's third stream before its second
-    pass could."""
-    cfg = app_config(engine={"second_pass": {"model": "fake", **second}}, limits={"max_load": 0})
+    """A daemon with the test double as its second pass, hearing the segments as they are (warp 1); no capacity
+    admission (``limits.max_load`` 0): on a busy machine the tiny model's measured steps would refuse the
+    overload test's third stream before its second pass could."""
+    cfg = app_config(engine={"second_pass": {"model": "fake", "warp": 1.0, **second}}, limits={"max_load": 0})
     rec = Recognizer.from_checkpoint(ckpt, cfg.engine)
     return App(cfg, recognizer=rec, second_pass=SecondPass(model, cfg.engine.second_pass))
 

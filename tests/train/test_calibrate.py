@@ -14,8 +14,8 @@ from streamd.decode.calibration import Calibration, fit_isotonic
 from streamd.engine import Recognizer
 from streamd.events import Final
 from streamd.model.checkpoint import load_checkpoint
-from streamd.config import ConfidenceConfig
-from streamd.train.calibrate import MIN_SPLIT_WORDS, _fit_by_agreement, compare_fits, format_report, heldout_mask
+from streamd.second_pass.confidence import SecondPassCalibration
+from streamd.train.calibrate import CalibrateOptions, compare_fits, format_report, heldout_mask
 from streamd.evaluation.options import EvalOptions
 from streamd.evaluation.recognition import Evaluator
 from streamd.scoring.metrics import align_words, ece, normalize_words
@@ -63,27 +63,17 @@ def test_compare_fits_scores_on_the_heldout_words_only():
     assert figures["isotonic"] == {"auc": None, "nce": None, "ece": None} and set(bins) == {"raw"}
 
 
-def test_second_pass_maps_by_first_pass_agreement():
-    """Words both passes wrote are right more often at one raw probability: each kind gets its own map, unless
-    one kind is too rare to fit (one map for all then)."""
-    rng = np.random.default_rng(0)
-    raw = rng.uniform(0, 1, 600)
-    agree = np.arange(600) % 2 == 0
-    correct = np.where(agree, rng.uniform(0, 1, 600) < 0.5 + 0.5 * raw, rng.uniform(0, 1, 600) < 0.2 * raw)
-    cc = ConfidenceConfig(measure="max_prob", alpha=1.0, aggregation="min", exclude_blank=True)
-    cal = _fit_by_agreement("isotonic", raw, correct, agree, cc)
-    assert cal.split and (cal.agree.words, cal.disagree.words) == (300, 300)
-    p = cal.apply(raw, agree)
-    assert ece(correct.tolist(), p.tolist()) < 0.05
-    assert p[agree].mean() > 0.6 > 0.2 > p[~agree].mean()
-    few = agree | (np.arange(600) >= 2 * (MIN_SPLIT_WORDS - 1))  # only MIN_SPLIT_WORDS - 1 words disagree
-    one = _fit_by_agreement("isotonic", raw, correct, few, cc)
-    assert not one.split and one.words == 600
+def test_the_report_of_a_second_pass_s_feature_calibration():
+    cal = SecondPassCalibration((0.5, 1.0, -1.0, 0.1), -0.2, "min", 300)
     report = {"model": "second pass fake", "method": "greedy", "beam": 4, "sets": [], "out": "x.json", "plot": None,
-              "calibration": cal.to_dict(), "kind": "isotonic by first-pass agreement",
-              "heldout": {"heldout_words": 0, "fit_words": 0, "raw": {"ece": 0.2, "auc": 0.7, "nce": 0.1}}}
+              "calibration": cal.to_dict(), "kind": cal.describe(),
+              "heldout": {"heldout_words": 0, "fit_words": 0, "raw": {"ece": 0.2, "auc": 0.7, "nce": 0.1},
+                          "features": {"ece": 0.03, "auc": 0.8, "nce": 0.2}}}
     text = format_report(report)
-    assert "measure max_prob alpha 1.0 min" in text and "stored: isotonic by first-pass agreement" in text
+    assert "measure max_prob alpha 1.0 min" in text and "stored: logistic over logit_prob +0.500" in text
+    assert "features     0.030" in text
+    with pytest.raises(ValueError, match="kind must be one of"):
+        CalibrateOptions(kind="age")
 
 
 def test_calibrate_end_to_end(calib_set, tmp_path, capsys):
