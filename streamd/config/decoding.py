@@ -258,7 +258,7 @@ class SecondPassConfig:
     select_margin: float = 0.0
     worker: str = "process"
     context_s: float = 10.0
-    warp: float = 0.9
+    warp: float = 1.0
 
     def __post_init__(self) -> None:
         _check(isinstance(self.model, str) and self.model.strip() != "", "model",

