@@ -241,8 +241,9 @@ class SecondPassConfig:
     that segment's audio before it when that is at most this long (models that take a context: Moonshine;
     0: never).  ``warp``: the model hears the segment resampled so that it plays ``1 / warp`` times longer,
     its pitch and formants lowered by the factor ``warp`` (1: as recorded; 0.5..1.5); the words' times are
-    mapped back to the stream's time axis.  0.9, the default, gave Moonshine base the fewest errors on the
-    training and validation sets (model card, "Second pass").
+    mapped back to the stream's time axis.  0.9 gave Moonshine base the fewest errors on the training and
+    validation sets but makes its finals later (p95 over 0.6 s with 4 streams on a 2-core CPU); 1, the
+    default, keeps them within it (model card, "Second pass").
     """
 
     model: str = SECOND_PASS_OFF
