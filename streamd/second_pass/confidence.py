@@ -10,8 +10,8 @@ word (:func:`word_features`):
 * ``one_word``: 1 when the second pass wrote one word for the segment (a command), else 0;
 * ``log_words``: the log of the number of words it wrote for the segment.
 
-A stored plain :class:`~streamd.decode.calibration.Calibration` (one monotone map of the probability; a file
-written before the features, or a user's own) is read as that map alone.  Stored form (``to_dict``):
+A stored plain :class:`~streamd.decode.calibration.Calibration` (one monotone map of the probability, what
+``--kind isotonic`` or ``logistic`` stores) is applied alone.  Stored form (``to_dict``):
 ``{"version": 1, "by": "features", "features": [...], "weights": [...], "bias": b, "measure": "max_prob",
 "aggregation": ..., "words": N}``.  :func:`fit_second_pass_calibration` fits one (Newton's method on the
 L2-regularized cross entropy).  Plain Python and numpy; no model, no I/O.
