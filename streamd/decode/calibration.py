@@ -38,7 +38,8 @@ from streamd.config import ConfidenceConfig
 from streamd.decode.confidence import AGGREGATIONS, MEASURE_NAMES
 
 __all__ = ["CALIBRATION_KINDS", "LOGISTIC_KNOTS", "META_KEY", "CalibrationError", "Calibration", "pav",
-           "fit_isotonic", "logistic_params", "fit_logistic", "fit_calibration", "resolve_calibration"]
+           "fit_isotonic", "logistic_params", "newton_logistic", "fit_logistic", "fit_calibration", "resolve_calibration",
+           "sigmoid", "finite_real"]
 
 CALIBRATION_KINDS: tuple[str, ...] = ("isotonic", "logistic")
 LOGISTIC_KNOTS = 201
@@ -50,7 +51,8 @@ class CalibrationError(ValueError):
     """A calibration (or its stored form) is invalid; the message says which field and why."""
 
 
-def _real(v: Any) -> bool:
+def finite_real(v: Any) -> bool:
+    """A real number, finite, and not a bool."""
     return isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
 
 
@@ -79,7 +81,7 @@ class Calibration:
     def __post_init__(self) -> None:
         for name in ("x", "y"):
             v = getattr(self, name)
-            if isinstance(v, (str, bytes)) or not isinstance(v, Sequence) or not all(_real(t) for t in v):
+            if isinstance(v, (str, bytes)) or not isinstance(v, Sequence) or not all(finite_real(t) for t in v):
                 raise CalibrationError(f"calibration.{name}: must be a sequence of finite numbers, got {v!r}")
             object.__setattr__(self, name, tuple(float(t) for t in v))
         x, y = np.asarray(self.x, dtype=np.float64), np.asarray(self.y, dtype=np.float64)
@@ -93,7 +95,7 @@ class Calibration:
             raise CalibrationError(f"calibration.y: must lie in [0, 1], got {y[0]} .. {y[-1]}")
         if self.measure not in MEASURE_NAMES:
             raise CalibrationError(f"calibration.measure: must be one of {list(MEASURE_NAMES)}, got {self.measure!r}")
-        if not _real(self.alpha) or self.alpha <= 0:
+        if not finite_real(self.alpha) or self.alpha <= 0:
             raise CalibrationError(f"calibration.alpha: must be a finite number > 0, got {self.alpha!r}")
         if self.aggregation not in AGGREGATIONS:
             raise CalibrationError(f"calibration.aggregation: must be one of {list(AGGREGATIONS)}, "
@@ -202,7 +204,7 @@ def _check_sample(raw: Sequence[float] | np.ndarray, correct: Sequence[bool] | n
     return s, c
 
 
-def _sigmoid(z: np.ndarray) -> np.ndarray:
+def sigmoid(z: np.ndarray) -> np.ndarray:
     """``1 / (1 + exp(-z))`` without overflow for any finite z."""
     return 0.5 * (1.0 + np.tanh(0.5 * z))
 
@@ -263,7 +265,7 @@ def newton_logistic(feats: np.ndarray, targets: np.ndarray, reg: np.ndarray | No
     theta = np.zeros(k) if start is None else np.asarray(start, dtype=np.float64).copy()
     cur = loss(theta)
     for _ in range(iterations):
-        p = _sigmoid(x @ theta)
+        p = sigmoid(x @ theta)
         grad = x.T @ (p - t) / n + reg * theta
         hess = (x * (p * (1 - p))[:, None]).T @ x / n + np.diag(reg) + 1e-10 * np.eye(k)
         step = np.linalg.solve(hess, grad)
@@ -294,7 +296,7 @@ def fit_logistic(raw: Sequence[float] | np.ndarray, correct: Sequence[bool] | np
         n_pos = int(c.sum())
         a, b = 0.0, math.log((n_pos + 1.0) / (s.size - n_pos + 1.0))
     x = np.linspace(0.0, 1.0, LOGISTIC_KNOTS)
-    y = np.maximum.accumulate(_sigmoid(a * x + b))  # exactly non-decreasing in floating point
+    y = np.maximum.accumulate(sigmoid(a * x + b))  # exactly non-decreasing in floating point
     return Calibration(tuple(x), tuple(_bounded(y, s.size)), cfg.name, cfg.alpha, cfg.aggregation,
                        cfg.exclude_blank, "logistic", int(s.size))
 

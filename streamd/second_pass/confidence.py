@@ -25,7 +25,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from streamd.decode.calibration import Calibration, CalibrationError, newton_logistic
+from streamd.decode.calibration import Calibration, CalibrationError, finite_real, newton_logistic, sigmoid
 from streamd.decode.confidence import AGGREGATIONS
 
 __all__ = ["SecondPassCalibration", "FEATURES", "word_features", "fit_second_pass_calibration", "logistic_weights"]
@@ -67,7 +67,7 @@ class SecondPassCalibration:
             object.__setattr__(self, "aggregation", self.single.aggregation)
             object.__setattr__(self, "words", self.single.words)
             return
-        if len(self.weights) != len(FEATURES) or not all(_real(v) for v in (*self.weights, self.bias)):
+        if len(self.weights) != len(FEATURES) or not all(finite_real(v) for v in (*self.weights, self.bias)):
             raise CalibrationError(f"second-pass calibration: weights must be {len(FEATURES)} finite numbers "
                                    f"({', '.join(FEATURES)}) and bias one, got {self.weights!r}, {self.bias!r}")
         object.__setattr__(self, "weights", tuple(float(v) for v in self.weights))
@@ -87,13 +87,13 @@ class SecondPassCalibration:
         """(W,) calibrated probabilities of one segment's words (:func:`word_features`' arguments)."""
         if self.single is not None:
             return self.single.apply(np.asarray(probs, dtype=np.float64))
-        return _sigmoid(word_features(probs, first_conf) @ np.asarray(self.weights) + self.bias)
+        return sigmoid(word_features(probs, first_conf) @ np.asarray(self.weights) + self.bias)
 
     def apply_features(self, feats: np.ndarray, probs: np.ndarray) -> np.ndarray:
         """(N,) calibrated probabilities from precomputed ``feats`` (N, len(FEATURES)) and ``probs`` (N,)."""
         if self.single is not None:
             return self.single.apply(probs)
-        return _sigmoid(np.asarray(feats, dtype=np.float64) @ np.asarray(self.weights) + self.bias)
+        return sigmoid(np.asarray(feats, dtype=np.float64) @ np.asarray(self.weights) + self.bias)
 
     def describe(self) -> str:
         if self.single is not None:
@@ -154,10 +154,3 @@ def fit_second_pass_calibration(feats: np.ndarray, correct: np.ndarray, aggregat
     theta = logistic_weights(feats, correct, l2)
     return SecondPassCalibration(tuple(theta[:-1]), float(theta[-1]), aggregation, int(feats.shape[0]))
 
-
-def _sigmoid(z: np.ndarray) -> np.ndarray:
-    return 0.5 * (1.0 + np.tanh(0.5 * np.asarray(z, dtype=np.float64)))
-
-
-def _real(v: object) -> bool:
-    return not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)

@@ -50,6 +50,7 @@ from pathlib import Path
 
 import numpy as np
 
+from streamd.audio.trim import speech_span
 from streamd.train import augment as A
 from streamd.train.jobs import job_results, report_progress
 from streamd.manifest_lines import iter_audio_lines
@@ -200,8 +201,6 @@ def tight_crop(x: np.ndarray, rng: np.random.Generator, rate: int = RATE) -> tup
     """``x`` (N,) cut to its speech (:func:`streamd.audio.trim.speech_span`) with a random cut: 6-15 dB above the
     noise floor, 30-45 dB below the loudest frame, margins of 0-40 ms drawn for each end, so that the weak onsets
     and codas an energy cut takes away are sometimes gone, sometimes kept.  Returns ``(y, (start, end))``."""
-    from streamd.audio.trim import speech_span
-
     above, below = float(rng.uniform(6.0, 15.0)), float(rng.uniform(30.0, 45.0))
     s, e = speech_span(x, rate, above, below, margin=0.0)
     if (s, e) == (0, len(x)):  # nothing stands out of the noise: the clip stays whole
