@@ -14,12 +14,18 @@ TF-Hub ``google/speech_embedding/1`` module (Apache-2.0) converted to ONNX.  The
 Streaming (:meth:`SpeechEmbedding.init_state` / :meth:`SpeechEmbedding.stream`) gives exactly the offline
 embeddings (:meth:`SpeechEmbedding.forward`): each time-convolution keeps its last ``k - 1`` input frames,
 each time-pool its unpaired frame, so every layer computes only its new frames.  Streams of a batch may
-receive different amounts of audio; rows whose layer caches have the same lengths run together.
+receive different amounts of audio; rows whose layer caches have the same lengths run together, and streams
+that run together again in the same order reuse their batch of caches as it is (:class:`LayerCaches`).
+
+Speed (CPU): activations are channels-last in memory (oneDNN's convolutions run about a third faster on
+them than on NCHW), the mel padding is the convolutions' own, the pools are maxima of strided views.  The
+result equals the ONNX graph's ops to float rounding (tests: onnxruntime, and a slow oracle that runs every
+76-frame window on its own).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -27,7 +33,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 __all__ = ["SAMPLE_RATE", "HOP", "WIN", "N_FFT", "N_MEL", "WINDOW_FRAMES", "STRIDE_FRAMES", "DIM",
-           "FRAME_SHIFT_S", "SpeechEmbedding", "EmbeddingStream", "default_embedding_path", "load_speech_embedding"]
+           "FRAME_SHIFT_S", "SpeechEmbedding", "EmbeddingStream", "LayerCaches", "default_embedding_path", "load_speech_embedding"]
 
 SAMPLE_RATE = 16000
 WIN = 400
@@ -67,20 +73,30 @@ def default_embedding_path() -> Path:
     return Path(__file__).resolve().parent.parent / "assets" / "speech_embedding.pt"
 
 
+@dataclass(frozen=True)
+class LayerCaches:
+    """The network's layer caches of the streams that last ran together: per time-kernel layer a
+    (G, C, t, M) tensor (channels-last in memory) of the input frames that layer still needs."""
+
+    layers: list[Tensor]
+
+
 @dataclass
 class EmbeddingStream:
     """Streaming state of one stream (host bookkeeping plus small tensors on the model's device).
 
     samples: (N,) float32 audio not yet turned into mel frames (starts at sample ``160 * mel_frames``).
     mel: (F, 32) log-mel frames not yet fed to the network.
-    caches: per network layer, (1, C, t, M) input frames that layer still needs (t = 0 before any).
+    caches, row: the stream's layer caches are row ``row`` of ``caches`` (None before any frame was fed);
+    streams that run together again in the same order reuse the batch as it is.
     mel_frames: mel frames computed so far; fed: mel frames fed to the network so far;
     emitted: embeddings produced so far.
     """
 
     samples: Tensor
     mel: Tensor
-    caches: list[Tensor] = field(default_factory=list)
+    caches: LayerCaches | None = None
+    row: int = 0
     mel_frames: int = 0
     fed: int = 0
     emitted: int = 0
@@ -117,21 +133,33 @@ class SpeechEmbedding(nn.Module):
         b, n = samples.shape
         if n < WIN:
             return samples.new_zeros(b, 0, N_MEL)
-        frames = samples.unfold(1, WIN, HOP) * self.window                     # (B, F, 400)
-        spec = torch.fft.rfft(frames, n=N_FFT).abs()                           # (B, F, 257)
-        return torch.log(spec @ self.mel_matrix + LOG_OFFSET)
+        return self._frames_to_mel(samples.unfold(1, WIN, HOP))
+
+    def _frames_to_mel(self, frames: Tensor) -> Tensor:
+        """frames (..., 400) of samples -> (..., 32) log-mel (the magnitude by ``hypot`` of the real and
+        imaginary parts: a complex tensor's ``abs`` is slower on CPU)."""
+        spec = torch.view_as_real(torch.fft.rfft(frames * self.window, n=N_FFT))   # (..., 257, 2)
+        return torch.log(torch.hypot(spec[..., 0], spec[..., 1]) @ self.mel_matrix + LOG_OFFSET)
 
     # ------------------------------------------------------------------ network
 
     def _layers(self, x: Tensor, caches: list[Tensor] | None) -> tuple[Tensor, list[Tensor]]:
         """Run the network on x (B, 1, T, 32); with ``caches`` (one (B, C, t, M) per time-kernel layer,
-        prepended along time), return the output and the new caches.  Offline: ``caches=None``."""
+        prepended along time), return the output (B, 96, T', 1) and the new caches.  Offline: ``caches=None``.
+
+        Activations are kept channels-last in memory (oneDNN's fast layout on CPU; the logical shapes are
+        NCHW), the mel padding is the convolution's own, the batch norm a folded scale and shift, the pools
+        element-wise maxima of strided views: the same function as the ONNX graph to float rounding."""
         new: list[Tensor] = []
         ci = 0
+        x = x.contiguous(memory_format=torch.channels_last)
         for spec in _LAYERS:
             kind = spec[0]
             if kind == "bn":
-                x = _act(self.bn(F.relu(x)))
+                bn = self.bn
+                scale = (bn.weight * torch.rsqrt(bn.running_var + bn.eps)).view(1, -1, 1, 1)
+                shift = bn.bias.view(1, -1, 1, 1) - bn.running_mean.view(1, -1, 1, 1) * scale
+                x = _act(torch.addcmul(shift, F.relu_(x), scale))
                 continue
             kt = spec[1][0] if kind == "pool" else spec[3][0]
             if kt > 1:
@@ -139,25 +167,22 @@ class SpeechEmbedding(nn.Module):
                     x = torch.cat([caches[ci], x], dim=2)
                     ci += 1
                 t = x.shape[2]
+                keep = t - t % 2 if kind == "pool" else max(0, t - (kt - 1))
+                new.append(x[:, :, keep:].clone(memory_format=torch.channels_last))
                 if kind == "pool":
-                    keep = t - t % 2
-                    new.append(x[:, :, keep:])
                     x = x[:, :, :keep]
-                else:
-                    new.append(x[:, :, max(0, t - (kt - 1)):])
             if kind == "pool":
-                km = spec[1][1]
-                b_, c_, t_, m_ = x.shape
-                x = x[..., : m_ - m_ % km].reshape(b_, c_, t_ // kt, kt, m_ // km, km).amax((3, 5))
+                if kt == 2:
+                    x = torch.maximum(x[:, :, 0::2], x[:, :, 1::2])
+                if spec[1][1] == 2:
+                    x = torch.maximum(x[..., 0::2], x[..., 1::2])
                 continue
             conv = self.convs[kind]
             km = spec[3][1]
-            if km > 1:
-                x = F.pad(x, (km // 2, km // 2))
             if x.shape[2] < kt:
-                x = x.new_zeros(x.shape[0], conv.out_channels, 0, x.shape[3] - km + 1)
+                x = x.new_zeros(x.shape[0], conv.out_channels, 0, x.shape[3])
             else:
-                x = conv(x)
+                x = F.conv2d(x, conv.weight, conv.bias, padding=(0, km // 2))
             if kind not in ("conv0", "conv19"):
                 x = _act(x)
         return x, new
@@ -185,7 +210,8 @@ class SpeechEmbedding(nn.Module):
         states: B stream states (updated in place).  chunks: B tensors (N_b,) float in [-1, 1], 16 kHz.
         Returns B tensors (T_b, 96): the embeddings that became computable, in order; the concatenation
         over calls equals :meth:`forward` on the concatenated audio.  Mel frames of all streams are computed
-        in one batch; the network runs once per group of streams whose layer caches have equal lengths.
+        in one batch; the network runs once per group of streams whose layer caches have equal lengths (in
+        the engine's steady state, every stream fed 0.32 s, one group).
         """
         if len(states) != len(chunks):
             raise ValueError(f"stream: {len(states)} states but {len(chunks)} chunks")
@@ -203,8 +229,7 @@ class SpeechEmbedding(nn.Module):
                 s.samples = s.samples[n * HOP:]
                 s.mel_frames += n
         if frames:
-            spec = torch.fft.rfft(torch.cat(frames) * self.window, n=N_FFT).abs()
-            mel = torch.log(spec @ self.mel_matrix + LOG_OFFSET).split(counts)
+            mel = self._frames_to_mel(torch.cat(frames)).split(counts)
             for s, m in zip(states, mel):
                 s.mel = torch.cat([s.mel, m])
         # network: feed so that each stream ends right after a window: fed = 76 + 8 k
@@ -219,25 +244,34 @@ class SpeechEmbedding(nn.Module):
             f = target - s.fed
             feeds.append(f)
             if f:
-                key = (f,) + tuple(c.shape[2] for c in s.caches)
+                key = (f,) + (tuple(c.shape[2] for c in s.caches.layers) if s.caches is not None else ())
                 groups.setdefault(key, []).append(i)
         out = [self.mel_matrix.new_zeros(0, DIM) for _ in states]
         for key, rows in groups.items():
             f = key[0]
             x = torch.stack([states[i].mel[:f] for i in rows]).unsqueeze(1)   # (G, 1, f, 32)
-            caches = None
-            if states[rows[0]].caches:
-                caches = [torch.cat(cs) for cs in zip(*(states[i].caches for i in rows))]
-            y, new = self._layers(x, caches)
+            y, new = self._layers(x, _gather_caches([states[i] for i in rows]))
             y = y.squeeze(-1).transpose(1, 2)                                  # (G, T', 96)
+            batch = LayerCaches(new)
             for g, i in enumerate(rows):
                 s = states[i]
-                s.caches = [c[g:g + 1] for c in new]
+                s.caches, s.row = batch, g
                 s.mel = s.mel[f:]
                 s.fed += f
                 s.emitted += y.shape[1]
                 out[i] = y[g]
         return out
+
+
+def _gather_caches(states: list[EmbeddingStream]) -> list[Tensor] | None:
+    """The (G, C, t, M) layer caches of G streams with caches of equal lengths, in their order: the batch
+    they share when they are its rows in order, else their rows gathered (None: no stream has caches)."""
+    first = states[0].caches
+    if first is None:
+        return None
+    if first.layers[0].shape[0] == len(states) and all(s.caches is first and s.row == g for g, s in enumerate(states)):
+        return first.layers
+    return [torch.cat([s.caches.layers[k][s.row:s.row + 1] for s in states]) for k in range(len(first.layers))]
 
 
 def load_speech_embedding(path: str | Path | None = None, device: torch.device | str = "cpu") -> SpeechEmbedding:

@@ -1,14 +1,16 @@
-"""Google's speech_embedding in torch: against the ONNX original (onnxruntime), offline shapes, streaming ==
-offline for ragged chunks across a batch, CPU and CUDA."""
+"""Google's speech_embedding in torch: against the ONNX original (onnxruntime) and a slow oracle (the graph's
+ops one 76-frame window at a time), offline shapes, streaming == offline for ragged chunks across a batch and
+for streams that run together, apart and reordered, CPU and CUDA."""
 
 import importlib.util
 
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 
-from streamd.model.speech_embedding import (DIM, FRAME_SHIFT_S, HOP, STRIDE_FRAMES, WIN, WINDOW_FRAMES,
-                                            default_embedding_path, load_speech_embedding)
+from streamd.model.speech_embedding import (_LAYERS, DIM, FRAME_SHIFT_S, HOP, N_FFT, STRIDE_FRAMES, WIN,
+                                            WINDOW_FRAMES, default_embedding_path, load_speech_embedding)
 
 
 @pytest.fixture(scope="module")
@@ -42,6 +44,66 @@ def test_matches_onnxruntime(emb):
     assert got.shape == ref.shape
     scale = max(1.0, float(np.abs(ref).max()))
     assert np.abs(got - ref).max() <= 1e-4 * scale
+
+
+def _oracle(emb, x):
+    """The slow reference: the ONNX graph's ops as written (complex magnitude, NCHW convolutions after an
+    explicit mel padding, batch norm, reshape-and-max pools), every embedding from its own window of 76
+    log-mel frames, nothing cached.  x (B, N) -> (B, T', 96)."""
+    frames = x.unfold(1, WIN, HOP) * torch.hann_window(WIN, periodic=True)
+    mel = torch.log(torch.fft.rfft(frames, n=N_FFT).abs() @ emb.mel_matrix + 1e-3)          # (B, F, 32)
+    act = lambda v: F.leaky_relu(v, 0.2).clamp(min=-0.4)  # noqa: E731
+    out = []
+    for j in range((mel.shape[1] - WINDOW_FRAMES) // STRIDE_FRAMES + 1):
+        v = mel[:, STRIDE_FRAMES * j:STRIDE_FRAMES * j + WINDOW_FRAMES].unsqueeze(1)         # (B, 1, 76, 32)
+        for spec in _LAYERS:
+            if spec[0] == "bn":
+                bn = emb.bn
+                v = act(F.batch_norm(F.relu(v), bn.running_mean, bn.running_var, bn.weight, bn.bias, False, 0.0, bn.eps))
+            elif spec[0] == "pool":
+                kt, km = spec[1]
+                b, c, t, m = v.shape
+                v = v[:, :, : t - t % kt, : m - m % km].reshape(b, c, t // kt, kt, m // km, km).amax((3, 5))
+            else:
+                conv = emb.convs[spec[0]]
+                v = conv(F.pad(v, (spec[3][1] // 2,) * 2))
+                v = v if spec[0] in ("conv0", "conv19") else act(v)
+        out.append(v[:, :, 0, 0])                                                            # (B, 96)
+    return torch.stack(out, 1)
+
+
+def test_matches_the_windowed_oracle(emb):
+    """Offline and streamed (32 streams in step, 0.32 s each, the engine's steady state) equal the slow
+    oracle to float rounding."""
+    x = _audio(32, 3 * 5120 + 12400, seed=11)
+    ref = _oracle(emb, x)
+    assert ref.shape == (32, 13, DIM)
+    scale = float(ref.abs().max())
+    assert (emb(x) - ref).abs().max() <= 1e-5 * scale
+    states = [emb.init_state() for _ in range(32)]
+    got = [[] for _ in range(32)]
+    for a in range(0, x.shape[1], 5120):
+        for i, y in enumerate(emb.stream(states, list(x[:, a:a + 5120]))):
+            got[i].append(y)
+    assert (torch.stack([torch.cat(g) for g in got]) - ref).abs().max() <= 1e-5 * scale
+
+
+def test_streams_apart_and_reordered(emb):
+    """Streams that ran together, then some alone and the rest in another order, give their offline
+    embeddings (the shared layer caches are gathered by row)."""
+    x = _audio(5, 40000, seed=13)
+    off = emb(x)
+    states = [emb.init_state() for _ in range(5)]
+    got = [[] for _ in range(5)]
+    plan = [(range(5), 14000), (range(5), 5120), ([3, 1], 5120), ([4, 0, 2], 10240), ([2, 1, 0, 4, 3], 5120)]
+    pos = [0] * 5
+    for rows, n in plan:
+        for i, y in zip(rows, emb.stream([states[i] for i in rows], [x[i, pos[i]:pos[i] + n] for i in rows])):
+            got[i].append(y)
+            pos[i] += n
+    rest = emb.stream(states, [x[i, pos[i]:] for i in range(5)])
+    for i in range(5):
+        assert torch.allclose(torch.cat(got[i] + [rest[i]]), off[i], atol=1e-4)
 
 
 @pytest.mark.parametrize("n", [0, 399, 12399, 12400, 13679, 13680, 16000])
