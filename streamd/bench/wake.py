@@ -9,9 +9,10 @@
 Two recognizers on the shipped model (greedy, endpointing on): one without wake models, one with
 ``--models`` wake models (heads of the shipped shape, hidden 32, random weights: the cost does not depend on
 the weights).  Each round feeds ``--streams`` streams the same dev recordings in 0.32 s pieces (one chunk per
-stream per step, every stream in every step, as a full real-time batch) and times every ``step()``; the
-rounds alternate between the two recognizers.  Printed: per round the mean step time of each and their
-ratio, and the median ratio over the rounds.
+stream per step, every stream in every step, as a full real-time batch) and times every ``step()``, in wall
+time and in this process's CPU time (the figure to trust on a shared machine: other jobs stretch the wall
+time, not the CPU time); the rounds alternate between the two recognizers.  Printed: per round the mean step
+time of each (``*_ms`` wall, ``*_cpu_ms`` CPU) and their ratios, then the medians over the rounds.
 
 ``wake-hey-stream``: "hey stream" by the model's KWS head against a trained wake model, on the same files.
 
@@ -30,6 +31,7 @@ detected when its keyword fires at least once; every detection in a negative is 
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import tempfile
 import time
@@ -67,23 +69,25 @@ def _clips(seconds: float) -> list[np.ndarray]:
     return [np.roll(x, 7919 * i)[:n] for i in range(64)]
 
 
-def _round(rec: Recognizer, clips: list[np.ndarray], streams: int) -> float:
+def _round(rec: Recognizer, clips: list[np.ndarray], streams: int) -> tuple[float, float]:
+    """Mean wall and CPU seconds of one ``step()`` over a round."""
     ids = [rec.create_stream(method="greedy", partials=True) for _ in range(streams)]
     piece = int(0.32 * 16000)
     n = len(clips[0])
-    times = []
+    times, cpu = [], []
     for a in range(0, n, piece):
         for i, sid in enumerate(ids):
             rec.accept_audio(sid, clips[i % len(clips)][a:a + piece])
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         rec.step()
         if rec.device.type == "cuda":
             torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
     for sid in ids:
         rec.finish(sid)
     rec.drain()
-    return float(np.mean(times))
+    return float(np.mean(times)), float(np.mean(cpu))
 
 
 def wake_cost(streams: int = 32, models: int = 10, seconds: float = 8.0, rounds: int = 5,
@@ -105,15 +109,16 @@ def wake_cost(streams: int = 32, models: int = 10, seconds: float = 8.0, rounds:
     clips = _clips(seconds)
     rows = []
     for k in range(rounds):
-        base = _round(recs["base"], clips, streams)
-        wake = _round(recs["wake"], clips, streams)
+        base, base_cpu = _round(recs["base"], clips, streams)
+        wake, wake_cpu = _round(recs["wake"], clips, streams)
         rows.append({"round": k, "base_ms": round(base * 1000, 2), "wake_ms": round(wake * 1000, 2),
-                     "ratio": round(wake / base, 3)})
+                     "ratio": round(wake / base, 3), "base_cpu_ms": round(base_cpu * 1000, 2),
+                     "wake_cpu_ms": round(wake_cpu * 1000, 2), "cpu_ratio": round(wake_cpu / base_cpu, 3)})
         print(json.dumps(rows[-1]), flush=True)
-    print(json.dumps({"streams": streams, "models": models, "device": device,
-                      "median_ratio": statistics.median(r["ratio"] for r in rows),
-                      "median_base_ms": statistics.median(r["base_ms"] for r in rows),
-                      "median_wake_ms": statistics.median(r["wake_ms"] for r in rows)}))
+    med = {f"median_{k}": statistics.median(r[k] for r in rows)
+           for k in ("ratio", "base_ms", "wake_ms", "cpu_ratio", "base_cpu_ms", "wake_cpu_ms")}
+    print(json.dumps({"streams": streams, "models": models, "device": device, **med,
+                      "load_average": [round(v, 2) for v in os.getloadavg()]}))
 
 
 def wake_hey_stream(wake_model: str, sets: Sequence[str] = (), real_neg: Sequence[str] = (), batch: int = 32
