@@ -121,6 +121,7 @@ class SpeechEmbedding(nn.Module):
         self.bn = nn.BatchNorm2d(24, eps=1e-3)
         if state is not None:
             self.load_state_dict(state)
+        self.convs.to(memory_format=torch.channels_last)
         self.eval()
         self.requires_grad_(False)
 
@@ -164,7 +165,8 @@ class SpeechEmbedding(nn.Module):
             kt = spec[1][0] if kind == "pool" else spec[3][0]
             if kt > 1:
                 if caches is not None:
-                    x = torch.cat([caches[ci], x], dim=2)
+                    if caches[ci].shape[2]:  # (a time-pool's cache is empty when its input came in pairs)
+                        x = torch.cat([caches[ci], x], dim=2)
                     ci += 1
                 t = x.shape[2]
                 keep = t - t % 2 if kind == "pool" else max(0, t - (kt - 1))

@@ -142,7 +142,8 @@ class WakeScorer:
         for h, idx in by_h.items():
             nets = [self.models[i].head.net for i in idx]
             st = {
-                "w1": torch.stack([n[1].weight.t() for n in nets]), "b1": torch.stack([n[1].bias for n in nets]),
+                "w1": torch.cat([n[1].weight.t() for n in nets], 1).contiguous(),                # (D, K' H)
+                "b1": torch.stack([n[1].bias for n in nets]),
                 "g": torch.stack([n[2].weight for n in nets]), "beta": torch.stack([n[2].bias for n in nets]),
                 "w2": torch.stack([n[4].weight.t() for n in nets]), "b2": torch.stack([n[4].bias for n in nets]),
                 "w3": torch.stack([n[6].weight[0] for n in nets]), "b3": torch.stack([n[6].bias[0] for n in nets]),
@@ -160,7 +161,7 @@ class WakeScorer:
         x = windows.reshape(n, -1)
         out = windows.new_empty(n, self.num_models)
         for idx, p in self._groups:
-            h = torch.einsum("nd,kdh->nkh", x, p["w1"]) + p["b1"]                      # (N, K', H)
+            h = (x @ p["w1"]).view(n, *p["b1"].shape) + p["b1"]                           # (N, K', H)
             h = torch.nn.functional.layer_norm(h, h.shape[-1:], eps=self._eps) * p["g"] + p["beta"]
             h = torch.relu(h)
             h = torch.relu(torch.einsum("nkh,khj->nkj", h, p["w2"]) + p["b2"])
