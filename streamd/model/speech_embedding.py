@@ -137,10 +137,18 @@ class SpeechEmbedding(nn.Module):
         return self._frames_to_mel(samples.unfold(1, WIN, HOP))
 
     def _frames_to_mel(self, frames: Tensor) -> Tensor:
-        """frames (..., 400) of samples -> (..., 32) log-mel (the magnitude by ``hypot`` of the real and
-        imaginary parts: a complex tensor's ``abs`` is slower on CPU)."""
-        spec = torch.view_as_real(torch.fft.rfft(frames * self.window, n=N_FFT))   # (..., 257, 2)
-        return torch.log(torch.hypot(spec[..., 0], spec[..., 1]) @ self.mel_matrix + LOG_OFFSET)
+        """frames (..., 400) of samples -> (..., 32) log-mel.  The windowed frames are written into a zeroed
+        (N, 512) buffer (no padding copy in the FFT) and the magnitude is ``sqrt(re^2 + im^2)`` (a complex
+        tensor's ``abs`` is slower on CPU)."""
+        lead = frames.shape[:-1]
+        if not lead.numel():
+            return frames.new_zeros(*lead, N_MEL)
+        buf = frames.new_zeros(lead.numel(), N_FFT)
+        torch.mul(frames.reshape(-1, WIN), self.window, out=buf[:, :WIN])
+        spec = torch.view_as_real(torch.fft.rfft(buf))                                   # (N, 257, 2)
+        re, im = spec[..., 0], spec[..., 1]
+        mag = torch.addcmul(re * re, im, im).sqrt_()
+        return torch.log(mag @ self.mel_matrix + LOG_OFFSET).view(*lead, N_MEL)
 
     # ------------------------------------------------------------------ network
 
