@@ -36,7 +36,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 __all__ = ["SAMPLE_RATE", "HOP", "WIN", "N_FFT", "N_MEL", "WINDOW_FRAMES", "STRIDE_FRAMES", "DIM",
-           "FRAME_SHIFT_S", "SpeechEmbedding", "EmbeddingStream", "LayerCaches", "default_embedding_path", "load_speech_embedding"]
+           "FRAME_SHIFT_S", "SpeechEmbedding", "EmbeddingStream", "LayerCaches", "default_embedding_path",
+           "load_speech_embedding"]
 
 SAMPLE_RATE = 16000
 WIN = 400

@@ -59,7 +59,8 @@ def _oracle(emb, x):
         for spec in _LAYERS:
             if spec[0] == "bn":
                 bn = emb.bn
-                v = act(F.batch_norm(F.relu(v), bn.running_mean, bn.running_var, bn.weight, bn.bias, False, 0.0, bn.eps))
+                v = act(F.batch_norm(F.relu(v), bn.running_mean, bn.running_var, bn.weight, bn.bias, False, 0.0,
+                                     bn.eps))
             elif spec[0] == "pool":
                 kt, km = spec[1]
                 b, c, t, m = v.shape
