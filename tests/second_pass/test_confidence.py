@@ -124,3 +124,18 @@ def test_a_map_stored_before_the_rate_and_count_features_loads_and_applies_with_
     for rate in (8000, 16000):  # the features it was not fitted with do not change it
         assert c.apply([0.9], [0.5, 0.5, 0.5], rate) == pytest.approx([1 / (1 + math.exp(-z))])
     assert "narrowband" not in c.describe() and "log_words -0.550" in c.describe()
+
+
+def test_evaluation_labels_words_with_their_stream_s_rate_and_the_passes_word_counts():
+    from streamd.evaluation.second import second_pass_words
+    from streamd.evaluation.sets import EvalEntry
+
+    first = Final(0, 0, "hallo", (Word("hallo", 0.1, 0.4, 0.5),), 0.0, 1.0, second_pass="pending", sample_rate=8000)
+    two = dataclasses.replace(first, text="hello world", pass_no=2, second_pass="done",
+                              words=(Word("hello", 0.1, 0.3, 0.7, 0.9), Word("world", 0.3, 0.5, 0.6, 0.8)))
+    raw, conf, right, feats, _ = second_pass_words([EvalEntry("a.wav", "a.wav", "hello there")], [[two]], [[first]])
+    assert list(raw) == [0.9, 0.8] and list(right) == [True, False]
+    assert feats.shape == (2, len(FEATURES))
+    assert list(feats[:, FEATURES.index("narrowband")]) == [1.0, 1.0]
+    assert list(feats[:, FEATURES.index("count_gap")]) == pytest.approx([math.log(2)] * 2)
+    assert list(feats[:, FEATURES.index("first_pass_conf")]) == [0.5, 0.5]
