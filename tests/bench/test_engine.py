@@ -1,6 +1,8 @@
 """The engine benchmark runs end to end and reports every field (no timing assertions)."""
 
 import json
+
+import pytest
 from pathlib import Path
 
 from helpers import random_audio, write_wav
@@ -74,7 +76,25 @@ def test_bench_host_overhead_json(capsys):
         assert r["us_per_stream_step"] > 0 and r["steps"] >= 1 and r["stream_steps"] >= r["streams"]
         assert r["cpu_us_per_stream_step"] > 0
         assert r["tokens_per_frame"] >= 0
+        parts = [r[k] for k in ("front_end_us", "model_us", "search_us", "host_us")]
+        assert all(p >= 0 for p in parts) and r["shipped_front_end_us"] > 0
+        assert sum(parts) == pytest.approx(r["cpu_us_per_stream_step"], abs=0.01)  # the parts of the whole
     assert any(r["tokens_per_frame"] > 0 for r in rows)
+
+
+def test_bench_host_overhead_phase_groups():
+    """--phases 2: each step takes about half the streams (their chunks fall in two groups), and every stream
+    still decodes its audio."""
+    from streamd.bench.engine import bench_host_overhead
+
+    whole, = bench_host_overhead([6], ("greedy",), seconds=1.0, partials=(False,))
+    rows = bench_host_overhead([6], ("greedy",), seconds=1.0, partials=(False,), phases=2)
+    r, = rows
+    assert r.phases == 2 and whole.phases == 1
+    assert r.stream_steps == whole.stream_steps  # the same chunks decoded
+    assert r.steps > whole.steps and r.stream_steps / r.steps < 6
+    with pytest.raises(ValueError, match="phases"):
+        bench_host_overhead([2], ("greedy",), seconds=0.5, phases=0)
 
 
 def test_tiny_model_has_the_shipped_interfaces():
@@ -84,6 +104,8 @@ def test_tiny_model_has_the_shipped_interfaces():
 
     tiny, shipped = tiny_model(), load_checkpoint(default_model_path())
     assert tiny.tokens.tokens == shipped.tokens.tokens
-    assert tiny.model.cfg.fbank == shipped.model.cfg.fbank
+    ft, fs = tiny.model.cfg.fbank, shipped.model.cfg.fbank  # the same frames from the same samples; fewer bins
+    assert (ft.sample_rate, ft.frame_shift) == (fs.sample_rate, fs.frame_shift)
+    assert ft.num_mel_bins < fs.num_mel_bins and ft.frame_length < fs.frame_length
     assert tiny.model.cfg.encoder.chunk_size == shipped.model.cfg.encoder.chunk_size
     assert sum(p.numel() for p in tiny.model.parameters()) < sum(p.numel() for p in shipped.model.parameters()) / 100
