@@ -46,9 +46,10 @@ async def trial(ctx: Ctx, d, n: int) -> dict:
     """N clients against daemon ``d``: the merged crowd reports and the daemon's CPU while they streamed."""
     k = max(1, min(ctx.crowd_processes, n))
     sizes = [n // k + (i < n % k) for i in range(k)]
-    load0, cpu0, t0 = os.getloadavg(), d.cpu_seconds(), time.monotonic()
+    load0, cpu0, main0, t0 = os.getloadavg(), d.cpu_seconds(), d.cpu_seconds(children=False), time.monotonic()
     crowds = await asyncio.gather(*(_crowd(ctx, d.url, m, seed=1000 * n + i) for i, m in enumerate(sizes)))
     cpu, wall = d.cpu_seconds() - cpu0, time.monotonic() - t0
+    main = d.cpu_seconds(children=False) - main0  # the engine process (with fronts) or the whole daemon
     lags = [x for c in crowds for x in c["lags_ms"]]
     packets = sum(c["packets"] for c in crowds)
     r = {"clients": n, "ready": sum(c["ready"] for c in crowds), "errors": sum(c["errors"] for c in crowds),
@@ -61,6 +62,7 @@ async def trial(ctx: Ctx, d, n: int) -> dict:
          "daemon_cpu_s": round(cpu, 1), "wall_s": round(wall, 1),
          # the whole trial's daemon CPU (connect, stream, close) over its frames: an upper bound per frame
          "daemon_cpu_us_per_frame": round(1e6 * cpu / packets, 1) if packets else None,
+         "main_process_cpu_us_per_frame": round(1e6 * main / packets, 1) if packets else None,
          "crowd_connect_s": [c.get("connect_s") for c in crowds],
          "crowd_stream_cpu_s": round(sum(c.get("stream_cpu_s", 0.0) for c in crowds), 1),
          "crowd_ticker_late_max_ms": max((c.get("ticker_late_max_ms", 0.0) for c in crowds), default=None),
@@ -82,7 +84,8 @@ async def scenario_connections(ctx: Ctx) -> dict:
             r = await trial(ctx, d, n)
             out["trials"][n] = r
             print(f"  connections {n} (fronts {fronts}): ready {r['ready']}, p95 {r['p95_ms']} ms, lost "
-                  f"{r['audio_lost_s']} s, daemon {r['daemon_cpu_us_per_frame']} us CPU per frame, load "
+                  f"{r['audio_lost_s']} s, daemon {r['daemon_cpu_us_per_frame']} us CPU per frame (main process "
+                  f"{r['main_process_cpu_us_per_frame']} us), crowd {r['crowd_stream_cpu_s']} s CPU, load "
                   f"{r['load_average_after']}, errors {r['error_examples'][:2]}", flush=True)
             await asyncio.sleep(3.0)
             if not r["real_time"]:

@@ -104,6 +104,10 @@ class _Proto(asyncio.Protocol):
             if self.transport is not None:
                 self.transport.close()
             return
+        if op == 9:  # ping: the server's keepalive wants its pong
+            if self.transport is not None:
+                self.transport.write(client_frame(10, payload))
+            return
         if op != 1:
             return
         now = time.perf_counter()

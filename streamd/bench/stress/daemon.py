@@ -137,11 +137,11 @@ class Daemon:
             kids = []
         return [self.proc.pid] + kids
 
-    def cpu_seconds(self) -> float:
+    def cpu_seconds(self, children: bool = True) -> float:
         """CPU time (user + system) the daemon's processes have used so far (:meth:`pids`; a child that has
-        exited is not counted)."""
+        exited is not counted; ``children`` False: the daemon's own process only)."""
         tick, total = os.sysconf("SC_CLK_TCK"), 0.0
-        for pid in self.pids():
+        for pid in self.pids() if children else [self.proc.pid]:
             try:
                 fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
             except OSError:
