@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from streamd.config import DecoderConfig, EncoderConfig, ModelConfig
+from streamd.config import DecoderConfig, EncoderConfig, FbankConfig, ModelConfig
 from streamd.tokens import TokenTable
 from streamd.model.checkpoint import save_checkpoint
 from streamd.model.transducer import Transducer
@@ -81,7 +81,7 @@ def make_model(vocab=7, kind="stateless", seed=0, joiner_dim=16, keywords=(), ct
         vocab_size=vocab, blank_id=0, joiner_dim=joiner_dim, ctc_head=ctc, keywords=tuple(keywords),
         encoder=EncoderConfig(num_features=20, d_model=16, num_layers=1, num_heads=2, ff_dim=32, conv_kernel=3,
                               subsampling_channels=4, chunk_size=4, left_chunks=2, dropout=0.0),
-        decoder=decoder_config(kind, 12))
+        decoder=decoder_config(kind, 12), fbank=FbankConfig(num_mel_bins=20))
     m = Transducer(cfg).eval()
     with torch.no_grad():  # sharper distributions so searches actually disagree / emit
         m.joiner.out.weight.mul_(scale)

@@ -7,8 +7,8 @@ import pytest
 import yaml
 
 from helpers import ROOT
-from streamd.config import (AppConfig, ConfigError, ConfidenceConfig, EncoderConfig, EngineConfig, KwsConfig,
-                            LimitsConfig, ModelConfig, ServerConfig, from_dict, load_yaml, to_dict)
+from streamd.config import (AppConfig, ConfigError, ConfidenceConfig, EncoderConfig, EngineConfig, FbankConfig,
+                            KwsConfig, LimitsConfig, ModelConfig, ServerConfig, from_dict, load_yaml, to_dict)
 
 
 def test_defaults_round_trip():
@@ -44,6 +44,8 @@ def test_model_config_checks():
         ModelConfig(vocab_size=4, blank_id=4)
     with pytest.raises(ConfigError, match="keywords: duplicate keyword"):
         ModelConfig(keywords=("a", "a"))
+    with pytest.raises(ConfigError, match=r"^encoder\.num_features: must equal fbank\.num_mel_bins \(40\), got 80"):
+        ModelConfig(fbank=FbankConfig(num_mel_bins=40))  # the encoder would not take the front end's features
 
 
 def test_frozen_and_immutable_mapping():

@@ -216,20 +216,26 @@ def bench_engine(model: str, streams: Sequence[int], method: str, device: str, s
 # --------------------------------------------------------------------------- host overhead
 
 
-TINY_BLANK_BIAS = 1.5
+TINY_BLANK_BIAS = 0.3
 """Logit bias of blank in :func:`tiny_model`'s joiner (the rate of tokens per frame it gives is measured in
 every result row)."""
+
+
+TINY_FBANK = {"num_mel_bins": 8, "frame_length_ms": 10.0}
+""":func:`tiny_model`'s front end (FbankConfig fields; the hop stays the shipped 10 ms)."""
 
 
 def tiny_model(seed: int = 0, tokens=None):
     """A random model with the shipped model's interfaces and negligible arithmetic (a LoadedModel).
 
-    tokens: a :class:`~streamd.tokens.TokenTable` (default: the shipped model's).  The encoder is one layer of
-    width 8, the decoder and joiner width 8; every search, confidence measure and word builder runs on it as on
-    a trained model, so the step time is nearly all host overhead."""
+    tokens: a :class:`~streamd.tokens.TokenTable` (default: the shipped model's).  The front end has the shipped
+    model's frame rate (10 ms hop, so the same samples, frames and chunks per step) with 10 ms windows and 8 mel
+    bins (its FFT is a quarter of the shipped 512 points, :data:`TINY_FBANK`); the encoder is one layer of width 8,
+    the decoder and joiner width 8; every search, confidence measure and word builder runs on it as on a trained
+    model, so the step time is nearly all host overhead."""
     import torch
 
-    from ..config import DecoderConfig, EncoderConfig, ModelConfig
+    from ..config import DecoderConfig, EncoderConfig, FbankConfig, ModelConfig
     from ..model.checkpoint import LoadedModel, load_checkpoint
     from ..model.transducer import Transducer
     from ..paths import default_model_path
@@ -237,8 +243,10 @@ def tiny_model(seed: int = 0, tokens=None):
     if tokens is None:
         tokens = load_checkpoint(default_model_path()).tokens
     cfg = ModelConfig(vocab_size=len(tokens), blank_id=tokens.blank_id, joiner_dim=8, ctc_head=True,
-                      encoder=EncoderConfig(d_model=8, num_layers=1, num_heads=2, ff_dim=8, conv_kernel=3,
-                                            subsampling_channels=4, dropout=0.0),
+                      fbank=FbankConfig(**TINY_FBANK),
+                      encoder=EncoderConfig(num_features=TINY_FBANK["num_mel_bins"], d_model=8, num_layers=1,
+                                            num_heads=2, ff_dim=8, conv_kernel=3, subsampling_channels=4,
+                                            dropout=0.0),
                       decoder=DecoderConfig(dim=8))
     torch.manual_seed(seed)
     model = Transducer(cfg)
@@ -255,6 +263,14 @@ def tiny_model(seed: int = 0, tokens=None):
 
 @dataclass
 class HostOverheadResult:
+    """One row of ``bench engine --host-overhead``: times in us per stream-step.
+
+    ``cpu_us_per_stream_step`` splits into ``front_end_us`` (the tiny model's fbank), ``model_us`` (encoder and
+    heads), ``search_us`` (the search's step: its tensor work and its per-step, not per-stream, label loop) and
+    ``host_us``, the rest: sample windows, batching, partials, words, endpoints; the per-stream Python that a GPU
+    does not take off the host.  ``shipped_front_end_us``: the shipped model's front end (80 mel bins, 25 ms
+    windows) on the same batches, timed beside the run (on a GPU host it runs on the device)."""
+
     method: str
     streams: int
     partials: bool
@@ -263,9 +279,58 @@ class HostOverheadResult:
     stream_steps: int
     tokens_per_frame: float
     cpu_us_per_stream_step: float = 0.0  # the same in CPU time of this process (robust on a shared machine)
+    front_end_us: float = 0.0
+    model_us: float = 0.0
+    search_us: float = 0.0
+    host_us: float = 0.0
+    shipped_front_end_us: float = 0.0
 
     def to_json(self) -> dict:
         return {k: (round(v, 3) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
+
+
+class _CpuTimed:
+    """A callable that adds the CPU time of every call of ``fn`` to ``spent[key]``."""
+
+    def __init__(self, fn: Callable, spent: dict, key: str) -> None:
+        self.fn, self.spent, self.key = fn, spent, key
+
+    def __call__(self, *args, **kwargs):
+        c = time.process_time()
+        try:
+            return self.fn(*args, **kwargs)
+        finally:
+            self.spent[self.key] += time.process_time() - c
+
+
+def _time_stages(rec) -> dict:
+    """Wrap the Recognizer's front end, model and searches (this instance only) with CPU timers."""
+    spent = {"front_end": 0.0, "model": 0.0, "search": 0.0}
+    rec.fbank = _CpuTimed(rec.fbank, spent, "front_end")
+    rec.encoder.forward_chunk = _CpuTimed(rec.encoder.forward_chunk, spent, "model")
+    rec.model.heads = _CpuTimed(rec.model.heads, spent, "model")
+    for search in rec.searches.values():
+        search.step = _CpuTimed(search.step, spent, "search")
+    return spent
+
+
+def _shipped_front_end_cpu(rows: int, frames: int, steps: int, rng: np.random.Generator) -> float:
+    """CPU seconds of ``steps`` calls of the shipped front end on ``rows`` windows of ``frames`` frames."""
+    import torch
+
+    from ..audio.fbank import Fbank
+    from ..config import FbankConfig
+
+    cfg = FbankConfig()
+    fbank = Fbank(cfg)
+    x = torch.from_numpy((rng.standard_normal((rows, cfg.frame_length + (frames - 1) * cfg.frame_shift))
+                          * 0.05).astype(np.float32))
+    with torch.inference_mode():
+        fbank(x[:1])
+        c = time.process_time()
+        for _ in range(steps):
+            fbank(x)
+        return time.process_time() - c
 
 
 def bench_host_overhead(streams: Sequence[int], methods: Sequence[str] = ("greedy", "modified_beam"),
@@ -290,6 +355,7 @@ def bench_host_overhead(streams: Sequence[int], methods: Sequence[str] = ("greed
                 rec = Recognizer(loaded, EngineConfig(device="cpu", max_batch=max(1, n), trace_encoder=False,
                                                       endpoint=EndpointConfig(enabled=False)))
                 rec.warm_up()
+                stages = _time_stages(rec)
                 sids = [rec.create_stream(method=method, beam=b, partials=part) for _ in range(n)]
                 for sid, x in zip(sids, audio):
                     rec.accept_audio(sid, x)
@@ -306,12 +372,16 @@ def bench_host_overhead(streams: Sequence[int], methods: Sequence[str] = ("greed
                     steps += 1
                     stream_steps += min(ready, rec.config.max_batch)
                 frames = sum(rec._get(sid).frames_done for sid in sids)  # noqa: SLF001 - bench reads the count
+                stages = dict(stages)  # the timed steps' share (the drain below is not timed)
                 for sid in sids:
                     rec.finish(sid)
                 emitted = sum(len(ev.text.replace(" ", "")) for ev in rec.drain() if type(ev).__name__ == "Final")
-                results.append(HostOverheadResult(method, n, part, spent / max(1, stream_steps) * 1e6, steps,
-                                                  stream_steps, emitted / max(1, frames),
-                                                  cpu / max(1, stream_steps) * 1e6))
+                per = 1e6 / max(1, stream_steps)
+                shipped = _shipped_front_end_cpu(min(n, rec.config.max_batch), rec.chunk_fbank, steps, rng)
+                results.append(HostOverheadResult(
+                    method, n, part, spent * per, steps, stream_steps, emitted / max(1, frames), cpu * per,
+                    stages["front_end"] * per, stages["model"] * per, stages["search"] * per,
+                    (cpu - sum(stages.values())) * per, shipped * per))
                 if on_result is not None:
                     on_result(results[-1])
     return results

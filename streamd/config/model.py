@@ -116,6 +116,8 @@ class ModelConfig:
         _check(0 <= self.blank_id < self.vocab_size, "blank_id", f"must be in [0, vocab_size), got {self.blank_id}")
         _check(self.joiner_dim > 0, "joiner_dim", f"must be > 0, got {self.joiner_dim}")
         _check(len(set(self.keywords)) == len(self.keywords), "keywords", "duplicate keyword")
+        _check(self.encoder.num_features == self.fbank.num_mel_bins, "encoder.num_features",
+               f"must equal fbank.num_mel_bins ({self.fbank.num_mel_bins}), got {self.encoder.num_features}")
         for i, k in enumerate(self.keywords):
             _check(isinstance(k, str) and k.strip() == k and k != "", f"keywords[{i}]", f"bad keyword {k!r}")
 

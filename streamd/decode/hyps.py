@@ -12,7 +12,7 @@ L token capacity (grows geometrically, reserved once per chunk).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -45,6 +45,9 @@ class HypBuffer:
     frames: Tensor
     confs: Tensor
     lengths: Tensor
+    owned: bool = field(default=False, repr=False, compare=False)
+    """True while no other buffer shares ``tokens``/``frames``/``confs`` (fresh from :meth:`gather` or from the
+    first :meth:`append` after a :meth:`copy`): appends then write in place instead of copying the whole buffer."""
 
     @classmethod
     def empty(cls, batch: int, k: int, device: torch.device | str = "cpu", capacity: int = 16) -> "HypBuffer":
@@ -75,29 +78,38 @@ class HypBuffer:
 
         parent: (B, K') int64 indices into the K axis.
         """
-        idx = parent.unsqueeze(-1).expand(-1, -1, self.capacity)
-        return HypBuffer(self.tokens.gather(1, idx), self.frames.gather(1, idx), self.confs.gather(1, idx),
-                         self.lengths.gather(1, parent))
+        b, k, cap = self.tokens.shape
+        rows = (torch.arange(b, device=parent.device)[:, None] * k + parent).reshape(-1)  # (B K') into (B K)
+
+        def take(x: Tensor) -> Tensor:  # whole rows copied: faster than an element-wise gather
+            return x.reshape(b * k, cap).index_select(0, rows).view(b, parent.shape[1], cap)
+
+        return HypBuffer(take(self.tokens), take(self.frames), take(self.confs), self.lengths.gather(1, parent),
+                         owned=True)
 
     def append(self, mask: Tensor, tokens: Tensor, frames: Tensor, confs: Tensor) -> None:
         """Append one token to each hypothesis where ``mask`` is true.
 
         mask: (B, K) bool; tokens, frames: (B, K) int64; confs: (B, K) float.
-        The caller must have reserved capacity for one more token.  The
-        tensors are replaced, not written in place, so a copy of this buffer
-        taken before a search step stays valid (the engine relies on that to
-        roll back a failed batch).
+        The caller must have reserved capacity for one more token.  Tensors
+        shared with another buffer are never written: the first append after
+        a :meth:`copy` copies them once, later ones write in place, so a copy
+        of this buffer taken before a search step stays valid (the engine
+        relies on that to roll back a failed batch).
         """
+        if not self.owned:
+            self.tokens, self.frames, self.confs = self.tokens.clone(), self.frames.clone(), self.confs.clone()
+            self.owned = True
         pos = self.lengths.clamp(max=self.capacity - 1).unsqueeze(-1)  # (B, K, 1)
         m = mask.unsqueeze(-1)
-        self.tokens = self.tokens.scatter(2, pos, torch.where(m, tokens.unsqueeze(-1), self.tokens.gather(2, pos)))
-        self.frames = self.frames.scatter(2, pos, torch.where(m, frames.unsqueeze(-1), self.frames.gather(2, pos)))
-        self.confs = self.confs.scatter(
-            2, pos, torch.where(m, confs.unsqueeze(-1).to(self.confs.dtype), self.confs.gather(2, pos)))
+        self.tokens.scatter_(2, pos, torch.where(m, tokens.unsqueeze(-1), self.tokens.gather(2, pos)))
+        self.frames.scatter_(2, pos, torch.where(m, frames.unsqueeze(-1), self.frames.gather(2, pos)))
+        self.confs.scatter_(2, pos, torch.where(m, confs.unsqueeze(-1).to(self.confs.dtype), self.confs.gather(2, pos)))
         self.lengths = self.lengths + mask.long()
 
     def copy(self) -> "HypBuffer":
-        """Shallow copy (tensors shared; every update replaces them)."""
+        """Shallow copy: the tensors are shared, so neither buffer writes them in place any more."""
+        self.owned = False
         return HypBuffer(self.tokens, self.frames, self.confs, self.lengths)
 
     def select_streams(self, rows: Tensor) -> "HypBuffer":

@@ -128,6 +128,8 @@ class Recognizer(WakeModels, Batching, Results, Finals):
         self.chunk_fbank = 4 * self.chunk_frames
         self.samples_per_frame = 4 * mcfg.fbank.frame_shift  # 16 kHz samples per encoder frame
         self.fbank = Fbank(mcfg.fbank).to(self.device)
+        self._wav = np.empty((0, mcfg.fbank.frame_length + (self.chunk_fbank - 1) * mcfg.fbank.frame_shift),
+                             dtype=np.float32)  # the step's sample windows (B, S), see _take_windows
         # on CUDA the recorded graph would meet TorchScript's GPU fusers, unmeasured (no GPU lent): eager there
         self.encoder = (TracedChunkEncoder(self.model.encoder, eager_calls=self.EAGER_STEPS)
                         if self.config.trace_encoder and self.device.type == "cpu" else self.model.encoder)
@@ -451,16 +453,15 @@ class Recognizer(WakeModels, Batching, Results, Finals):
         decode = tuple(sid for sid, d in zip(ready, decodable) if d)
         idle = tuple(sid for sid, d in zip(ready, decodable) if not d)  # only a segment/stream to close
         if decode:
-            takes = {sid: min(self._streams[sid].fbank.frames_ready(), self.chunk_fbank) for sid in decode}
-            windows = {sid: self._streams[sid].fbank.take(takes[sid]) for sid in decode}
+            wav, takes = self._take_windows(decode)
             try:
-                events += self._run(decode, windows)
+                events += self._run(decode, wav, takes)
             except Exception:  # noqa: BLE001 - isolate the failing stream(s)
                 log.exception("batch step failed for %d streams; retrying one by one", len(decode))
                 self._drop_batch()  # the batch still holds the state from before the step
-                for sid in decode:
+                for i, sid in enumerate(decode):
                     try:
-                        events += self._run((sid,), windows)
+                        events += self._run((sid,), wav[i:i + 1], takes[i:i + 1])
                     except Exception as e:  # noqa: BLE001
                         log.exception("stream %d failed", sid)
                         self._drop_batch()
@@ -487,31 +488,37 @@ class Recognizer(WakeModels, Batching, Results, Finals):
             n += 1
         return out
 
-    def _run(self, ids: tuple[int, ...], windows: dict[int, np.ndarray]) -> list[Event]:
-        """One batched chunk for streams ``ids`` whose sample windows were already taken.
+    def _take_windows(self, ids: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+        """Each stream's next chunk of samples as one batch: ``(B, S)`` float32 windows (zero after a short
+        one) and ``(B,)`` int64 fbank frames taken; the streams' cursors advance."""
+        c4, fcfg = self.chunk_fbank, self.model.cfg.fbank
+        if self._wav.shape[0] < len(ids):  # kept between steps: a fresh array's pages cost more than the copy
+            self._wav = np.empty((max(len(ids), 2 * self._wav.shape[0]), self._wav.shape[1]), dtype=np.float32)
+        wav = self._wav[:len(ids)]
+        streams = self._streams
+        takes = np.fromiter((streams[sid].fbank.take_into(c4, row) for sid, row in zip(ids, wav)), np.int64,
+                            len(ids))
+        return wav, takes
+
+    def _run(self, ids: tuple[int, ...], wav: np.ndarray, takes: np.ndarray) -> list[Event]:
+        """One batched chunk for streams ``ids`` whose sample windows ``wav`` (B, S) of ``takes`` (B,) fbank
+        frames were already taken (:meth:`_take_windows`).
 
         Nothing in the kept batch changes until every stage has succeeded, so a
         failure leaves the state as before the step (and the caller retries the
         streams one by one with the same windows).
         """
         streams = [self._streams[i] for i in ids]
-        c4 = self.chunk_fbank
-        fcfg = self.model.cfg.fbank
         # 1. features: one fbank call over the batch's sample windows
-        wav = np.zeros((len(ids), fcfg.frame_length + (c4 - 1) * fcfg.frame_shift), dtype=np.float32)
-        takes = []
-        for i, sid in enumerate(ids):
-            w = windows[sid]
-            wav[i, : w.size] = w
-            takes.append(0 if w.size == 0 else 1 + (w.size - fcfg.frame_length) // fcfg.frame_shift)
         feats = self.fbank(torch.from_numpy(wav).to(self.device))  # (B, 4C, F)
-        lengths = torch.tensor(takes, device=self.device)
+        lengths = torch.from_numpy(takes).to(self.device)
         batch = self._gather(ids)
         # 2. encoder with caches, then every head on the same output
         enc, enc_len, new_enc = self.encoder.forward_chunk(feats, lengths, batch.enc)
         bad = ~torch.isfinite(enc).flatten(1).all(dim=1)  # (B,)
         heads = self.model.heads(enc)
-        offsets = torch.tensor([st.frames_done for st in streams], device=self.device)
+        offsets = torch.from_numpy(np.fromiter((st.frames_done for st in streams), np.int64, len(streams))
+                                   ).to(self.device)
         # 3. searches, one call per method over its rows
         new_groups = {}
         for method, (rows, state) in batch.groups.items():

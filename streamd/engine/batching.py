@@ -23,8 +23,11 @@ class Batching:
         return st.finished or st.reset_at is not None or self._decodable(st)
 
     def ready_streams(self) -> list[int]:
-        """Streams that the next step would process (in order)."""
-        return [sid for sid, st in self._streams.items() if self._ready(st)]
+        """Streams that the next step would process (in order): :meth:`_ready`, inlined (every stream, every
+        step)."""
+        c = self.chunk_fbank
+        return [sid for sid, st in self._streams.items()
+                if st.finished or st.reset_at is not None or st.fbank.frames_ready() >= c]
 
     def pending(self) -> bool:
         """True while some stream has work for :meth:`step`."""

@@ -167,11 +167,9 @@ class TrainConfig(RunConfig):
 
 
 def _check_input(cfg: Any) -> None:
-    """The training data and model input keys of a run config (TrainConfig, PretrainConfig)."""
+    """The training data keys of a run config (TrainConfig, PretrainConfig); the model's own keys (e.g. its
+    input width against its front end) are checked by :class:`~streamd.config.ModelConfig`."""
     _req(len(cfg.data.train) > 0, "data.train", "at least one training manifest is required")
-    _req(cfg.model.encoder.num_features == cfg.model.fbank.num_mel_bins, "model.encoder.num_features",
-         f"must equal model.fbank.num_mel_bins ({cfg.model.fbank.num_mel_bins}), "
-         f"got {cfg.model.encoder.num_features}")
 
 
 def _check_run(cfg: Any) -> None:

@@ -123,6 +123,16 @@ def test_batch_equals_rows():
         torch.testing.assert_close(batched[i], fb(x[i:i + 1])[0], atol=1e-5, rtol=0)
 
 
+def test_cpu_blocks_equal_one_pass(monkeypatch):
+    """More rows than one CPU pass holds: the blocks (a short last one included) give the one-pass result."""
+    rng = np.random.default_rng(4)
+    x = torch.tensor(rng.uniform(-1, 1, size=(11, 2345)), dtype=torch.float32)
+    fb = Fbank(CFG)
+    whole = fb(x)
+    monkeypatch.setattr(Fbank, "CPU_BLOCK_ROWS", 4)
+    torch.testing.assert_close(fb(x), whole, atol=0, rtol=0)
+
+
 def test_buffers_follow_module_and_are_not_persistent():
     fb = Fbank(CFG)
     assert fb.state_dict() == {}
@@ -218,6 +228,25 @@ def test_finish_padding(n, frames):
     w = s.take(frames)
     assert len(w) == _padded_len(n, CFG)
     assert np.all(w[:n] == 1) and np.all(w[n:] == 0)
+
+
+def test_take_into_writes_the_window_of_take():
+    """take_into: up to max_frames of the ready frames into a batch row (zeros after), as take hands them out."""
+    rng = np.random.default_rng(5)
+    x = rng.uniform(-1, 1, 5000).astype(np.float32)
+    a, b = FbankStream(CFG), FbankStream(CFG)
+    a.accept(x), b.accept(x)
+    fl, fs = CFG.frame_length, CFG.frame_shift
+    for max_frames in (8, 8, 16):  # 29 frames ready: 8, 8, then the 13 left of a 16-frame row
+        row = np.full(fl + (max_frames - 1) * fs, 7.0, dtype=np.float32)
+        n = a.take_into(max_frames, row)
+        want = b.take(min(max_frames, b.frames_ready()))
+        assert n == min(max_frames, n + a.frames_ready()) and want.size == fl + (n - 1) * fs
+        np.testing.assert_array_equal(row[:want.size], want)
+        assert not row[want.size:].any()
+    row = np.full(fl, 7.0, dtype=np.float32)
+    assert a.take_into(1, row) == 0 and not row.any()  # nothing ready: nothing taken, the row zeroed
+    assert a.frames_taken == b.frames_taken == 29
 
 
 def test_frames_ready_before_finish():

@@ -1,6 +1,8 @@
 """The engine benchmark runs end to end and reports every field (no timing assertions)."""
 
 import json
+
+import pytest
 from pathlib import Path
 
 from helpers import random_audio, write_wav
@@ -74,6 +76,9 @@ def test_bench_host_overhead_json(capsys):
         assert r["us_per_stream_step"] > 0 and r["steps"] >= 1 and r["stream_steps"] >= r["streams"]
         assert r["cpu_us_per_stream_step"] > 0
         assert r["tokens_per_frame"] >= 0
+        parts = [r[k] for k in ("front_end_us", "model_us", "search_us", "host_us")]
+        assert all(p >= 0 for p in parts) and r["shipped_front_end_us"] > 0
+        assert sum(parts) == pytest.approx(r["cpu_us_per_stream_step"], abs=0.01)  # the parts of the whole
     assert any(r["tokens_per_frame"] > 0 for r in rows)
 
 
@@ -84,6 +89,8 @@ def test_tiny_model_has_the_shipped_interfaces():
 
     tiny, shipped = tiny_model(), load_checkpoint(default_model_path())
     assert tiny.tokens.tokens == shipped.tokens.tokens
-    assert tiny.model.cfg.fbank == shipped.model.cfg.fbank
+    ft, fs = tiny.model.cfg.fbank, shipped.model.cfg.fbank  # the same frames from the same samples; fewer bins
+    assert (ft.sample_rate, ft.frame_shift) == (fs.sample_rate, fs.frame_shift)
+    assert ft.num_mel_bins < fs.num_mel_bins and ft.frame_length < fs.frame_length
     assert tiny.model.cfg.encoder.chunk_size == shipped.model.cfg.encoder.chunk_size
     assert sum(p.numel() for p in tiny.model.parameters()) < sum(p.numel() for p in shipped.model.parameters()) / 100

@@ -74,6 +74,26 @@ def test_append_replaces_tensors_so_copies_stay_valid():
     assert as_lists(buf) == [[[], []]]
 
 
+def test_appends_copy_shared_tensors_once_then_write_in_place():
+    """After a copy the first append copies the tensors (neither side sees the other's tokens), later appends
+    write in place; a gathered buffer owns fresh tensors, so its appends leave the source as it was."""
+    one = (torch.tensor([[True, True]]), torch.tensor([[1, 2]]), torch.tensor([[0, 0]]), torch.tensor([[0.5, 0.5]]))
+    buf = HypBuffer.empty(1, 2, capacity=4)
+    buf.append(*one)
+    saved = buf.copy()
+    buf.append(*one)
+    ptr = buf.tokens.data_ptr()
+    buf.append(*one)
+    assert buf.tokens.data_ptr() == ptr and buf.owned  # in place from the second append on
+    saved.append(*one)  # the copy's own append copies too: buf keeps its three tokens
+    assert as_lists(buf) == [[[(1, 0, 0.5)] * 3, [(2, 0, 0.5)] * 3]]
+    assert as_lists(saved) == [[[(1, 0, 0.5)] * 2, [(2, 0, 0.5)] * 2]]
+    g = buf.gather(torch.tensor([[1, 1]]))
+    g.append(*one)
+    assert as_lists(buf) == [[[(1, 0, 0.5)] * 3, [(2, 0, 0.5)] * 3]]
+    assert as_lists(g) == [[[(2, 0, 0.5)] * 3 + [(1, 0, 0.5)], [(2, 0, 0.5)] * 4]]
+
+
 def test_gather_select_clear_cat():
     buf = HypBuffer.empty(2, 3, capacity=2)
     buf.append(torch.ones(2, 3, dtype=torch.bool), torch.tensor([[1, 2, 3], [4, 5, 6]]),
