@@ -14,6 +14,7 @@ from .decoding import EngineConfig
 # CPU scheduling policies of the main engine's process (server.engine_policy; Linux SCHED_OTHER, SCHED_BATCH,
 # SCHED_IDLE: streamd.server.lane.lower_priority)
 ENGINE_POLICIES = ("normal", "batch", "idle")
+MAX_FRONT_PROCESSES = 256  # server.front_processes: processes carrying the connections, at most
 
 
 
@@ -113,8 +114,8 @@ class ServerConfig:
                and 0 <= self.engine_nice <= 19, "engine_nice", f"must be an integer 0..19, got {self.engine_nice!r}")
         _one_of(self.engine_policy, ENGINE_POLICIES, "engine_policy")
         _check(isinstance(self.front_processes, int) and not isinstance(self.front_processes, bool)
-               and 1 <= self.front_processes <= 64, "front_processes",
-               f"must be an integer 1..64, got {self.front_processes!r}")
+               and 1 <= self.front_processes <= MAX_FRONT_PROCESSES, "front_processes",
+               f"must be an integer 1..{MAX_FRONT_PROCESSES}, got {self.front_processes!r}")
         _check(self.nice is None or (isinstance(self.nice, int) and not isinstance(self.nice, bool)
                                      and -20 <= self.nice <= 19), "nice",
                f"must be an integer -20..19 or null, got {self.nice!r}")

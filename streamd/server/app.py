@@ -436,8 +436,9 @@ class App(EngineLanes, Shutdown):
                 continue
             srv = await loop.create_server(asyncio.Protocol, s.host, port, backlog=4096, start_serving=False)
             self.servers.append(srv)  # never serving here: it holds the sockets the fronts accept on
+            for sock in srv.sockets:  # one per address of the host name (localhost: IPv4 and IPv6)
+                socks.append((name, socket.socket(sock.family, sock.type, sock.proto, fileno=os.dup(sock.fileno()))))
             sock = srv.sockets[0]
-            socks.append(socket.socket(sock.family, sock.type, sock.proto, fileno=os.dup(sock.fileno())))
             if name == "main":
                 self.port = sock.getsockname()[1]
             else:

@@ -231,16 +231,16 @@ class FrontHost:
 
     # ------------------------------------------------------------------ lifecycle
 
-    async def listen(self, socks: list[Any]) -> None:
-        """Serve the listening sockets handed over (the main port's first, then the Vosk port's)."""
+    async def listen(self, socks: list[tuple[str, Any]]) -> None:
+        """Serve the listening sockets handed over ((``main`` or ``vosk``, socket) pairs: which routes)."""
         s, lim = self.config.server, self.config.limits
         ssl_ctx = make_ssl_context(self.config.tls)
         common = dict(max_size=max(2 * lim.max_message_bytes, 2 * lim.max_text_bytes),
                       open_timeout=lim.open_timeout or None, ping_interval=s.ping_interval or None,
                       ping_timeout=s.ping_timeout or None, close_timeout=s.close_timeout, compression=None,
                       ssl=ssl_ctx)
-        for i, sock in enumerate(socks):
-            route = self.routes.main if i == 0 else self.routes.vosk
+        for name, sock in socks:
+            route = self.routes.main if name == "main" else self.routes.vosk
             self.servers.append(await serve(self.handlers.connection, sock=sock, process_request=route, **common))
 
     async def drain(self, grace: float, rate: float | None) -> None:
@@ -275,7 +275,8 @@ class FrontHost:
             self.link.put(("loop_lag", max(0.0, time.monotonic() - t - STATE_EVERY)))
 
 
-async def _front(index: int, config: AppConfig, tokens: tuple[str, ...], socks: list[Any], link_sock: Any) -> None:
+async def _front(index: int, config: AppConfig, tokens: tuple[str, ...], socks: list[tuple[str, Any]],
+                 link_sock: Any) -> None:
     link = await Link.open(link_sock)
     host = FrontHost(index, config, tokens, link)
     host.resource_errors.install()
@@ -298,7 +299,8 @@ async def _front(index: int, config: AppConfig, tokens: tuple[str, ...], socks: 
         host.resource_errors.restore()
 
 
-def front_main(index: int, config_dict: dict, tokens: tuple[str, ...], socks: list[Any], link_sock: Any) -> None:
+def front_main(index: int, config_dict: dict, tokens: tuple[str, ...], socks: list[tuple[str, Any]],
+               link_sock: Any) -> None:
     """A front process's entry point (``multiprocessing``, spawned by :class:`~.fronts.Fronts`): ``config_dict``
     the daemon's :class:`~streamd.config.AppConfig` as plain data (``to_dict``)."""
     config = from_dict(AppConfig, config_dict)

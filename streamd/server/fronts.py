@@ -134,7 +134,7 @@ class Fronts:
         self.targets: dict[int, RemoteTarget] = {}  # key -> its front's target (admitted streams)
         self.count = 0  # connections of every front
         self.stopping = False
-        self._socks: list[socket.socket] = []
+        self._socks: list[tuple[str, socket.socket]] = []
         self._ctx = multiprocessing.get_context("spawn")
         self._tasks: list[asyncio.Task] = []
         self._collects: dict[int, tuple[dict[int, Any], asyncio.Future]] = {}
@@ -142,8 +142,8 @@ class Fronts:
 
     # ------------------------------------------------------------------ processes
 
-    async def start(self, socks: list[socket.socket]) -> None:
-        """Spawn the fronts on the listening sockets ``socks`` (main port first, then the Vosk port; kept open
+    async def start(self, socks: list[tuple[str, socket.socket]]) -> None:
+        """Spawn the fronts on the listening sockets ``socks`` ((``main`` or ``vosk``, socket) pairs; kept open
         for the fronts started later, closed by :meth:`close`); return once each one serves (RuntimeError if
         one cannot start)."""
         self._socks = socks
@@ -378,5 +378,5 @@ class Fronts:
                 await loop.run_in_executor(None, fp.process.join, 2.0)
         readers = [fp.reader for fp in procs if fp.reader is not None]
         await asyncio.gather(*readers, return_exceptions=True)
-        for s in self._socks:
-            s.close()
+        for _, sock in self._socks:
+            sock.close()
