@@ -125,6 +125,9 @@ class Final:
     keep the first pass; the last one, chosen by confidence, carries the second pass's text in
     ``second_pass_text``).  The tokens,
     alternatives and scores are always the first pass's (a second-pass Final has no alternatives).
+    ``sample_rate`` (not on the wire): the stream's input rate in Hz as its client declared it, on the
+    engine's Finals that go to the second pass (None where not known); the second pass's confidence
+    tells telephone-band streams by it (:mod:`streamd.second_pass.confidence`).
     """
 
     stream: int
@@ -143,6 +146,7 @@ class Final:
     first_pass_text: str | None = None
     second_pass: str | None = None
     second_pass_text: str | None = None
+    sample_rate: int | None = None
     audio: Any = field(default=None, compare=False, repr=False)  # (N,) int16 16 kHz samples from ``start``
 
     def to_wire(self) -> dict:

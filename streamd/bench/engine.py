@@ -284,6 +284,7 @@ class HostOverheadResult:
     search_us: float = 0.0
     host_us: float = 0.0
     shipped_front_end_us: float = 0.0
+    phases: int = 1
 
     def to_json(self) -> dict:
         return {k: (round(v, 3) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
@@ -335,15 +336,20 @@ def _shipped_front_end_cpu(rows: int, frames: int, steps: int, rng: np.random.Ge
 
 def bench_host_overhead(streams: Sequence[int], methods: Sequence[str] = ("greedy", "modified_beam"),
                         seconds: float = 2.0, beam: int | None = None, partials: Sequence[bool] = (True, False),
-                        seed: int = 0, on_result: Callable[[HostOverheadResult], None] | None = None
+                        seed: int = 0, phases: int = 1, on_result: Callable[[HostOverheadResult], None] | None = None
                         ) -> list[HostOverheadResult]:
     """Time ``Recognizer.step()`` on :func:`tiny_model` (CPU, one thread); one result per method, N, partials.
 
-    Every stream gets ``seconds`` of low-level noise (different per stream) up front; the steps run until no
-    stream has a whole chunk left (no finish: finals and their words are not part of the figure)."""
+    Every stream gets ``seconds`` of low-level noise (different per stream).  ``phases`` 1: all of it up front,
+    the steps run until no stream has a whole chunk left.  ``phases`` G > 1: stream i starts ``i % G`` G-ths of a
+    chunk ahead, then every round gives each stream 1/G chunk of audio and runs one step, so each step takes
+    about N / G streams and another set than the last (a real-time server's pattern).  No finish: finals and
+    their words are not part of the figure."""
     from ..config import EndpointConfig, EngineConfig
     from ..engine import Recognizer
 
+    if phases < 1:
+        raise ValueError(f"phases must be >= 1, got {phases}")
     loaded = tiny_model(seed)
     rng = np.random.default_rng(seed)
     results = []
@@ -357,14 +363,22 @@ def bench_host_overhead(streams: Sequence[int], methods: Sequence[str] = ("greed
                 rec.warm_up()
                 stages = _time_stages(rec)
                 sids = [rec.create_stream(method=method, beam=b, partials=part) for _ in range(n)]
-                for sid, x in zip(sids, audio):
-                    rec.accept_audio(sid, x)
+                packet = rec.chunk_fbank * rec.model.cfg.fbank.frame_shift // phases
+                fed = [0 if phases == 1 else (i % phases) * packet for i in range(n)]
+                for sid, x, k in zip(sids, audio, fed):
+                    rec.accept_audio(sid, x if phases == 1 else x[:k])
                 steps = stream_steps = 0
                 spent = cpu = 0.0
                 while True:
+                    if phases > 1:  # one round of packets
+                        for i, (sid, x) in enumerate(zip(sids, audio)):
+                            rec.accept_audio(sid, x[fed[i]:fed[i] + packet])
+                            fed[i] += packet
                     ready = len(rec.ready_streams())
                     if not ready:
-                        break
+                        if phases == 1 or min(fed) >= audio.shape[1]:
+                            break
+                        continue
                     t, c = time.perf_counter(), time.process_time()
                     rec.step()
                     spent += time.perf_counter() - t
@@ -377,11 +391,12 @@ def bench_host_overhead(streams: Sequence[int], methods: Sequence[str] = ("greed
                     rec.finish(sid)
                 emitted = sum(len(ev.text.replace(" ", "")) for ev in rec.drain() if type(ev).__name__ == "Final")
                 per = 1e6 / max(1, stream_steps)
-                shipped = _shipped_front_end_cpu(min(n, rec.config.max_batch), rec.chunk_fbank, steps, rng)
+                shipped = _shipped_front_end_cpu(max(1, round(stream_steps / max(1, steps))), rec.chunk_fbank,
+                                                 steps, rng)  # batches of the run's mean size
                 results.append(HostOverheadResult(
                     method, n, part, spent * per, steps, stream_steps, emitted / max(1, frames), cpu * per,
                     stages["front_end"] * per, stages["model"] * per, stages["search"] * per,
-                    (cpu - sum(stages.values())) * per, shipped * per))
+                    (cpu - sum(stages.values())) * per, shipped * per, phases))
                 if on_result is not None:
                     on_result(results[-1])
     return results

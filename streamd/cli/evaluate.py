@@ -187,7 +187,8 @@ def calibrate_parser() -> argparse.ArgumentParser:
     ap.add_argument("--kind", choices=(*CALIBRATION_KINDS, SECOND_PASS_FEATURES),
                     help="calibration stored: isotonic (the default) or logistic; with --second-pass also "
                          "features (its default: a logistic model of the word probability, the first pass's "
-                         "confidence and the segment's word count); all are reported on held-out words")
+                         "confidence, the segment's word counts and the stream's input rate); all are reported "
+                         "on held-out words")
     ap.add_argument("--plot", metavar="PNG", help="write the held-out reliability diagram to PNG (needs matplotlib)")
     add_engine_args(ap)
     ap.add_argument("--device", help="auto, cpu, cuda or cuda:N")

@@ -13,10 +13,13 @@ asyncio; a transport (websocket server, microphone, file) calls it::
 One :meth:`Recognizer.step` takes every stream that has a full chunk of
 features (or a finished stream with a tail), up to ``max_batch``, and runs
 fbank, encoder, every search method present and the KWS detector once each
-over that batch.  Per-stream state (fbank cursor, encoder cache, search and
-KWS state) is kept batched between steps when the next batch is the same set
-of streams, and re-gathered otherwise (new streams' initial states are one
-state repeated, not built stream by stream).
+over that batch.  Per-stream state (encoder cache, search and KWS state) is
+kept batched between steps when the next batch is the same set of streams;
+otherwise each stream's state is taken from the batch it was last stepped in
+(its pool) with one ``select`` per pool and state and joined with one ``cat``
+(new streams' initial states are one state repeated), and pools that are
+mostly dead rows are compacted: the tensor ops per step do not grow with the
+streams.
 
 Partials cost Python only for the streams whose best hypothesis changed:
 each stream with partials keeps a host copy of it with its text and words
@@ -423,8 +426,12 @@ class Recognizer(WakeModels, Batching, Results, Finals):
 
     def close(self, sid: int) -> None:
         """Forget a stream at once (client gone); no more events for it."""
-        if self._streams.pop(sid, None) is not None:
+        st = self._streams.pop(sid, None)
+        if st is None:
+            return
+        if self._batch is not None and sid in self._batch.ids:
             self._drop_batch()
+        self._maybe_compact(self._leave_pool(st))
 
     def _fail(self, sid: int, code: str, message: str) -> list[Event]:
         self.close(sid)

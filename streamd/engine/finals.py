@@ -102,7 +102,7 @@ class Finals:
                 second: dict[str, Any] = {}
                 if st.audio is not None:
                     audio = self._segment_audio(st)
-                    second = {"first_pass_text": text, "audio": audio,
+                    second = {"first_pass_text": text, "audio": audio, "sample_rate": st.opts.sample_rate,
                               "second_pass": "pending" if audio is not None else "skipped_too_long"}
                 events.append(Final(sid, st.segment, text, self._words(hyp), st.segment_start * self.frame_shift_s,
                                     end * self.frame_shift_s, hyp.tokens, hyp.frames, hyp.confs, reason, alts, scores,

@@ -40,11 +40,9 @@ class _Stream:
     end_frame: int | None = None  # after finish(): encoder frames of the accepted audio (the flush comes after)
     hot: ContextGraph | None = None  # hotwords (modified_beam only)
     wake: KeywordSet | None = None  # runtime wake words
-    # per-stream slices of batched state (None until first gathered)
-    enc: EncoderCache | None = None
-    search: Any = None
-    kws: Any = None
-    kwsearch: KeywordState | None = None
+    # where the stream's batched state (encoder cache, search, KWS, keyword search) lives while no kept batch
+    # holds it: the batch it was last stepped in and its row there (None: a new stream, or in the kept batch)
+    pool: tuple["_Batch", int] | None = None
     # streams with partials: the search's best hypothesis as last copied to the host, its text and words
     # (updated incrementally from the tokens that changed), its words calibrated (the first ``cal_valid``
     # are up to date), and the last Partial's (text, words, tokens, frames, confs), ``stale`` once the
@@ -84,7 +82,7 @@ class BatchView:
     frame_offsets: Tensor
 
 
-@dataclass
+@dataclass(eq=False)
 class _Batch:
     """Batched state of an ordered set of streams, kept between steps."""
 
@@ -98,3 +96,26 @@ class _Batch:
     # method (not append_only) -> each row's best hypothesis as last shown: lengths (R,), tokens, frames,
     # confs (R, L) zero past the length; gone when it may differ from the streams' shown copies
     shown: dict[str, tuple[Tensor, Tensor, Tensor, Tensor]] = field(default_factory=dict)
+    live: int = 0  # once dropped (a pool): streams whose state still lives here
+    _positions: dict[tuple[str, str], np.ndarray] = field(default_factory=dict, repr=False)
+
+    def state(self, kind: str, method: str = "") -> Any:
+        """The batched state of ``kind``: "enc", "search" (of ``method``), "kws" or "wake"."""
+        if kind == "enc":
+            return self.enc
+        if kind == "search":
+            return self.groups[method][1]
+        return self.kws if kind == "kws" else self.wake
+
+    def positions(self, kind: str, method: str = "") -> np.ndarray:
+        """(len(ids),) int64: each row's place in the state of ``kind`` (-1: the row has none)."""
+        key = (kind, method)
+        if key not in self._positions:
+            n = len(self.ids)
+            rows = (None if kind == "enc" else self.groups[method][0] if kind == "search"
+                    else self.kws_rows if kind == "kws" else self.wake_rows)
+            pos = np.arange(n, dtype=np.int64) if rows is None else np.full(n, -1, dtype=np.int64)
+            if rows is not None:
+                pos[rows.cpu().numpy()] = np.arange(rows.shape[0])
+            self._positions[key] = pos
+        return self._positions[key]

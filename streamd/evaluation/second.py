@@ -37,7 +37,8 @@ def second_pass_words(entries: Sequence[EvalEntry], events: Sequence[Sequence[Ev
         before = {(f.stream, f.segment): f for f in evs1 if isinstance(f, Final)}
         for f in finals:
             fp = before.get((f.stream, f.segment))
-            feats.append(word_features([w.conf_raw for w in f.words], [w.conf for w in fp.words] if fp else []))
+            feats.append(word_features([w.conf_raw for w in f.words], [w.conf for w in fp.words] if fp else [],
+                                       f.sample_rate))
         raw += [w.conf_raw for w in words]
         conf += [w.conf for w in words]
         right += list(ok)

@@ -8,7 +8,15 @@ word (:func:`word_features`):
 * ``logit_prob``: the logit of the model's word probability (its tokens' softmax probabilities aggregated);
 * ``first_pass_conf``: the mean calibrated ``conf`` of the first pass's words of the segment;
 * ``one_word``: 1 when the second pass wrote one word for the segment (a command), else 0;
-* ``log_words``: the log of the number of words it wrote for the segment.
+* ``log_words``: the log of the number of words it wrote for the segment;
+* ``narrowband``: 1 when the stream's declared input rate is below 16 kHz (:func:`narrowband`: telephone
+  audio, 8 kHz, has nothing above 4 kHz), else 0 (also when the rate is not known);
+* ``count_gap``: ``|log(second-pass words / first-pass words)|`` of the segment (first-pass words at least
+  1): the two passes disagreeing on how many words were said is evidence that one of them wrote words
+  that were not said or missed some.
+
+A calibration names the features it uses (a subset of :data:`FEATURES`, in its stored ``features``), so a
+map stored before a feature was added still loads and applies with its own.
 
 A stored plain :class:`~streamd.decode.calibration.Calibration` (one monotone map of the probability, what
 ``--kind isotonic`` or ``logistic`` stores) is applied alone.  Stored form (``to_dict``):
@@ -28,16 +36,27 @@ import numpy as np
 from streamd.decode.calibration import Calibration, CalibrationError, finite_real, newton_logistic, sigmoid
 from streamd.decode.confidence import AGGREGATIONS
 
-__all__ = ["SecondPassCalibration", "FEATURES", "word_features", "fit_second_pass_calibration", "logistic_weights"]
+__all__ = ["SecondPassCalibration", "FEATURES", "narrowband", "word_features", "fit_second_pass_calibration",
+           "logistic_weights"]
 
-FEATURES = ("logit_prob", "first_pass_conf", "one_word", "log_words")
+FEATURES = ("logit_prob", "first_pass_conf", "one_word", "log_words", "narrowband", "count_gap")
+WIDEBAND_RATE = 16000
+"""The input rate (Hz) from which a stream is wideband; below it the ``narrowband`` feature is 1."""
 _VERSION = 1
 _EPS = 1e-4  # word probabilities are clipped to [_EPS, 1 - _EPS] before their logit
 
 
-def word_features(probs: Sequence[float], first_conf: Sequence[float]) -> np.ndarray:
+def narrowband(sample_rate: int | None) -> bool:
+    """A stream declared at ``sample_rate`` Hz is narrowband: below :data:`WIDEBAND_RATE` (None: not known,
+    False)."""
+    return sample_rate is not None and sample_rate < WIDEBAND_RATE
+
+
+def word_features(probs: Sequence[float], first_conf: Sequence[float], sample_rate: int | None = None
+                  ) -> np.ndarray:
     """(W, len(FEATURES)) features of one segment's W second-pass words with probabilities ``probs`` (W,);
-    ``first_conf``: the ``conf`` of the first pass's words of the segment (0 when it has none)."""
+    ``first_conf``: the ``conf`` of the first pass's words of the segment, one per word (mean 0 when it has
+    none); ``sample_rate``: the stream's declared input rate (:attr:`streamd.events.Final.sample_rate`)."""
     p = np.clip(np.asarray(probs, dtype=np.float64), _EPS, 1 - _EPS)
     w = p.size
     mean = float(np.mean(first_conf)) if len(first_conf) else 0.0
@@ -46,6 +65,8 @@ def word_features(probs: Sequence[float], first_conf: Sequence[float]) -> np.nda
     out[:, 1] = mean
     out[:, 2] = 1.0 if w == 1 else 0.0
     out[:, 3] = math.log(max(w, 1))
+    out[:, 4] = 1.0 if narrowband(sample_rate) else 0.0
+    out[:, 5] = abs(math.log(max(w, 1) / max(len(first_conf), 1)))
     return out
 
 
@@ -54,22 +75,30 @@ class SecondPassCalibration:
     """P(right) of a second-pass word: ``sigmoid(features . weights + bias)``, or one stored map of the
     probability (``single``; the other fields unused).
 
-    weights: (len(FEATURES),); aggregation: the model's (its word probability's); words: fitted on."""
+    features: the names of the features it uses (distinct, of :data:`FEATURES`; a map fitted before some
+    existed uses fewer); weights: (len(features),); aggregation: the model's (its word probability's);
+    words: fitted on."""
 
     weights: tuple[float, ...] = ()
     bias: float = 0.0
     aggregation: str = "min"
     words: int = 0
     single: Calibration | None = None
+    features: tuple[str, ...] = FEATURES
 
     def __post_init__(self) -> None:
         if self.single is not None:
             object.__setattr__(self, "aggregation", self.single.aggregation)
             object.__setattr__(self, "words", self.single.words)
             return
-        if len(self.weights) != len(FEATURES) or not all(finite_real(v) for v in (*self.weights, self.bias)):
-            raise CalibrationError(f"second-pass calibration: weights must be {len(FEATURES)} finite numbers "
-                                   f"({', '.join(FEATURES)}) and bias one, got {self.weights!r}, {self.bias!r}")
+        names = tuple(self.features)
+        if not set(names) <= set(FEATURES) or len(set(names)) != len(names):
+            raise CalibrationError(f"second-pass calibration: features {list(names)!r}; this streamd computes "
+                                   f"{list(FEATURES)} (each at most once)")
+        object.__setattr__(self, "features", names)
+        if len(self.weights) != len(names) or not all(finite_real(v) for v in (*self.weights, self.bias)):
+            raise CalibrationError(f"second-pass calibration: weights must be {len(names)} finite numbers "
+                                   f"({', '.join(names)}) and bias one, got {self.weights!r}, {self.bias!r}")
         object.__setattr__(self, "weights", tuple(float(v) for v in self.weights))
         object.__setattr__(self, "bias", float(self.bias))
         if self.aggregation not in AGGREGATIONS:
@@ -83,28 +112,30 @@ class SecondPassCalibration:
         """One monotone map of the word probability, nothing else."""
         return cls(single=cal)
 
-    def apply(self, probs: Sequence[float], first_conf: Sequence[float]) -> np.ndarray:
+    def apply(self, probs: Sequence[float], first_conf: Sequence[float], sample_rate: int | None = None
+              ) -> np.ndarray:
         """(W,) calibrated probabilities of one segment's words (:func:`word_features`' arguments)."""
         if self.single is not None:
             return self.single.apply(np.asarray(probs, dtype=np.float64))
-        return sigmoid(word_features(probs, first_conf) @ np.asarray(self.weights) + self.bias)
+        return self.apply_features(word_features(probs, first_conf, sample_rate), np.asarray(probs))
 
     def apply_features(self, feats: np.ndarray, probs: np.ndarray) -> np.ndarray:
         """(N,) calibrated probabilities from precomputed ``feats`` (N, len(FEATURES)) and ``probs`` (N,)."""
         if self.single is not None:
             return self.single.apply(probs)
-        return sigmoid(np.asarray(feats, dtype=np.float64) @ np.asarray(self.weights) + self.bias)
+        return sigmoid(np.asarray(feats, dtype=np.float64)[:, _columns(self.features)] @ np.asarray(self.weights)
+                       + self.bias)
 
     def describe(self) -> str:
         if self.single is not None:
             return self.single.describe()
-        terms = ", ".join(f"{n} {w:+.3f}" for n, w in zip(FEATURES, self.weights))
+        terms = ", ".join(f"{n} {w:+.3f}" for n, w in zip(self.features, self.weights))
         return f"logistic over {terms}, bias {self.bias:+.3f} (fitted on {self.words} words)"
 
     def to_dict(self) -> dict[str, Any]:
         if self.single is not None:
             return self.single.to_dict()
-        return {"version": _VERSION, "by": "features", "features": list(FEATURES), "weights": list(self.weights),
+        return {"version": _VERSION, "by": "features", "features": list(self.features), "weights": list(self.weights),
                 "bias": self.bias, "measure": "max_prob", "aggregation": self.aggregation, "words": self.words}
 
     @classmethod
@@ -125,10 +156,16 @@ class SecondPassCalibration:
         missing = sorted(known - set(d))
         if missing:
             raise CalibrationError(f"second-pass calibration: missing field {missing[0]!r}")
-        if list(d["features"]) != list(FEATURES) or d["measure"] != "max_prob":
+        if (d["measure"] != "max_prob" or not isinstance(d["features"], (list, tuple))
+                or not all(isinstance(n, str) for n in d["features"])):
             raise CalibrationError(f"second-pass calibration: features {d['features']!r} of {d['measure']!r}; this "
                                    f"streamd computes {list(FEATURES)} of 'max_prob'")
-        return cls(tuple(d["weights"]), d["bias"], d["aggregation"], d["words"])
+        return cls(tuple(d["weights"]), d["bias"], d["aggregation"], d["words"], features=tuple(d["features"]))
+
+
+def _columns(names: Sequence[str]) -> list[int]:
+    """The columns of :func:`word_features`' matrix that hold the features ``names``."""
+    return [FEATURES.index(n) for n in names]
 
 
 def logistic_weights(feats: np.ndarray, correct: np.ndarray, l2: float = 1e-3, iterations: int = 100
@@ -146,11 +183,16 @@ def logistic_weights(feats: np.ndarray, correct: np.ndarray, l2: float = 1e-3, i
 
 
 def fit_second_pass_calibration(feats: np.ndarray, correct: np.ndarray, aggregation: str,
-                                l2: float = 1e-3) -> SecondPassCalibration:
-    """A :class:`SecondPassCalibration` fitted on ``feats`` (N, len(FEATURES)) with ``correct`` (N,) bool."""
+                                l2: float = 1e-3, features: Sequence[str] = FEATURES) -> SecondPassCalibration:
+    """A :class:`SecondPassCalibration` over ``features`` (names of :data:`FEATURES`) fitted on ``feats``
+    (N, len(FEATURES)) with ``correct`` (N,) bool."""
     feats = np.asarray(feats, dtype=np.float64)
     if feats.ndim != 2 or feats.shape[1] != len(FEATURES):
         raise ValueError(f"features must be (N, {len(FEATURES)}), got {feats.shape}")
-    theta = logistic_weights(feats, correct, l2)
-    return SecondPassCalibration(tuple(theta[:-1]), float(theta[-1]), aggregation, int(feats.shape[0]))
+    names = tuple(features)
+    if not set(names) <= set(FEATURES):
+        raise ValueError(f"features must be of {list(FEATURES)}, got {list(names)}")
+    theta = logistic_weights(feats[:, _columns(names)], correct, l2)
+    return SecondPassCalibration(tuple(theta[:-1]), float(theta[-1]), aggregation, int(feats.shape[0]),
+                                 features=names)
 

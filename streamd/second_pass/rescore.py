@@ -9,8 +9,8 @@
   first pass; ``first_pass_text`` keeps the
   streaming model's text; the words are dated on the stream's time axis (:mod:`.align`) and carry
   ``conf`` = the calibrated probability that the word is right, from the model's word probability
-  (``conf_raw``: its tokens' softmax probabilities aggregated), the first pass's confidence in the segment
-  and how many words the segment has (:mod:`.confidence`);
+  (``conf_raw``: its tokens' softmax probabilities aggregated), the first pass's confidence in the segment,
+  how many words each pass wrote for it and the stream's input rate (:mod:`.confidence`);
 * ``pass_no`` 1 with ``second_pass`` ``failed`` when the model raised (logged), so a final is never lost;
   ``skipped_no_speech`` when the first pass heard no words (a segment of silence or noise at a reset or
   the end of the stream: a real-speech model may write words into it; not decoded);
@@ -205,7 +205,7 @@ class SecondPass:
             spoken += [s for s, _ in sw]
             probs += [rec.words[i].prob for _, i in sw]
         self._remember(final, x, rec if whole else None)
-        conf = (self.calibration.apply(probs, [w.conf for w in final.words]).tolist()
+        conf = (self.calibration.apply(probs, [w.conf for w in final.words], final.sample_rate).tolist()
                 if self.calibration is not None and probs else list(probs))
         words = tuple(Word(w, a, b, c, p) for w, (a, b), c, p in zip(spoken, times, conf, probs))
         first_text = final.first_pass_text if final.first_pass_text is not None else final.text

@@ -82,6 +82,21 @@ def test_bench_host_overhead_json(capsys):
     assert any(r["tokens_per_frame"] > 0 for r in rows)
 
 
+def test_bench_host_overhead_phase_groups():
+    """--phases 2: each step takes about half the streams (their chunks fall in two groups), and every stream
+    still decodes its audio."""
+    from streamd.bench.engine import bench_host_overhead
+
+    whole, = bench_host_overhead([6], ("greedy",), seconds=1.0, partials=(False,))
+    rows = bench_host_overhead([6], ("greedy",), seconds=1.0, partials=(False,), phases=2)
+    r, = rows
+    assert r.phases == 2 and whole.phases == 1
+    assert r.stream_steps == whole.stream_steps  # the same chunks decoded
+    assert r.steps > whole.steps and r.stream_steps / r.steps < 6
+    with pytest.raises(ValueError, match="phases"):
+        bench_host_overhead([2], ("greedy",), seconds=0.5, phases=0)
+
+
 def test_tiny_model_has_the_shipped_interfaces():
     from streamd.bench.engine import tiny_model
     from streamd.model.checkpoint import load_checkpoint

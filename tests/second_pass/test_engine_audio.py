@@ -1,5 +1,5 @@
 """The engine's side of the second pass: a stream that asks keeps its open segment's 16 kHz audio and hands it out
-with the segment's Final (second_pass "pending"); everything else (partials, finals' text, words, endpoints) is the
+with the segment's Final (second_pass "pending", with the stream's declared input rate); everything else (partials, finals' text, words, endpoints) is the
 same as without it; a segment longer than max_segment_s says so instead."""
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def run(rec, x, seed=0, resets=(), **opts):
 def strip(ev):
     """An event as a stream without the second pass gets it (stream ids aside)."""
     if isinstance(ev, Final):
-        ev = dataclasses.replace(ev, first_pass_text=None, second_pass=None, audio=None)
+        ev = dataclasses.replace(ev, first_pass_text=None, second_pass=None, audio=None, sample_rate=None)
     return dataclasses.replace(ev, stream=0)
 
 
@@ -49,6 +49,8 @@ def test_finals_carry_their_segments_audio_and_nothing_else_changes(ep_ckpt, rat
     second = run(rec, x, resets=(int(0.8 * rate),), second_pass=True, sample_rate=rate)
     finals = [e for e in second if isinstance(e, Final)]
     assert len(finals) >= 2 and all(f.second_pass == "pending" and f.first_pass_text == f.text for f in finals)
+    assert all(f.sample_rate == rate for f in finals)  # a narrowband stream's finals say so to the second pass
+    assert all(f.sample_rate is None for f in plain if isinstance(f, Final))
     assert [strip(e) for e in second] == [strip(e) for e in plain]  # same partials, finals, words, times
     assert [e.to_wire() for e in second if isinstance(e, Partial)] == [e.to_wire() for e in plain
                                                                        if isinstance(e, Partial)]

@@ -45,7 +45,7 @@ def test_the_lane_process_gives_what_the_runner_gives_here(tiny_ckpt):
             seen += [(k, e.to_wire()["type"]) for k, e in got.events]
         assert (1, "final") in seen and (1, "done") in seen and (2, "partial") in seen
     finally:
-        lane.close()
+        lane.close(timeout=60.0)  # a clean exit, however busy the machine
     assert lane._proc.exitcode == 0 and not lane.alive
 
 
@@ -82,7 +82,7 @@ def test_the_main_engine_process_calibrates_runs_nicer_and_takes_the_budget(tiny
         steps = [b for cmds in ([FinishStream(1), FinishStream(2)], [], []) for b, _, _ in lane.cycle(cmds).steps]
         assert 2 in steps
     finally:
-        lane.close()
+        lane.close(timeout=60.0)  # a clean exit, however busy the machine
     assert lane._proc.exitcode == 0
 
 

@@ -64,7 +64,7 @@ def test_compare_fits_scores_on_the_heldout_words_only():
 
 
 def test_the_report_of_a_second_pass_s_feature_calibration():
-    cal = SecondPassCalibration((0.5, 1.0, -1.0, 0.1), -0.2, "min", 300)
+    cal = SecondPassCalibration((0.5, 1.0, -1.0, 0.1, 0.3, -0.2), -0.2, "min", 300)
     report = {"model": "second pass fake", "method": "greedy", "beam": 4, "sets": [], "out": "x.json", "plot": None,
               "calibration": cal.to_dict(), "kind": cal.describe(),
               "heldout": {"heldout_words": 0, "fit_words": 0, "raw": {"ece": 0.2, "auc": 0.7, "nce": 0.1},

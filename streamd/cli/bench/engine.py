@@ -34,6 +34,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="microseconds of step time per stream-step on a tiny random model (host overhead: the "
                         "engine's Python per stream), for --method (default: greedy and modified_beam), "
                         "partials on and off; --seconds default 2")
+    e.add_argument("--phases", type=int, default=1,
+                   help="with --host-overhead: the streams' chunks fall in this many phase groups (packets of "
+                        "1/PHASES chunk to every stream, a step after each round: each step takes another set of "
+                        "streams, as on a real-time server); default 1: all audio up front, all streams in step")
     e.add_argument("--json", action="store_true")
     e.set_defaults(run=_run_engine)
 
@@ -82,9 +86,11 @@ def _host_overhead_main(args: argparse.Namespace) -> int:
     if args.json:
         row = lambda r: print(json.dumps(r.to_json()), flush=True)  # noqa: E731
     else:
-        print(f"{'method':>14} {'streams':>7} {'partials':>8} {'us/stream-step':>14} {'cpu us':>8} {'steps':>6} "
-              f"{'tok/frame':>9}   (tiny random model, cpu, 1 thread, {seconds:g} s per stream)")
+        print(f"{'method':>14} {'streams':>7} {'partials':>8} {'us/stream-step':>14} {'cpu us':>8} {'host us':>8} "
+              f"{'steps':>6} {'tok/frame':>9}   (tiny random model, cpu, 1 thread, {seconds:g} s per stream, "
+              f"{args.phases} phase group(s))")
         row = lambda r: print(f"{r.method:>14} {r.streams:>7} {str(r.partials):>8} {r.us_per_stream_step:>14.1f} "  # noqa: E731
-                              f"{r.cpu_us_per_stream_step:>8.1f} {r.steps:>6} {r.tokens_per_frame:>9.3f}", flush=True)
-    bench_host_overhead(streams, methods, seconds, beam=args.beam, on_result=row)
+                              f"{r.cpu_us_per_stream_step:>8.1f} {r.host_us:>8.1f} {r.steps:>6} "
+                              f"{r.tokens_per_frame:>9.3f}", flush=True)
+    bench_host_overhead(streams, methods, seconds, beam=args.beam, phases=args.phases, on_result=row)
     return 0
