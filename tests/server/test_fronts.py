@@ -196,3 +196,32 @@ def test_merge_families_sums_samples_and_keeps_the_earliest_created():
     by = {s.name: s.value for s in fam.samples}
     assert by["x_total"] == 5 and by["x_created"] == min(
         s.value for g in regs for f in g for s in f.samples if s.name == "x_created")
+
+
+def test_a_remote_target_sends_results_to_its_front_without_the_second_pass_samples():
+    """What the engine process routes to a front's stream goes over the link; a Final's samples (kept for the
+    second pass) stay behind, the rest is the same event; progress is sent when it moved only."""
+    import numpy as np
+
+    from streamd.events import Final
+    from streamd.server.fronts import RemoteTarget
+
+    class Link:
+        def __init__(self):
+            self.records = []
+
+        def put(self, record):
+            self.records.append(record)
+
+    link = Link()
+    t = RemoteTarget(7, link, "v1", lambda key: "light")
+    final = Final(3, 0, "hello", start=0.0, end=1.0, audio=np.zeros(16000, np.int16))
+    t.on_opened(None)
+    t.on_event(final)
+    t.on_progress(1.0)
+    t.on_progress(1.0)
+    t.on_applied(2)
+    assert [r[0] for r in link.records] == ["opened", "event", "progress", "applied"]
+    assert link.records[0] == ("opened", 7, None, "light")
+    sent = link.records[1][2]
+    assert sent.audio is None and sent == final  # (audio is not compared)
