@@ -20,7 +20,8 @@ def _serve(args: argparse.Namespace) -> int:
                                "vosk_port": args.vosk_port, "mic": args.mic, "mic_device": args.mic_device,
                                "wyoming_port": args.wyoming_port, "wake_words": args.wake_words,
                                "hotwords": args.hotwords, "second_pass": args.second_pass,
-                               "wake_models": args.wake_model})
+                               "wake_models": args.wake_model, "front_processes": args.front_processes},
+                 null_engine=args.null_engine)
 
 
 def _check_config(args: argparse.Namespace) -> int:
@@ -52,6 +53,10 @@ def add_subcommands(sub: Any) -> None:
     s.add_argument("--wake-model", nargs="+", metavar="FILE", help=WAKE_MODELS_HELP)
     s.add_argument("--mic", action="store_true", help="decode the local microphone; events on /v1/events")
     s.add_argument("--mic-device", help="input device index or name (mic.device)")
+    s.add_argument("--front-processes", type=int, metavar="N",
+                   help="processes that carry the websocket connections, all feeding the one engine "
+                        "(server.front_processes; default 1: the connections in the daemon's own process)")
+    s.add_argument("--null-engine", action="store_true", help=argparse.SUPPRESS)  # benchmarks, tests: no model
     s.set_defaults(func=_serve)
 
     c = sub.add_parser("check-config", help="validate a serve config file as serve would, before anything loads "

@@ -14,6 +14,7 @@ from .decoding import EngineConfig
 # CPU scheduling policies of the main engine's process (server.engine_policy; Linux SCHED_OTHER, SCHED_BATCH,
 # SCHED_IDLE: streamd.server.lane.lower_priority)
 ENGINE_POLICIES = ("normal", "batch", "idle")
+MAX_FRONT_PROCESSES = 256  # server.front_processes: processes carrying the connections, at most
 
 
 
@@ -53,6 +54,10 @@ class ServerConfig:
     it needs ``CAP_SYS_NICE`` or ``RLIMIT_NICE``, and where the system refuses
     the daemon logs why and runs on at its own; null: never changed
     (:func:`streamd.server.lane.raise_priority`, docs/benchmarks.md "Overload").
+    ``front_processes``: processes that carry the websocket connections (v1, Vosk, events, the HTTP routes),
+    all feeding the daemon's one engine (:mod:`streamd.server.front`); 1 (the default): the connections
+    live in the daemon's own process.  More spread the connections' CPU over more cores (docs/benchmarks.md
+    "Connections").
     """
 
     host: str = "127.0.0.1"
@@ -74,6 +79,7 @@ class ServerConfig:
     engine_nice: int = 10
     engine_policy: str = "normal"
     nice: int | None = -5
+    front_processes: int = 1
 
     def __post_init__(self) -> None:
         _check(isinstance(self.host, str) and self.host != "", "host", f"must be a host name or address, got {self.host!r}")
@@ -107,6 +113,9 @@ class ServerConfig:
         _check(isinstance(self.engine_nice, int) and not isinstance(self.engine_nice, bool)
                and 0 <= self.engine_nice <= 19, "engine_nice", f"must be an integer 0..19, got {self.engine_nice!r}")
         _one_of(self.engine_policy, ENGINE_POLICIES, "engine_policy")
+        _check(isinstance(self.front_processes, int) and not isinstance(self.front_processes, bool)
+               and 1 <= self.front_processes <= MAX_FRONT_PROCESSES, "front_processes",
+               f"must be an integer 1..{MAX_FRONT_PROCESSES}, got {self.front_processes!r}")
         _check(self.nice is None or (isinstance(self.nice, int) and not isinstance(self.nice, bool)
                                      and -20 <= self.nice <= 19), "nice",
                f"must be an integer -20..19 or null, got {self.nice!r}")

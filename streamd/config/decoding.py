@@ -256,7 +256,7 @@ class SecondPassConfig:
     cpu_threads: int = 1
     calibrated: bool = True
     select: str = "confidence"
-    select_margin: float = 0.05
+    select_margin: float = 0.1
     worker: str = "process"
     context_s: float = 10.0
     warp: float = 1.0

@@ -12,6 +12,7 @@ Modules, by purpose, from the bottom up (a module imports only those above it in
 * :mod:`.drain`     sans-I/O drain decisions under load (which streams the grace period can finish);
 * :mod:`.commands`  the typed engine commands transports submit (open, audio, samples, reset, finish, close);
 * :mod:`.runner`    the engine side: the runner that owns the Recognizer (one worker thread), the batching task;
+* :mod:`.null_engine` the Recognizer's serving interface with instant empty results (benchmarks, tests: no model);
 * :mod:`.lane`      engine runners in child processes of their own (the main engine, the light lane);
 * :mod:`.outbox`    a client's bounded queue of outgoing messages;
 * :mod:`.conn`      websocket connections and the daemon's microphone stream (event loop);
@@ -21,6 +22,10 @@ Modules, by purpose, from the bottom up (a module imports only those above it in
 * :mod:`.metrics`   Prometheus metrics (one registry per server);
 * :mod:`.notify`    systemd notify protocol;
 * :mod:`.exhaustion` out of file descriptors: counted, logged once per interval;
+* :mod:`.front_link` the link between a front process and the engine process (batches of records);
+* :mod:`.front`     a front process (``server.front_processes`` > 1): connections and HTTP routes, fed to the
+  engine process over its link;
+* :mod:`.fronts`    the engine process's side of the front processes: started, fed, watched, drained;
 * :mod:`.app`       the App: listeners, HTTP routes, routing of engine results, lifecycle;
 * :mod:`.serve`     the ``streamd serve`` / ``streamd check-config`` commands.
 

@@ -14,6 +14,8 @@ The server package by purpose, from the bottom up (lower modules never import hi
 * :mod:`.routes` (the HTTP side of the listeners: header checks, probes, metrics, static files),
   :mod:`.handlers` (their websocket side: refusals, each connection's session and :class:`~.conn.Conn`) and
   :mod:`.supervisor` (an engine lane's process started again when it dies);
+* :mod:`.front` / :mod:`.fronts` (``server.front_processes`` > 1: the connections in front processes feeding
+  this process's engine over :mod:`.front_link`);
 * this module: the :class:`App` that ties them together (its engines and lanes in :mod:`.app_engines`, its
   drain and close in :mod:`.app_shutdown`); :mod:`.serve`: the commands.
 
@@ -55,6 +57,8 @@ import asyncio
 import dataclasses
 import itertools
 import logging
+from collections import ChainMap
+import os
 import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -86,6 +90,7 @@ from .static import StaticFiles, default_web_root
 from .supervisor import LaneSupervisor
 
 if TYPE_CHECKING:
+    from .fronts import Fronts
     from .wyoming_io import WyomingServer
 
 # the App and what other code and tests import from here (their homes are the modules above)
@@ -167,6 +172,7 @@ class App(EngineLanes, Shutdown):
         self.admission = Admission(config.limits)  # quotas now; the capacity model after the calibration (start)
         self._had_streams = False
         self.resource_errors = ResourceErrors(self.metrics, ACCEPT_ERROR_LOG_SECONDS)
+        self.fronts: Fronts | None = None  # server.front_processes > 1: the processes carrying the connections
         self.second_worker: Any = None  # engine.second_pass: the worker thread and each stream's order (start)
         self.second_gate: Any = None
         self._second_given = second_pass
@@ -250,12 +256,14 @@ class App(EngineLanes, Shutdown):
         r = self.admission.check(time.monotonic(), self._cost_of(None))
         return None if r is None else (r.code, r.message)
 
-    def _targets(self) -> dict[int, RouteTarget]:
-        t: dict[int, RouteTarget] = dict(self.conns)
-        t.update(self.mics)
+    def _targets(self) -> Mapping[int, RouteTarget]:
+        """Every stream's route target by key (a view: nothing is copied per cycle)."""
+        maps: list[Mapping[int, Any]] = [self.conns, self.mics]
         if self.wyoming is not None:
-            t.update(self.wyoming.streams)
-        return t
+            maps.append(self.wyoming.streams)
+        if self.fronts is not None:
+            maps.append(self.fronts.targets)
+        return ChainMap(*maps)
 
     def _cycle_done(self, res: CycleResult) -> None:
         """An engine cycle's results (either lane's batcher): routed to their streams, measured, and a lane whose
@@ -304,7 +312,7 @@ class App(EngineLanes, Shutdown):
         for keyword, n in res.wake_suppressed.items():
             self.metrics.wake_suppressed.labels(keyword).inc(n)
 
-    def _deliver(self, key: int, ev: Event, targets: dict[int, RouteTarget]) -> None:
+    def _deliver(self, key: int, ev: Event, targets: Mapping[int, RouteTarget]) -> None:
         """One engine event of stream ``key`` to its target (the admission sees the stream end with it)."""
         if isinstance(ev, Done) or (isinstance(ev, Error) and ev.fatal):
             self._ended(key)
@@ -316,8 +324,11 @@ class App(EngineLanes, Shutdown):
             targets[key].on_event(ev)
 
     def broadcast(self, message: dict, droppable: bool = False) -> None:
+        """A message for every ``/v1/events`` subscriber (those of the front processes too)."""
         for sub in list(self.subscribers):
             sub.send(message, droppable)
+        if self.fronts is not None:
+            self.fronts.broadcast(message, droppable)
 
     def streams_changed(self) -> None:
         """A stream started or ended: the gauge, and the memory given back once the last one is over."""
@@ -334,8 +345,16 @@ class App(EngineLanes, Shutdown):
             self._had_streams = True
 
     def stream_count(self) -> int:
-        """Client streams that count toward ``limits.max_streams``: v1 + Vosk connections, live Wyoming streams."""
-        return len(self.conns) + (len(self.wyoming.streams) if self.wyoming is not None else 0)
+        """Client streams that count toward ``limits.max_streams``: v1 + Vosk connections (the front processes'
+        too), live Wyoming streams."""
+        return len(self.conns) + (len(self.wyoming.streams) if self.wyoming is not None else 0) + \
+            (self.fronts.count if self.fronts is not None else 0)
+
+    async def metrics_text(self) -> bytes:
+        """``GET /metrics``: this process's registry, or with front processes every process's summed."""
+        if self.fronts is not None:
+            return await self.fronts.render()
+        return self.metrics.render()
 
     def new_key(self) -> int:
         """A fresh engine command key (one per stream; Wyoming connections take one per stream they run)."""
@@ -362,6 +381,8 @@ class App(EngineLanes, Shutdown):
             self.batcher.observe = self.admission.model.add_step
         self._tasks.append(loop.create_task(self.batcher.run()))
         self.loading = False
+        if self.fronts is not None:
+            self.fronts.share_state()
         if s.wyoming_port is not None:  # opens with the model loaded: describe answers at once
             from .wyoming_io import WyomingServer
 
@@ -379,8 +400,12 @@ class App(EngineLanes, Shutdown):
             self._mic_task = loop.create_task(run_mic(self, self.mic_factory))
 
     async def _listen(self, ssl_ctx: Any) -> None:
-        """The main port (v1, Vosk and events websockets, the HTTP routes) and ``server.vosk_port``."""
+        """The main port (v1, Vosk and events websockets, the HTTP routes) and ``server.vosk_port``: served here,
+        or with ``server.front_processes`` > 1 by the front processes (:meth:`_listen_fronts`)."""
         s, lim = self.config.server, self.config.limits
+        if s.front_processes > 1:
+            await self._listen_fronts()
+            return
         common = dict(max_size=max(2 * lim.max_message_bytes, 2 * lim.max_text_bytes),
                       open_timeout=lim.open_timeout or None, ping_interval=s.ping_interval or None,
                       ping_timeout=s.ping_timeout or None, close_timeout=s.close_timeout, compression=None,
@@ -397,6 +422,33 @@ class App(EngineLanes, Shutdown):
             self.servers.append(vs)
             self.vosk_port = vs.sockets[0].getsockname()[1]
             log.info("vosk listening on %s://%s:%d (every path)", scheme, s.host, self.vosk_port)
+
+    async def _listen_fronts(self) -> None:
+        """``server.front_processes`` > 1: the listening sockets bound here (port 0, a port in use: as with one
+        process), served by the front processes (:mod:`.fronts`), which are up when this returns."""
+        from .fronts import Fronts
+
+        s = self.config.server
+        loop = asyncio.get_running_loop()
+        socks = []
+        for port, name in ((s.port, "main"), (s.vosk_port, "vosk")):
+            if port is None:
+                continue
+            srv = await loop.create_server(asyncio.Protocol, s.host, port, backlog=4096, start_serving=False)
+            self.servers.append(srv)  # never serving here: it holds the sockets the fronts accept on
+            for sock in srv.sockets:  # one per address of the host name (localhost: IPv4 and IPv6)
+                socks.append((name, socket.socket(sock.family, sock.type, sock.proto, fileno=os.dup(sock.fileno()))))
+            sock = srv.sockets[0]
+            if name == "main":
+                self.port = sock.getsockname()[1]
+            else:
+                self.vosk_port = sock.getsockname()[1]
+        self.fronts = Fronts(self, s.front_processes)  # it keeps the sockets for the fronts it starts later
+        await self.fronts.start(socks)
+        log.info("listening on %s://%s:%d through %d front processes (v1: %s, vosk: %s, events: %s)%s",
+                 "wss" if self.config.tls.cert else "ws", s.host, self.port, s.front_processes, V1_PATH, VOSK_PATH,
+                 EVENTS_PATH, f"; vosk on port {self.vosk_port}" if self.vosk_port else "")
+        log.info("answering Host names: %s (server.allowed_hosts)", self.hosts.describe())
 
     def _start_watchdog(self, loop: asyncio.AbstractEventLoop) -> None:
         """The systemd watchdog (WATCHDOG_USEC): pinged while no engine lane is stalled."""

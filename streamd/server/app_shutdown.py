@@ -8,7 +8,7 @@ import asyncio
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from .drain import cannot_finish_message, drain_plan, grace_over_message
+from .conn import drain_conns
 from .lane import LaneProcess, drop_shared_folder
 
 log = logging.getLogger("streamd.server")
@@ -28,41 +28,18 @@ class Shutdown:
         self.draining = True
         self.notifier.stopping("draining")
         grace = self.config.server.grace_seconds
-        log.info("draining %d streams (grace %.1f s)", len(self.conns), grace)
+        log.info("draining %d streams (grace %.1f s)", self.stream_count(), grace)
         deadline = time.monotonic() + grace
         if self._mic_task is not None:
             self._mic_task.cancel()
-        for conn in list(self.conns.values()):
-            conn.perform(conn.proto.shutdown())
-        live = {k: c for k, c in self.conns.items() if not c.proto.closed}
-        give_up = drain_plan({k: c.proto.audio_seconds - c.decoded for k, c in live.items()},
-                             self.throughput.rate(time.monotonic()), grace)
-        if give_up:
-            log.warning("draining: %d of %d streams cannot be decoded within the grace period; ending them now",
-                        len(give_up), len(live))
-            for k in sorted(give_up):
-                c = live[k]
-                left = c.proto.audio_seconds - c.decoded
-                c.perform(c.proto.fail("shutting_down", cannot_finish_message(left)))
-        waits = [asyncio.ensure_future(e.wait()) for e in self.conn_done.values()]
-        waits += [asyncio.ensure_future(m.done.wait()) for m in self.mics.values()]
+        extra = [asyncio.ensure_future(m.done.wait()) for m in self.mics.values()]
         if self.wyoming is not None:  # its streams finish (results sent), its idle connections close
-            waits += [asyncio.ensure_future(e.wait()) for e in self.wyoming.drain()]
-        if waits:
-            _, pending = await asyncio.wait(waits, timeout=max(0.0, deadline - time.monotonic()))
-            for w in pending:
-                w.cancel()
-            late = [c for c in self.conns.values() if not c.proto.closed]
-            if late:
-                log.warning("grace period over: ending %d streams before their end (shutting_down)", len(late))
-                for c in late:
-                    c.perform(c.proto.fail("shutting_down", grace_over_message(grace)))
-            left = [e for e in self.conn_done.values() if not e.is_set()]
-            if left:  # the error and close frames go out before the listeners close the rest
-                waits = [asyncio.ensure_future(e.wait()) for e in left]
-                _, pending = await asyncio.wait(waits, timeout=min(self.config.server.close_timeout, 2.0))
-                for w in pending:
-                    w.cancel()
+            extra += [asyncio.ensure_future(e.wait()) for e in self.wyoming.drain()]
+        drains = [drain_conns(self.conns, self.conn_done, self.throughput.rate(time.monotonic()), grace, deadline,
+                              self.config.server.close_timeout, extra)]
+        if self.fronts is not None:  # the front processes' connections, drained by each front alike
+            drains.append(self.fronts.drain(grace, self.throughput.rate(time.monotonic()), deadline))
+        await asyncio.gather(*drains)
         for sub in list(self.subscribers):
             sub.outbox.close(1001, "shutting_down")
         await self.close()
@@ -71,6 +48,8 @@ class Shutdown:
         """Stop listening, close what is left (1001), stop the batcher and the worker thread."""
         if self.wyoming is not None:
             await self.wyoming.close()  # a stream still live gets a shutting_down error first
+        if self.fronts is not None:  # their connections are over (drained) or end with them
+            await self.fronts.close()
         for srv in self.servers:
             srv.close()  # what is left after the grace: 1001 going away
         for srv in self.servers:

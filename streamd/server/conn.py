@@ -19,7 +19,7 @@ import json
 import logging
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any, Callable, Mapping, MutableMapping, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Mapping, MutableMapping, Protocol, Sequence
 
 import numpy as np
 from websockets.asyncio.server import ServerConnection
@@ -27,6 +27,7 @@ from websockets.exceptions import ConnectionClosed
 
 from ..events import Done, Error, Event, Partial
 from .commands import CloseStream, Command, FeedPcm, FeedSamples, FinishStream, OpenStream, ResetStream
+from .drain import cannot_finish_message, drain_plan, grace_over_message
 from .flow import FlowControl
 from .outbox import Outbox, wait_while
 from .protocol import CLOSE_CODES, Action, Audio, Close, Finish, Open, Reset, Send, V1Session
@@ -37,7 +38,7 @@ if TYPE_CHECKING:
     from .admission import Admission, Refusal
     from .metrics import Metrics
 
-__all__ = ["ConnHost", "Conn", "MicStream", "run_mic", "discard", "FBANK_LOOKAHEAD_S"]
+__all__ = ["ConnHost", "Conn", "MicStream", "run_mic", "discard", "drain_conns", "FBANK_LOOKAHEAD_S"]
 
 log = logging.getLogger("streamd.server")
 
@@ -134,8 +135,9 @@ class Conn:
             ends = [t for t in (last + idle if idle else None, proto.deadline()) if t is not None]
             wait = max(0.0, min(ends) - time.monotonic()) if ends else None
             try:
-                msg = await asyncio.wait_for(ws.recv(), wait)
-            except asyncio.TimeoutError:
+                async with asyncio.timeout(wait):  # a timer, not a task per message (wait_for's)
+                    msg = await ws.recv()
+            except TimeoutError:
                 now = time.monotonic()
                 self.perform(proto.timeout() if idle and now >= last + idle else proto.tick(now))
                 continue
@@ -234,6 +236,45 @@ class Conn:
         self.held_seconds += waited
         self.app.metrics.flow_held.labels(self.stream_class).inc(waited)
         return waited
+
+
+async def drain_conns(conns: Mapping[int, Any], conn_done: Mapping[int, asyncio.Event], rate: float | None,
+                      grace: float, deadline: float, close_timeout: float, extra: Sequence[asyncio.Future] = ()
+                      ) -> None:
+    """Finish the websocket streams ``conns`` (key -> :class:`~.conn.Conn`; ``conn_done``: key -> set when its
+    handler is over) by ``deadline`` (monotonic): their input ends (finals, done); the streams whose backlog
+    ``rate`` (seconds of audio decoded per second lately) cannot decode within ``grace`` seconds get a
+    ``shutting_down`` error now, and those still live at the deadline then; their error and close frames get
+    ``close_timeout`` (at most 2 s) to go out.  ``extra``: more waits that end with the grace (the
+    microphone, Wyoming)."""
+    for conn in list(conns.values()):
+        conn.perform(conn.proto.shutdown())
+    live = {k: c for k, c in conns.items() if not c.proto.closed}
+    give_up = drain_plan({k: c.proto.audio_seconds - c.decoded for k, c in live.items()}, rate, grace)
+    if give_up:
+        log.warning("draining: %d of %d streams cannot be decoded within the grace period; ending them now",
+                    len(give_up), len(live))
+        for k in sorted(give_up):
+            c = live[k]
+            left = c.proto.audio_seconds - c.decoded
+            c.perform(c.proto.fail("shutting_down", cannot_finish_message(left)))
+    waits = [asyncio.ensure_future(e.wait()) for e in conn_done.values()] + list(extra)
+    if not waits:
+        return
+    _, pending = await asyncio.wait(waits, timeout=max(0.0, deadline - time.monotonic()))
+    for w in pending:
+        w.cancel()
+    late = [c for c in conns.values() if not c.proto.closed]
+    if late:
+        log.warning("grace period over: ending %d streams before their end (shutting_down)", len(late))
+        for c in late:
+            c.perform(c.proto.fail("shutting_down", grace_over_message(grace)))
+    left = [e for e in conn_done.values() if not e.is_set()]
+    if left:  # the error and close frames go out before the listeners close the rest
+        waits = [asyncio.ensure_future(e.wait()) for e in left]
+        _, pending = await asyncio.wait(waits, timeout=min(close_timeout, 2.0))
+        for w in pending:
+            w.cancel()
 
 
 async def discard(ws: ServerConnection) -> None:

@@ -69,6 +69,12 @@ class Metrics:
                                              buckets=(0.05, 0.1, 0.2, 0.3, 0.4, 0.6, 0.8, 1.0, 1.5, 2.0, 3.0, 5.0),
                                              registry=r)
 
+        self.front_processes = Gauge("streamd_front_processes", "Front processes carrying the connections now "
+                                     "(server.front_processes > 1; 0: the connections are in the daemon's process)",
+                                     registry=r)
+        self.front_exits = Counter("streamd_front_process_exits", "Front processes that exited while the daemon "
+                                   "was not stopping (each one replaced; its connections were lost)", registry=r)
+
     def record_step(self, batch: int, seconds: float, audio_seconds: float) -> None:
         self.batch_size.observe(batch)
         self.step_seconds.observe(seconds)

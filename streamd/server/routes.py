@@ -113,7 +113,7 @@ class HttpRoutes:
                 return r
             return conn.respond(200, "ready\n")
         if path == "/metrics":
-            return self._respond(conn, 200, app.metrics.render(), CONTENT_TYPE)
+            return self._respond(conn, 200, await app.metrics_text(), CONTENT_TYPE)
         file = app.static.find(path)
         if file is None:
             return conn.respond(404, f"not found: {path}\n")

@@ -186,6 +186,7 @@ class EngineRunner:
                 res.acks[c.key] = res.acks.get(c.key, 0) + 1
         rec = self.rec
         held = self._wake_suppressed()
+        stepped: set[int] = set()  # streams a step of this cycle may have decoded (their progress moved)
         for _ in range(self.max_steps):
             if not rec.pending():
                 break
@@ -193,6 +194,7 @@ class EngineRunner:
             ready = rec.ready_streams() if only is None else only
             batch = min(len(ready), rec.config.max_batch)
             cost = sum(self._cost.get(sid, 1.0) for sid in ready[:batch])
+            stepped.update(ready)
             t0 = time.perf_counter()
             try:
                 evs = rec.step() if only is None else rec.step(only)
@@ -212,21 +214,24 @@ class EngineRunner:
         res.pending = rec.pending()
         res.wake_suppressed = {k: n - held.get(k, 0) for k, n in self._wake_suppressed().items()
                                if n > held.get(k, 0)}
-        self._progress(res)
+        self._progress(res, stepped)
         return res
 
     def _wake_suppressed(self) -> dict[str, int]:
         """The engine's count of held-back wake-model firings so far, per keyword (its ``wake_stats``)."""
         return {k: v["suppressed"] for k, v in getattr(self.rec, "wake_stats", {}).items()}
 
-    def _progress(self, res: CycleResult) -> None:
-        """How far each stream with audio is decoded (seconds of its audio: what it was fed less its backlog),
-        for the transports' flow control (:mod:`.flow`)."""
+    def _progress(self, res: CycleResult, stepped: set[int]) -> None:
+        """How far each stream with audio that a step of this cycle took is decoded (seconds of its audio: what
+        it was fed less its backlog), for the transports' flow control (:mod:`.flow`).  Audio alone does not
+        move it (what a stream is fed adds to its backlog as much): the other streams' figures stand."""
         rec = self.rec
-        for sid, (_, fed) in self._fed.items():
+        fed_of = self._fed
+        for sid in stepped:
+            got = fed_of.get(sid)
             key = self._key.get(sid)
-            if key is not None and rec.has_stream(sid):
-                res.decoded[key] = max(0.0, fed - rec.backlog(sid))
+            if got is not None and key is not None and rec.has_stream(sid):
+                res.decoded[key] = max(0.0, got[1] - rec.backlog(sid))
 
     def _apply(self, c: Command, res: CycleResult) -> None:
         if isinstance(c, OpenStream):

@@ -5,6 +5,7 @@ dependency of the other commands)."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 from pathlib import Path
@@ -21,13 +22,14 @@ __all__ = ["serve", "check_config"]
 
 
 def serve(config: str | None = None, flags: Mapping[str, Any] | None = None,
-          env: Mapping[str, str] | None = None) -> int:
+          env: Mapping[str, str] | None = None, null_engine: bool = False) -> int:
     """``streamd serve``: run the daemon until SIGTERM/SIGINT, then drain; 0 on a clean stop.
 
     config: the YAML file (None: ``STREAMD_CONFIG`` if set); flags: the command line's values over the
     environment and the file (:func:`~.settings.resolve_config`'s keys: host, port, model, device,
     vosk_port, mic, mic_device, wyoming_port, wake_words, hotwords, second_pass, wake_models; None: not
-    given); env: the environment (default ``os.environ``)."""
+    given); env: the environment (default ``os.environ``); null_engine: no model, the
+    :class:`~.null_engine.NullRecognizer` (benchmarks and tests of the connection side only)."""
     import signal
     import sys
 
@@ -39,7 +41,13 @@ def serve(config: str | None = None, flags: Mapping[str, Any] | None = None,
     if cfg.server.log_level != "debug":  # two lines per connection at info: a flood (and CPU) under load
         logging.getLogger("websockets").setLevel(logging.WARNING)
     model = cfg.engine.model or str(default_model_path())
-    if not Path(model).is_file():
+    loader = None
+    if null_engine:
+        from .null_engine import NullRecognizer
+
+        model, loader = None, functools.partial(NullRecognizer, cfg.engine)
+        logging.getLogger("streamd.server").warning("the null engine: no model, empty results (benchmarks only)")
+    elif not Path(model).is_file():
         what = f"model {model!r} not found" if cfg.engine.model else f"no default model at {model}"
         print(f"streamd serve: {what}; pass --model PATH or set STREAMD_MODEL (or engine.model)", file=sys.stderr)
         return 2  # as every config error
@@ -53,7 +61,8 @@ def serve(config: str | None = None, flags: Mapping[str, Any] | None = None,
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        app = App(cfg, model_path=model, mic_factory=capture, notifier=Notifier.from_env(), tokens=tokens)
+        app = App(cfg, model_path=model, mic_factory=capture, notifier=Notifier.from_env(), tokens=tokens,
+                  loader=loader)
         await app.run(stop)
 
     log = logging.getLogger("streamd.server")

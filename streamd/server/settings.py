@@ -30,7 +30,7 @@ def resolve_config(path: str | None, flags: Mapping[str, Any] | None = None,
     """YAML file (or defaults), then environment (STREAMD_HOST/PORT/MODEL/DEVICE), then flags.
 
     ``flags`` keys: host, port, model, device, vosk_port, wyoming_port, wake_words, hotwords, second_pass, wake_models,
-    mic, mic_device
+    mic, mic_device, front_processes
     (None = not given).
     Errors are ConfigError naming the key path, variable or flag.
     """
@@ -65,7 +65,7 @@ def resolve_config(path: str | None, flags: Mapping[str, Any] | None = None,
         else:
             engine = put(engine, name, value, var)
     for flag, name in (("host", "host"), ("port", "port"), ("vosk_port", "vosk_port"),
-                       ("wyoming_port", "wyoming_port")):
+                       ("wyoming_port", "wyoming_port"), ("front_processes", "front_processes")):
         if flags.get(flag) is not None:
             server = put(server, name, flags[flag], "--" + flag.replace("_", "-"))
     for flag in ("model", "device"):

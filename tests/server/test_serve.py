@@ -22,8 +22,10 @@ from streamd.cli import main
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny models on 2 shared cores
 
 
-def test_sigterm_drains_and_exits_zero(tiny_ckpt, tmp_path):
-    """`python -m streamd serve`: READY=1 and WATCHDOG=1 over $NOTIFY_SOCKET, SIGTERM -> finals, done, exit 0."""
+@pytest.mark.parametrize("fronts", [1, 2])
+def test_sigterm_drains_and_exits_zero(tiny_ckpt, tmp_path, fronts):
+    """`python -m streamd serve`: READY=1 and WATCHDOG=1 over $NOTIFY_SOCKET, SIGTERM -> finals, done, exit 0;
+    the same with the connections in two front processes (``--front-processes 2``)."""
     name = f"streamd-test-{os.getpid()}-{time.monotonic_ns()}"
     notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     notify.bind("\0" + name)
@@ -36,7 +38,8 @@ def test_sigterm_drains_and_exits_zero(tiny_ckpt, tmp_path):
     async def body():
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "streamd", "serve", "--config", str(ROOT / "configs" / "default.yaml"),
-            "--host", "127.0.0.1", cwd=str(ROOT), env=env, stderr=asyncio.subprocess.PIPE)
+            "--host", "127.0.0.1", "--front-processes", str(fronts), cwd=str(ROOT), env=env,
+            stderr=asyncio.subprocess.PIPE)
         port, log = None, []
         try:
             while port is None:

@@ -43,10 +43,17 @@ Scenarios (the issue's targets in brackets; docs/benchmarks.md "Overload" has th
 * ``rss``       three 5x rounds each with the glibc defaults and with the systemd unit's allocator
   settings (``MALLOC_ARENA_MAX``, ``MALLOC_MMAP_THRESHOLD_``): idle RSS after each round.
 
+* ``connections`` (only when named: ``--scenarios connections``) the null engine (``streamd serve
+  --null-engine``): the most real-time v1 clients one daemon carries (p95 partial lag <= 100 ms, no audio
+  lost), trials of ``--connections`` clients from ``--crowd-processes`` lean load generators
+  (:mod:`.crowd`), and the daemon's CPU per connection-frame; ``--front-processes N`` runs it with
+  ``server.front_processes: N`` [>= 2,000 streams on 2 cores; docs/benchmarks.md "Connections"].
+
 Every daemon log is searched for ``Traceback`` [none].
 
 Rooms: :mod:`.daemon` (the daemon under test), :mod:`.clients` (sessions, load, victim), :mod:`.context` (the
-run's settings and shared readers), :mod:`.scenarios`, :mod:`.faults`, :mod:`.fuzz`, :mod:`.run` (the run and
+run's settings and shared readers), :mod:`.scenarios`, :mod:`.faults`, :mod:`.fuzz`, :mod:`.crowd` and
+:mod:`.connections` (the connections scenario), :mod:`.run` (the run and
 its table; the parser is :mod:`streamd.cli.bench.stress`).
 """
 

@@ -41,6 +41,9 @@ class Ctx:
     audio_files: list[str] | None = None  # --audio (the victim process reads the same)
     shared_victim: bool = False  # the victim in this process's event loop, beside the load (before 2026-12-03 16:00)
     rounds: list = field(default_factory=lambda: list(ROUNDS))  # the overload scenario's (name, k x capacity)
+    connections: tuple[int, ...] = ()  # the connections scenario's trials (empty: its defaults)
+    front_processes: int | None = None  # server.front_processes of the connections scenario's daemon
+    crowd_processes: int = 2  # the connections scenario's load generator processes
 
     def daemon(self, name: str, config: dict | None, **kw: Any) -> Daemon:
         if config is not None:  # None: no config file at all (out of the box), nothing to override

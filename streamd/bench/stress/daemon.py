@@ -33,16 +33,19 @@ class Daemon:
     """``python -m streamd serve`` in a subprocess with a YAML config (None: no config file at all)."""
 
     def __init__(self, name: str, out_dir: Path, config: dict | None, model: str | None, env: dict | None = None,
-                 wyoming: bool = False, nice: int = 0, new_session: bool = False, no_nice_rights: bool = False):
+                 wyoming: bool = False, nice: int = 0, new_session: bool = False, no_nice_rights: bool = False,
+                 args: tuple[str, ...] = ()):
+        """args: more ``streamd serve`` flags (``--null-engine``, ``--front-processes N``)."""
         self.name = name
         self.port = free_port()
         self.wyoming_port = free_port() if wyoming else None
         self.log_path = out_dir / f"{name}.log"
-        args = [sys.executable, "-m", "streamd", "serve", "--port", str(self.port)]
+        extra, args = list(args), [sys.executable, "-m", "streamd", "serve", "--port", str(self.port)]
         if nice:  # as systemd's Nice= in the unit would start it (the engine process adds server.engine_nice)
             args = ["nice", "-n", str(nice)] + args
         if no_nice_rights:  # as a user without CAP_SYS_NICE (and RLIMIT_NICE 0) runs it: server.nice is refused
             args = ["setpriv", "--bounding-set=-sys_nice", "--inh-caps=-sys_nice"] + args
+        args += extra
         if model:
             args += ["--model", model]
         if self.wyoming_port:
@@ -124,6 +127,27 @@ class Daemon:
         except OSError:
             return None
         return sum(self.rss_mb(int(k)) or 0.0 for k in kids)
+
+    def pids(self) -> list[int]:
+        """The daemon's process and its children (engine and front processes, multiprocessing's helpers)."""
+        try:
+            kids = [int(k) for t in Path(f"/proc/{self.proc.pid}/task").iterdir()
+                    for k in (t / "children").read_text().split()]
+        except OSError:
+            kids = []
+        return [self.proc.pid] + kids
+
+    def cpu_seconds(self, children: bool = True) -> float:
+        """CPU time (user + system) the daemon's processes have used so far (:meth:`pids`; a child that has
+        exited is not counted; ``children`` False: the daemon's own process only)."""
+        tick, total = os.sysconf("SC_CLK_TCK"), 0.0
+        for pid in self.pids() if children else [self.proc.pid]:
+            try:
+                fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            total += (int(fields[11]) + int(fields[12])) / tick  # utime, stime (fields 14 and 15 of stat)
+        return total
 
     def fds(self) -> int | None:
         try:

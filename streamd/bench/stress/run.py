@@ -13,6 +13,8 @@ from typing import Any, Callable
 
 from ..server import AudioLoop
 from .clients import victim_main
+from .connections import scenario_connections
+from .crowd import crowd_main
 from .context import Ctx
 from .faults import scenario_faults
 from .fuzz import scenario_fuzz
@@ -23,8 +25,9 @@ from .scenarios import (scenario_adversary, scenario_baseline, scenario_capacity
 SCENARIOS: dict[str, Callable[[Ctx], Any]] = {
     "baseline": scenario_baseline, "capacity": scenario_capacity, "default": scenario_default,
     "overload": scenario_overload, "adversary": scenario_adversary, "faults": scenario_faults,
-    "fuzz": scenario_fuzz, "soak": scenario_soak, "rss": scenario_rss,
+    "fuzz": scenario_fuzz, "soak": scenario_soak, "rss": scenario_rss, "connections": scenario_connections,
 }
+DEFAULT_SCENARIOS = tuple(n for n in SCENARIOS if n != "connections")  # the null engine's: only when named
 
 
 def table(ctx: Ctx) -> str:
@@ -59,6 +62,14 @@ def table(ctx: Ctx) -> str:
     if "rss" in r:
         for k, x in r["rss"].items():
             rows.append(("rss", k, f"idle {x['idle_mb']:.0f}, rounds {[round(v) for v in x['after_rounds_mb']]} MiB"))
+    if isinstance(r.get("connections"), dict) and "trials" in r["connections"]:
+        x = r["connections"]
+        for n, t in x["trials"].items():
+            rows.append((f"connections f{x['front_processes']}", f"{n} real-time clients: ready / p95 / lost / "
+                         "daemon CPU per frame", f"{t['ready']} / {t['p95_ms']} ms / {t['audio_lost_s']} s / "
+                         f"{t['daemon_cpu_us_per_frame']} us"))
+        rows.append((f"connections f{x['front_processes']}", "real-time streams (null engine)",
+                     str(x["real_time_streams"])))
     rows.append(("logs", "tracebacks", json.dumps(ctx.tracebacks)))
     w = [max(len(str(row[i])) for row in rows) for i in range(3)]
     return "\n".join("  ".join(str(c).ljust(w[i]) for i, c in enumerate(row)) for row in rows)
@@ -90,6 +101,12 @@ class StressOptions:
     own_sessions: bool = False
     shared_victim: bool = False
     victim: str | None = None  # be the victim process of another run against this URL
+    connections: tuple[int, ...] = ()  # the connections scenario's trials (clients)
+    front_processes: int | None = None  # the connections scenario's server.front_processes
+    crowd_processes: int = 2  # the connections scenario's load generator processes
+    crowd: str | None = None  # be one load generator process of the connections scenario against this URL
+    crowd_clients: int = 0
+    crowd_seed: int = 0
 
 
 def _meta(o: StressOptions) -> dict[str, Any]:
@@ -100,7 +117,8 @@ def _meta(o: StressOptions) -> dict[str, Any]:
             "no_nice_rights": o.no_nice_rights,
             "busy_cores": o.busy_cores, "busy_nice": o.busy_nice, "own_sessions": o.own_sessions,
             "encoder": "eager" if o.eager_encoder else "traced", "max_load": o.max_load,
-            "victim": "shared event loop" if o.shared_victim else "own process"}
+            "victim": "shared event loop" if o.shared_victim else "own process",
+            "front_processes": o.front_processes, "crowd_processes": o.crowd_processes}
 
 
 async def _run_scenarios(ctx: Ctx, names: list[str]) -> None:
@@ -125,17 +143,21 @@ async def run_stress(o: StressOptions) -> int:
     if o.victim:
         await victim_main(o.victim, o.seconds, audio)
         return 0
+    if o.crowd:
+        await crowd_main(o.crowd, o.crowd_clients, o.seconds, audio, o.crowd_seed)
+        return 0
     ctx = Ctx(out_dir, o.model, audio, o.seconds, capacity=o.capacity, light_lane=o.light_lane,
               audio_files=list(o.audio) or None, shared_victim=o.shared_victim, engine_thread=o.engine_thread,
               engine_nice=o.engine_nice, engine_policy=o.engine_policy, daemon_nice=o.daemon_nice,
               own_sessions=o.own_sessions, eager_encoder=o.eager_encoder, max_load=o.max_load,
-              no_nice_rights=o.no_nice_rights)
+              no_nice_rights=o.no_nice_rights, connections=o.connections, front_processes=o.front_processes,
+              crowd_processes=o.crowd_processes)
     if o.rounds:
         ks = [float(k.rstrip("x")) for k in o.rounds.split(",")]
         ctx.rounds = [(f"{k:g}x_{i + 1}", k) for i, k in enumerate(ks)]
     if o.victim_p95_ms:
         ctx.victim_p95_ms = o.victim_p95_ms
-    names = [n.strip() for n in o.scenarios if n.strip()] or list(SCENARIOS)
+    names = [n.strip() for n in o.scenarios if n.strip()] or list(DEFAULT_SCENARIOS)
     unknown = [n for n in names if n not in SCENARIOS]
     if unknown:
         print(f"streamd bench stress: unknown scenario {unknown[0]!r} (known: {', '.join(SCENARIOS)})",

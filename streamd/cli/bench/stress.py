@@ -12,9 +12,10 @@ __all__ = ["add_parser"]
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("stress", help="the daemon's stress suite: capacity, overload, adversary, faults, fuzz, soak, "
-                                      "RSS (loopback daemons in subprocesses; ~15 min on 2 cores)")
+                                      "RSS (loopback daemons in subprocesses; ~15 min on 2 cores); connections "
+                                      "(the null engine) when named")
     p.add_argument("--model", help="checkpoint (default: the shipped model)")
-    p.add_argument("--scenarios", default="", help="comma-separated, in order (default: every scenario)")
+    p.add_argument("--scenarios", default="", help="comma-separated, in order (default: every scenario but connections)")
     p.add_argument("--seconds", type=float, default=12.0, help="audio seconds per load stream")
     p.add_argument("--capacity", type=int, help="skip the search: real-time greedy streams of this machine")
     p.add_argument("--victim-p95-ms", type=float, help="skip the baseline: the victim's unloaded p95")
@@ -48,7 +49,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--shared-victim", action="store_true",
                     help="run the victim in this process's event loop beside the load instead of a process of "
                          "its own")
+    p.add_argument("--connections", help="the connections scenario's trials: clients, ascending, comma-separated "
+                                          "(default 250,500,1000,2000,3000)")
+    p.add_argument("--front-processes", type=int, help="server.front_processes of the connections scenario's daemon")
+    p.add_argument("--crowd-processes", type=int, default=2,
+                   help="the connections scenario's load generator processes (default 2)")
     p.add_argument("--victim", metavar="URL", help=argparse.SUPPRESS)  # internal: be the victim process
+    p.add_argument("--crowd", metavar="URL", help=argparse.SUPPRESS)  # internal: be one load generator process
+    p.add_argument("--crowd-clients", type=int, default=0, help=argparse.SUPPRESS)
+    p.add_argument("--crowd-seed", type=int, default=0, help=argparse.SUPPRESS)
     p.set_defaults(run=_run)
 
 
@@ -63,5 +72,8 @@ def _run(args: argparse.Namespace) -> int:
                       eager_encoder=args.eager_encoder, engine_policy=args.engine_policy,
                       busy_cores=args.busy_cores, busy_nice=args.busy_nice, daemon_nice=args.daemon_nice,
                       no_nice_rights=args.no_nice_rights, own_sessions=args.own_sessions,
-                      shared_victim=args.shared_victim, victim=args.victim)
+                      shared_victim=args.shared_victim, victim=args.victim,
+                      connections=tuple(int(x) for x in (args.connections or "").split(",") if x.strip()),
+                      front_processes=args.front_processes, crowd_processes=args.crowd_processes,
+                      crowd=args.crowd, crowd_clients=args.crowd_clients, crowd_seed=args.crowd_seed)
     return asyncio.run(run_stress(o))
