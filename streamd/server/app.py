@@ -74,7 +74,7 @@ from .app_engines import EngineLanes
 from .app_shutdown import Shutdown
 from .auth import check_wyoming_auth, load_tokens
 from .commands import CloseStream, Command, OpenStream
-from .conn import Conn, MicStream, run_mic
+from .conn import Conn, ConnTable, MicStream, run_mic
 from .drain import ThroughputWindow
 from .exhaustion import ACCEPT_ERROR_LOG_SECONDS, RESOURCE_ERRNOS, ResourceErrors
 from .guard import HostRule, RateLimitedLog
@@ -100,7 +100,7 @@ __all__ = ["App", "CycleResult", "EngineRunner", "Conn", "MicStream", "resolve_c
 
 log = logging.getLogger("streamd.server")
 
-class App(EngineLanes, Shutdown):
+class App(EngineLanes, Shutdown, ConnTable):
     """One ``streamd serve`` instance: listeners, engine, connections, lifecycle.
 
     ``recognizer``: an already built Recognizer; otherwise ``loader()`` (or
@@ -136,12 +136,7 @@ class App(EngineLanes, Shutdown):
         self.routes = HttpRoutes(self)  # the HTTP side of the listeners (.routes)
         self.handlers = WsHandlers(self)  # their websocket side (.handlers)
         self.executor = ThreadPoolExecutor(1, thread_name_prefix="streamd-engine")
-        self.loading = True
-        self.draining = False
-        self.model_info: dict = {}
-        self.conns: dict[int, Conn] = {}
-        self.conn_done: dict[int, asyncio.Event] = {}
-        self.subscribers: set[Conn] = set()
+        self._init_conn_table()
         self.mics: dict[int, MicStream] = {}  # microphone streams not yet done (a retry opens a new one)
         self.mic_error: dict | None = None  # the microphone's last error while it fails (new subscribers get it)
         self.batcher: Batcher | None = None

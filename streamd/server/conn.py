@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from .admission import Admission, Refusal
     from .metrics import Metrics
 
-__all__ = ["ConnHost", "Conn", "MicStream", "run_mic", "discard", "drain_conns", "FBANK_LOOKAHEAD_S"]
+__all__ = ["ConnHost", "ConnTable", "Conn", "MicStream", "run_mic", "discard", "drain_conns", "FBANK_LOOKAHEAD_S"]
 
 log = logging.getLogger("streamd.server")
 
@@ -68,6 +68,20 @@ class ConnHost(Protocol):
     def broadcast(self, message: dict, droppable: bool = False) -> None: ...
 
     def streams_changed(self) -> None: ...
+
+
+class ConnTable:
+    """The connection state of a serving process (the daemon's :class:`~.app.App`, a front process), read and
+    written by its handlers: whether it is loading or draining, the model's info, its connections, their
+    done events and the ``/v1/events`` subscribers; :meth:`_init_conn_table` sets it up empty."""
+
+    def _init_conn_table(self) -> None:
+        self.loading = True
+        self.draining = False
+        self.model_info: dict = {}
+        self.conns: dict[int, Conn] = {}
+        self.conn_done: dict[int, asyncio.Event] = {}
+        self.subscribers: set[Conn] = set()
 
 
 class Conn:

@@ -38,7 +38,7 @@ from websockets.asyncio.server import Server, serve
 from ..config import AppConfig, from_dict
 from .admission import Refusal
 from .commands import CloseStream, Command, FeedPcm, FinishStream, OpenStream, ResetStream
-from .conn import Conn, drain_conns
+from .conn import Conn, ConnTable, drain_conns
 from .exhaustion import ACCEPT_ERROR_LOG_SECONDS, ResourceErrors
 from .front_link import Link
 from .guard import HostRule
@@ -79,7 +79,7 @@ class FrontAdmission:
         self.host.link.put(("lag", key, lag))
 
 
-class FrontHost:
+class FrontHost(ConnTable):
     """What the connections, the handlers and the HTTP routes of one front need of the daemon (the App's part
     that lives in every front: :class:`~.conn.ConnHost`, and what :class:`~.handlers.WsHandlers` and
     :class:`~.routes.HttpRoutes` read)."""
@@ -96,12 +96,7 @@ class FrontHost:
         self.handlers = WsHandlers(self)  # type: ignore[arg-type]
         self.hosts = HostRule.for_server(config.server.host, config.server.allowed_hosts)
         self.resource_errors = ResourceErrors(self.metrics, ACCEPT_ERROR_LOG_SECONDS)
-        self.loading = True
-        self.draining = False
-        self.model_info: dict = {}
-        self.conns: dict[int, Conn] = {}
-        self.conn_done: dict[int, asyncio.Event] = {}
-        self.subscribers: set[Conn] = set()
+        self._init_conn_table()
         self.mics: dict = {}  # the microphone is the engine process's
         self.mic_error: dict | None = None
         self.wyoming = None
