@@ -38,7 +38,7 @@ from websockets.asyncio.server import Server, serve
 from ..config import AppConfig, from_dict
 from .admission import Refusal
 from .commands import CloseStream, Command, FeedPcm, FinishStream, OpenStream, ResetStream
-from .conn import Conn, ConnTable, drain_conns
+from .conn import ConnTable, drain_conns
 from .exhaustion import ACCEPT_ERROR_LOG_SECONDS, ResourceErrors
 from .front_link import Link
 from .guard import HostRule
