@@ -242,10 +242,8 @@ class FbankStream:
             self._append(np.zeros(pad, dtype=np.float32))
 
     def frames_ready(self) -> int:
-        """Frames fully covered by the samples so far and not yet taken (:func:`num_frames`, inlined: the
-        engine asks every stream once per step)."""
-        extra = self._buf_start + self._hi - self._lo - self.frame_length
-        return (-1 if extra < 0 else extra // self.frame_shift) + 1 - self.frames_taken
+        """Frames fully covered by the samples so far and not yet taken."""
+        return num_frames(self._available, self.frame_length, self.frame_shift) - self.frames_taken
 
     def take(self, n: int) -> np.ndarray:
         """Hand out the next ``n`` frames' samples and advance.

@@ -131,8 +131,9 @@ class Recognizer(WakeModels, Batching, Results, Finals):
         self.chunk_fbank = 4 * self.chunk_frames
         self.samples_per_frame = 4 * mcfg.fbank.frame_shift  # 16 kHz samples per encoder frame
         self.fbank = Fbank(mcfg.fbank).to(self.device)
-        self._wav = np.empty((0, mcfg.fbank.frame_length + (self.chunk_fbank - 1) * mcfg.fbank.frame_shift),
-                             dtype=np.float32)  # the step's sample windows (B, S), see _take_windows
+        # 16 kHz samples of one chunk's fbank frames (its window: the last frame's overlap included)
+        self.window_samples = mcfg.fbank.frame_length + (self.chunk_fbank - 1) * mcfg.fbank.frame_shift
+        self._wav = np.empty((0, self.window_samples), dtype=np.float32)  # the step's windows, see _take_windows
         # on CUDA the recorded graph would meet TorchScript's GPU fusers, unmeasured (no GPU lent): eager there
         self.encoder = (TracedChunkEncoder(self.model.encoder, eager_calls=self.EAGER_STEPS)
                         if self.config.trace_encoder and self.device.type == "cpu" else self.model.encoder)
@@ -498,9 +499,9 @@ class Recognizer(WakeModels, Batching, Results, Finals):
     def _take_windows(self, ids: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
         """Each stream's next chunk of samples as one batch: ``(B, S)`` float32 windows (zero after a short
         one) and ``(B,)`` int64 fbank frames taken; the streams' cursors advance."""
-        c4, fcfg = self.chunk_fbank, self.model.cfg.fbank
+        c4 = self.chunk_fbank
         if self._wav.shape[0] < len(ids):  # kept between steps: a fresh array's pages cost more than the copy
-            self._wav = np.empty((max(len(ids), 2 * self._wav.shape[0]), self._wav.shape[1]), dtype=np.float32)
+            self._wav = np.empty((max(len(ids), 2 * self._wav.shape[0]), self.window_samples), dtype=np.float32)
         wav = self._wav[:len(ids)]
         streams = self._streams
         takes = np.fromiter((streams[sid].fbank.take_into(c4, row) for sid, row in zip(ids, wav)), np.int64,

@@ -14,21 +14,19 @@ from .state import _Batch, _Stream
 class Batching:
     """Part of :class:`~streamd.engine.Recognizer`: the kept batch."""
 
-
     def _decodable(self, st: _Stream) -> bool:
         """A full chunk is ready, or the (padded) tail of a finished stream."""
         n = st.fbank.frames_ready()
         return n >= self.chunk_fbank or (st.finished and n > 0)
 
     def _ready(self, st: _Stream) -> bool:
-        return st.finished or st.reset_at is not None or self._decodable(st)
+        """Finished, a segment to close, or a full chunk (:meth:`_decodable` for a stream not finished)."""
+        return st.finished or st.reset_at is not None or st.fbank.frames_ready() >= self.chunk_fbank
 
     def ready_streams(self) -> list[int]:
-        """Streams that the next step would process (in order): :meth:`_ready`, inlined (every stream, every
-        step)."""
-        c = self.chunk_fbank
-        return [sid for sid, st in self._streams.items()
-                if st.finished or st.reset_at is not None or st.fbank.frames_ready() >= c]
+        """Streams that the next step would process (in order)."""
+        ready = self._ready
+        return [sid for sid, st in self._streams.items() if ready(st)]
 
     def pending(self) -> bool:
         """True while some stream has work for :meth:`step`."""

@@ -41,7 +41,7 @@ class Finals:
         fc = self.model.cfg.fbank
         sig = np.concatenate([np.zeros(fc.frame_length - fc.frame_shift, np.float32), self.tail_padding])
         total = num_frames(sig.size, fc.frame_length, fc.frame_shift)
-        width = fc.frame_length + (self.chunk_fbank - 1) * fc.frame_shift
+        width = self.window_samples
         enc_cache = batch.enc.select(rows)
         states = {}
         for method, (mrows, state) in batch.groups.items():
