@@ -57,10 +57,10 @@ import asyncio
 import dataclasses
 import itertools
 import logging
-from collections import ChainMap
 import os
 import socket
 import time
+from collections import ChainMap
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
@@ -83,7 +83,7 @@ from .metrics import Metrics
 from .notify import Notifier, watchdog_interval
 from .protocol import public_model_info
 from .runner import Batcher, CycleResult, EngineRunner, RouteTarget, release_memory
-from .settings import check_app_config, make_ssl_context, resolve_config
+from .settings import check_app_config, make_ssl_context, resolve_config, websocket_options
 from .handlers import WsHandlers
 from .routes import EVENTS_PATH, V1_PATH, VOSK_PATH, HttpRoutes
 from .static import StaticFiles, default_web_root
@@ -397,14 +397,11 @@ class App(EngineLanes, Shutdown, ConnTable):
     async def _listen(self, ssl_ctx: Any) -> None:
         """The main port (v1, Vosk and events websockets, the HTTP routes) and ``server.vosk_port``: served here,
         or with ``server.front_processes`` > 1 by the front processes (:meth:`_listen_fronts`)."""
-        s, lim = self.config.server, self.config.limits
+        s = self.config.server
         if s.front_processes > 1:
             await self._listen_fronts()
             return
-        common = dict(max_size=max(2 * lim.max_message_bytes, 2 * lim.max_text_bytes),
-                      open_timeout=lim.open_timeout or None, ping_interval=s.ping_interval or None,
-                      ping_timeout=s.ping_timeout or None, close_timeout=s.close_timeout, compression=None,
-                      ssl=ssl_ctx)
+        common = websocket_options(self.config, ssl_ctx)
         main = await serve(self.handlers.connection, s.host, s.port, process_request=self.routes.main, **common)
         self.servers.append(main)
         self.port = main.sockets[0].getsockname()[1]

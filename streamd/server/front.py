@@ -45,7 +45,7 @@ from .guard import HostRule
 from .handlers import WsHandlers
 from .metrics import Metrics
 from .routes import HttpRoutes
-from .settings import make_ssl_context
+from .settings import make_ssl_context, websocket_options
 from .static import StaticFiles, default_web_root
 
 __all__ = ["FrontHost", "front_main", "KEY_SHIFT", "STATE_EVERY"]
@@ -58,16 +58,16 @@ STATE_EVERY = 0.1  # seconds between the engine process's state records (and eac
 
 class FrontAdmission:
     """A front's view of the daemon's admission: the engine process decides (at a stream's open); before a
-    start message the last shared state answers (:meth:`check`, :meth:`overloaded`); what the transport
-    measures goes to the engine process."""
+    start message the last shared state answers (:meth:`check`, :meth:`overloaded`: the capacity rule for
+    one more greedy stream; the quotas are checked at the open); what the transport measures goes to the
+    engine process."""
 
     def __init__(self, host: "FrontHost"):
         self.host = host
-        self.refusal: Refusal | None = None  # the capacity rule for a greedy stream, as last shared
-        self.over: Refusal | None = None  # /readyz's overloaded, as last shared
+        self.over: Refusal | None = None  # the capacity rule for one more greedy stream, as last shared
 
     def check(self, now: float, cost: float, client: str | None = None, token: str | None = None) -> Refusal | None:
-        return self.refusal
+        return self.over
 
     def overloaded(self, now: float) -> Refusal | None:
         return self.over
@@ -183,12 +183,12 @@ class FrontHost(ConnTable):
         if conn is not None and conn.proto is not None:
             conn.perform(conn.proto.fail(code, message, {"retry_after": retry_after}))
 
-    def _state(self, loading: bool, draining: bool, streams: int, mine: int, refusal: Refusal | None,
-               over: Refusal | None, model_info: dict, mic_error: dict | None) -> None:
+    def _state(self, loading: bool, draining: bool, streams: int, mine: int, over: Refusal | None,
+               model_info: dict, mic_error: dict | None) -> None:
         self.loading, self.model_info, self.mic_error = loading, model_info, mic_error
         self.draining = self.draining or draining
         self.others = max(0, streams - mine)
-        self.admission.refusal, self.admission.over = refusal, over
+        self.admission.over = over
 
     def handle(self, batch: list[tuple]) -> None:
         """One batch of the engine process's records, in order."""
@@ -228,12 +228,7 @@ class FrontHost(ConnTable):
 
     async def listen(self, socks: list[tuple[str, Any]]) -> None:
         """Serve the listening sockets handed over ((``main`` or ``vosk``, socket) pairs: which routes)."""
-        s, lim = self.config.server, self.config.limits
-        ssl_ctx = make_ssl_context(self.config.tls)
-        common = dict(max_size=max(2 * lim.max_message_bytes, 2 * lim.max_text_bytes),
-                      open_timeout=lim.open_timeout or None, ping_interval=s.ping_interval or None,
-                      ping_timeout=s.ping_timeout or None, close_timeout=s.close_timeout, compression=None,
-                      ssl=ssl_ctx)
+        common = websocket_options(self.config, make_ssl_context(self.config.tls))
         for name, sock in socks:
             route = self.routes.main if name == "main" else self.routes.vosk
             self.servers.append(await serve(self.handlers.connection, sock=sock, process_request=route, **common))

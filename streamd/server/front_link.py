@@ -23,9 +23,10 @@ FRONT_RECORDS = ("up", "open", "audio", "reset", "finish", "close", "lag", "loop
                  "families", "drained")
 # what the engine process sends: a stream opened (key, error or None, lane) or refused (key, code, message,
 # retry_after); an engine event (key, event); Vosk acknowledgements (key, n); progress (key, decoded seconds);
-# the shared state (loading, draining, streams elsewhere, the greedy refusal, overloaded, model info, mic
-# error); a message for /v1/events subscribers (message, droppable); a request for metric families (request
-# id); the /metrics text (request id, bytes); drain (grace seconds, decoding throughput)
+# the shared state (loading, draining, the daemon's streams, the front's own, the capacity rule for one more
+# greedy stream, model info, mic error); a message for /v1/events subscribers (message, droppable); a request
+# for metric families (request id); the /metrics text (request id, bytes); drain (grace seconds, decoding
+# throughput)
 ENGINE_RECORDS = ("opened", "refused", "event", "applied", "progress", "state", "broadcast", "collect",
                   "metrics_text", "drain")
 

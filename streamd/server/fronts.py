@@ -299,7 +299,7 @@ class Fronts:
     def _state_to(self, fp: FrontProcess) -> None:
         app = self.app
         over = app.admission.overloaded(time.monotonic())
-        fp.link.put(("state", app.loading, app.draining, app.stream_count(), fp.conns, over, over, app.model_info,
+        fp.link.put(("state", app.loading, app.draining, app.stream_count(), fp.conns, over, app.model_info,
                      app.mic_error))
 
     def share_state(self) -> None:
