@@ -1,5 +1,6 @@
 """streamd calibrate end to end on a tiny model and a generated set; streamd eval's calibration figures."""
 
+import hashlib
 import json
 
 import numpy as np
@@ -163,3 +164,38 @@ def test_calibrate_help_lists_the_options(capsys):
     assert e.value.code == 0
     out = capsys.readouterr().out
     assert "usage: streamd calibrate" in out and "--kind" in out and "--plot" in out
+
+
+def test_a_second_pass_calibration_is_stored_with_a_segment_choice_fitted_on_its_files():
+    import dataclasses
+
+    from streamd.evaluation.sets import EvalEntry
+    from streamd.events import Final, Word
+    from streamd.train.calibrate import _with_choice
+
+    cal = SecondPassCalibration((1.0, 0, 0, 0, 0, 0), 0.0, "min", 10)  # conf = the model's probability
+    rng = np.random.default_rng(3)
+    entries, first, both = [], [], []
+    for i in range(120):  # the second pass is right where it is surer than the first, and wrong elsewhere
+        c1, c2 = float(rng.uniform(0.05, 0.95)), float(rng.uniform(0.05, 0.95))
+        f1 = Final(i, 0, "hallo wold", (Word("hallo", 0.1, 0.4, c1), Word("wold", 0.5, 0.8, c1)), 0.0, 1.0,
+                   second_pass="pending")
+        said = "hello world" if c2 > c1 else "hallo wold"
+        f2 = dataclasses.replace(f1, text="hello world", pass_no=2, second_pass="done",
+                                 words=(Word("hello", 0.1, 0.3, c2, c2), Word("world", 0.3, 0.5, c2, c2)))
+        entries.append(EvalEntry(f"{i}.wav", f"{i}.wav", said))
+        first.append([f1])
+        both.append([f2])
+    out, report = _with_choice(cal, [(entries, first, both)], 0.1)
+    assert out.choice is not None and out.weights == cal.weights and report["fitted_on"] == 120
+    assert out.choice.second_better([0.2], [0.8]) and not out.choice.second_better([0.8], [0.2])
+    h = report["heldout_errors"]
+    assert report["heldout_segments"] == sum(hashlib.sha256(f"{i}.wav\t{e.text}".encode()).digest()[0] & 1
+                                             for i, e in enumerate(entries))
+    assert h["learned"] <= h["confidence_margin_0.1"] < min(h["first_pass"], h["second_pass"])
+    text = format_report({"model": "second pass fake", "method": "greedy", "beam": 4, "sets": [], "out": "x.json",
+                          "plot": None, "calibration": out.to_dict(), "kind": out.describe(), "choice": report,
+                          "heldout": {"heldout_words": 0, "fit_words": 0}})
+    assert "segment choice (select: learned): second pass when first_conf" in text and "learned" in text
+    same, none = _with_choice(cal, [(entries[:1], first[:1], both[:1])], 0.1)  # one kind of example: no choice
+    assert same is cal and none is None
