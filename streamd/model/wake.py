@@ -1,9 +1,10 @@
 """Trained wake-word models on the frozen speech_embedding (:mod:`streamd.model.speech_embedding`).
 
 A wake model is a small head (openWakeWord's shape: flatten 16 embeddings x 96 -> Linear(1536, H) ->
-LayerNorm -> ReLU -> Linear(H, H) -> ReLU -> Linear(H, 1) -> sigmoid) scoring the last 16 embeddings
-(1.28 s of embeddings, 1.975 s of audio) every 80 ms.  :class:`WakeScorer` runs one embedding per stream
-and every loaded head on it, batched across streams and models.
+LayerNorm -> ReLU -> Linear(H, H) -> ReLU -> Linear(H, 1) -> sigmoid; or several such nets, the sigmoid of
+the mean of their logits) scoring the last 16 embeddings (1.28 s of embeddings, 1.975 s of audio) every
+80 ms.  :class:`WakeScorer` runs one embedding per stream and every net of every loaded head on it, batched
+across streams, models and nets.
 
 Time convention: a stream is scored as if preceded by :data:`PREFIX_SAMPLES` of digital silence, so its
 first score comes after its first 80 ms: score ``k`` of a stream (k = 0, 1, ...) sees the audio up to
@@ -11,7 +12,8 @@ first score comes after its first 80 ms: score ``k`` of a stream (k = 0, 1, ...)
 (:meth:`WakeScorer.offline_scores`) and streaming (:meth:`WakeScorer.stream`) give the same scores.
 
 File (``torch.save`` of a dict, :func:`save_wake_model` / :func:`load_wake_model`): ``format``
-(:data:`WAKE_FORMAT`), ``keyword``, ``threshold``, ``hidden``, ``window``, ``state_dict`` (the head), and
+(:data:`WAKE_FORMAT`), ``keyword``, ``threshold``, ``hidden``, ``window``, ``members`` (nets in the head;
+absent in files of one net written before it, whose keys are ``net.*``), ``state_dict`` (the head), and
 ``info``: what it was trained on, how long it took, the DET curve on held-out data.
 """
 

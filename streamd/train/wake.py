@@ -14,7 +14,9 @@ Data, all made or read here (nothing downloaded), seeded by ``seed``:
    phrases, the keyword with a word's first sound changed, the words in reverse order; **sound-alikes**
    (:func:`sound_alikes`): the keyword with a word replaced by dictionary words 1 to ~35 % of phoneme edits
    away, "hey savant" -> "hey levant", "chatterbox" -> "chapter box", from the CMU dictionary that festival
-   installs; plain sentences of :class:`streamd.train.text.TextGenerator`), the parts of each positive
+   installs; plain sentences of :class:`streamd.train.text.TextGenerator`; ``wide_negatives`` farther
+   sound-alikes (:func:`wide_sound_alikes`: same syllable count, more than ~35 % and up to half of a word's
+   phonemes changed, "hey savant" -> "hey vermont")), the parts of each positive
    placement before the keyword is half said, and all the real speech and noise of the training splits
    (:data:`REAL_SPLITS`, ~4.8 h: never ``mycroft``, never a dev split; a real clip whose transcript holds the
    keyword is left out).  The real files' embeddings are kept on disk (:func:`real_cache_file`).
@@ -24,11 +26,12 @@ Data, all made or read here (nothing downloaded), seeded by ``seed``:
 4. The head (:class:`streamd.model.wake.WakeHead`) is trained with weighted binary cross-entropy, AdamW, 8
    epochs, each on every positive and synthetic negative window and a quarter of the real negative windows;
    then **hard-negative mining**: the 3000 training negative windows the first head scores highest are added
-   three times and a fresh head is trained.  25 % of the negative files (by hash of the name) and of the
-   positive TTS utterances are held out.
+   three times and a fresh head of ``members`` nets is trained (each net from its own seed, ``seed``,
+   ``seed + 1``, ...; the head's logit is the mean of theirs).  25 % of the negative files (by hash of the
+   name) and of the positive TTS utterances are held out.
 5. The threshold is the lowest logit whose detections (the detector's rule: score >= threshold, refractory
-   1 s) on the held-out **real** negatives (~1.2 h) stay at or below ``target_fa_per_h``; then the head's last
-   layer is **calibrated** (:func:`_calibrate`): its score is 0.5 at that threshold and 0.95 at the median
+   1 s) on the held-out **real** negatives (~1.2 h) stay at or below ``target_fa_per_h``; then the last layer
+   of each net is **calibrated** (:func:`_calibrate`): its score is 0.5 at that threshold and 0.95 at the median
    held-out positive, so the file's threshold is 0.5 and scores do not saturate (the order of scores is
    unchanged).  The file records the DET curve (held-out miss rate against false alarms per hour on the
    real negatives, calibrated scores), the data counts and the time taken.
