@@ -77,7 +77,7 @@ class WakeTrainConfig:
     tts_positives: int = 300        # TTS utterances of the keyword
     copies: int = 5                 # placements (augmentations) of each
     tts_negatives: int = 300        # TTS confusables and sentences
-    wide_negatives: int = 0         # TTS farther sound-alikes (wide_sound_alikes), on top of tts_negatives
+    wide_negatives: int = 150       # TTS farther sound-alikes (wide_sound_alikes), on top of tts_negatives
     real_negatives: int = 6000      # real training-split files (speech and noise; all ~5300 of them)
     hidden: int = 32
     epochs: int = 8
@@ -86,7 +86,7 @@ class WakeTrainConfig:
     real_share: float = 0.25        # share of the real negative windows drawn each epoch
     hard_negatives: int = 3000      # a second round with this many top-scoring negatives added (0: one round)
     hard_repeat: int = 3
-    members: int = 1                # nets in the head (seeds seed, seed + 1, ...), their logits averaged
+    members: int = 3                # nets in the head (seeds seed, seed + 1, ...), their logits averaged
     target_fa_per_h: float = 0.5
     cache: bool = True              # keep the real negatives' embeddings on disk (real_cache_file)
     seed: int = 0

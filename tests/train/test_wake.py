@@ -80,7 +80,7 @@ def test_train_end_to_end(tmp_path, monkeypatch):
     out = tmp_path / "m.wake.pt"
     args = ["train", "hey jarvis", "--tts-positives", "4", "--copies", "1", "--tts-negatives", "4",
             "--real-negatives", "3", "--epochs", "1", "--workers", "1", "--hard-negatives", "5"]
-    rc = wake_main(args + ["--out", str(out)])
+    rc = wake_main(args + ["--out", str(out), "--members", "1", "--wide-negatives", "0"])
     assert rc == 0
     m = load_wake_model(out)
     assert m.keyword == "hey jarvis" and m.threshold == 0.5  # calibrated: 0.5 at the chosen threshold
