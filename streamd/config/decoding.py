@@ -213,7 +213,7 @@ class DecodingConfig:
 
 
 SECOND_PASS_OFF = "none"
-SECOND_PASS_SELECT = ("confidence", "always")
+SECOND_PASS_SELECT = ("learned", "confidence", "always")
 SECOND_PASS_WORKERS = ("process", "thread")
 
 
@@ -231,10 +231,14 @@ class SecondPassConfig:
     pauses between first-pass words (at most the model's own window); ``beam``: Whisper's beam (Moonshine is
     greedy); ``cpu_threads``: the model's intra-op threads; ``calibrated``: map the model's word
     probability to P(word right) with the calibration fitted for it (``streamd calibrate --second-pass``).
-    ``select``: ``always`` (the second pass's text whenever it ran) or ``confidence``: the first pass's
-    text stays when the second pass wrote nothing, or when the mean calibrated ``conf`` of its words
-    exceeds the second pass's by more than ``select_margin`` (both passes non-empty and both calibrated;
-    ``second_pass: first_pass_preferred``).  ``worker``: where a server (and ``mic``) runs the model:
+    ``select``: ``always`` (the second pass's text whenever it ran), ``confidence`` or ``learned``: the
+    first pass's text stays when the second pass wrote nothing, or (both passes non-empty and both
+    calibrated; ``second_pass: first_pass_preferred``) with ``confidence`` when the mean calibrated
+    ``conf`` of its words exceeds the second pass's by more than ``select_margin``, with ``learned`` (the
+    default) when the segment choice stored with the second pass's calibration (fitted by ``streamd
+    calibrate --second-pass`` on segments whose errors are known: the two mean confidences, the word-count
+    ratio and the band; :mod:`streamd.second_pass.choice`) does not expect the second pass to have fewer
+    errors; with no stored choice, ``learned`` is ``confidence``.  ``worker``: where a server (and ``mic``) runs the model:
     ``process`` (a child process: the engine's steps never wait for it) or ``thread`` (a thread of the
     server's process; it holds the interpreter lock between its native calls); ``transcribe`` and ``eval``
     run it in line.  ``context_s``: a segment an endpoint split from the previous one is decoded with
@@ -255,7 +259,7 @@ class SecondPassConfig:
     beam: int = 1
     cpu_threads: int = 1
     calibrated: bool = True
-    select: str = "confidence"
+    select: str = "learned"
     select_margin: float = 0.1
     worker: str = "process"
     context_s: float = 10.0

@@ -249,25 +249,29 @@ def logistic_params(raw: Sequence[float] | np.ndarray, correct: Sequence[bool] |
 
 
 def newton_logistic(feats: np.ndarray, targets: np.ndarray, reg: np.ndarray | None = None,
-                    start: np.ndarray | None = None, iterations: int = 100) -> np.ndarray:
+                    start: np.ndarray | None = None, iterations: int = 100,
+                    sample_weight: np.ndarray | None = None) -> np.ndarray:
     """(K,) theta minimizing the mean cross entropy of ``sigmoid(feats @ theta)`` against ``targets`` (N,) in
     [0, 1], plus ``sum(reg * theta ** 2) / 2`` (``reg`` (K,), default none); ``feats`` (N, K) (a column of ones
-    for a bias).  Newton's method with step halving from ``start`` (default zeros); the objective is convex."""
+    for a bias); ``sample_weight`` (N,) >= 0 weighs each example's cross entropy (default 1 each: a weight of 2
+    counts an example twice).  Newton's method with step halving from ``start`` (default zeros); the
+    objective is convex."""
     x = np.asarray(feats, dtype=np.float64)
     t = np.asarray(targets, dtype=np.float64)
     n, k = x.shape
     reg = np.zeros(k) if reg is None else np.asarray(reg, dtype=np.float64)
+    sw = np.ones(n) if sample_weight is None else np.asarray(sample_weight, dtype=np.float64)
 
     def loss(theta: np.ndarray) -> float:
         z = x @ theta
-        return float(np.sum(np.logaddexp(0.0, z) - t * z) / n + 0.5 * np.sum(reg * theta ** 2))
+        return float(np.sum(sw * (np.logaddexp(0.0, z) - t * z)) / n + 0.5 * np.sum(reg * theta ** 2))
 
     theta = np.zeros(k) if start is None else np.asarray(start, dtype=np.float64).copy()
     cur = loss(theta)
     for _ in range(iterations):
         p = sigmoid(x @ theta)
-        grad = x.T @ (p - t) / n + reg * theta
-        hess = (x * (p * (1 - p))[:, None]).T @ x / n + np.diag(reg) + 1e-10 * np.eye(k)
+        grad = x.T @ (sw * (p - t)) / n + reg * theta
+        hess = (x * (sw * p * (1 - p))[:, None]).T @ x / n + np.diag(reg) + 1e-10 * np.eye(k)
         step = np.linalg.solve(hess, grad)
         scale = 1.0
         while scale > 1e-6 and loss(theta - scale * step) > cur:

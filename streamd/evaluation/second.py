@@ -3,19 +3,21 @@ references, and the figures a report gives for it beside the first pass's."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 
 from streamd.events import Event, Final
-from streamd.scoring.metrics import align_words, confidence_scores, normalize_words
-from streamd.second_pass.confidence import FEATURES, word_features
+from streamd.scoring.metrics import align_words, confidence_scores, normalize_words, word_errors
+from streamd.second_pass.choice import CHOICE_FEATURES, choice_features
+from streamd.second_pass.confidence import FEATURES, SecondPassCalibration, narrowband, word_features
 
 from .confidence import calibration_figures
 from .sets import EvalEntry
 from .wer import wer_figures
 
-__all__ = ["second_pass_words", "second_pass_figures"]
+__all__ = ["second_pass_words", "second_pass_figures", "ChoiceSegments", "choice_segments"]
 
 
 def second_pass_words(entries: Sequence[EvalEntry], events: Sequence[Sequence[Event]],
@@ -45,6 +47,48 @@ def second_pass_words(entries: Sequence[EvalEntry], events: Sequence[Sequence[Ev
         keys += [f"{e.rel_audio}\t{e.text}"] * len(words)
     return (np.asarray(raw, dtype=np.float64), np.asarray(conf, dtype=np.float64), np.asarray(right, dtype=bool),
             np.concatenate(feats) if feats else np.zeros((0, len(FEATURES))), keys)
+
+
+@dataclass(frozen=True)
+class ChoiceSegments:
+    """Segments on which the pass choice can be fitted or scored: one per file with exactly one segment where
+    both passes wrote words (the second pass ``done``); the file's other finals are the same in both.
+
+    feats: (S, len(CHOICE_FEATURES)) (:func:`streamd.second_pass.choice.choice_features`, both passes' words
+    calibrated); first_errors, second_errors: (S,) word errors of the file with that segment's first-pass /
+    second-pass words; margin_first: (S,) bool, ``select: confidence`` at the given margin keeps the first
+    pass; keys: the files' utterance keys."""
+
+    feats: np.ndarray
+    first_errors: np.ndarray
+    second_errors: np.ndarray
+    margin_first: np.ndarray
+    keys: list[str]
+
+
+def choice_segments(entries: Sequence[EvalEntry], first: Sequence[Sequence[Event]],
+                    second: Sequence[Sequence[Event]], cal: SecondPassCalibration, margin: float) -> ChoiceSegments:
+    """:class:`ChoiceSegments` of the files from the engine's events ``first`` and the same with every Final the
+    second pass's (``second``, uncalibrated: each word's ``conf_raw`` is mapped with ``cal``)."""
+    feats, e1, e2, keep, keys = [], [], [], [], []
+    for e, evs1, evs2 in zip(entries, first, second):
+        f1 = [f for f in evs1 if isinstance(f, Final)]
+        f2 = [f for f in evs2 if isinstance(f, Final)]
+        both = [i for i, (a, b) in enumerate(zip(f1, f2)) if b.second_pass == "done" and a.words and b.words]
+        if len(f1) != len(f2) or len(both) != 1:
+            continue
+        a, b = f1[both[0]], f2[both[0]]
+        c1 = [w.conf for w in a.words]
+        c2 = cal.apply([w.conf_raw for w in b.words], c1, b.sample_rate).tolist()
+        feats.append(choice_features(c1, c2, narrowband(b.sample_rate)))
+        text1 = " ".join(f.text for f in f1 if f.text)
+        text2 = " ".join(f.text for f in f2 if f.text)
+        e1.append(word_errors([e.text], [text1]).errors)
+        e2.append(word_errors([e.text], [text2]).errors)
+        keep.append(float(np.mean(c1)) > float(np.mean(c2)) + margin)
+        keys.append(f"{e.rel_audio}\t{e.text}")
+    return ChoiceSegments(np.array(feats).reshape(-1, len(CHOICE_FEATURES)), np.array(e1, dtype=np.int64),
+                          np.array(e2, dtype=np.int64), np.array(keep, dtype=bool), keys)
 
 
 SELECT_GRID = (-0.3, -0.2, -0.1, -0.05, 0.0, 0.05, 0.1, 0.2, 0.3)

@@ -21,7 +21,8 @@ map stored before a feature was added still loads and applies with its own.
 A stored plain :class:`~streamd.decode.calibration.Calibration` (one monotone map of the probability, what
 ``--kind isotonic`` or ``logistic`` stores) is applied alone.  Stored form (``to_dict``):
 ``{"version": 1, "by": "features", "features": [...], "weights": [...], "bias": b, "measure": "max_prob",
-"aggregation": ..., "words": N}``.  :func:`fit_second_pass_calibration` fits one (Newton's method on the
+"aggregation": ..., "words": N[, "choice": {...}]}`` (``choice``: the segment choice fitted with it,
+:class:`~.choice.SegmentChoice`).  :func:`fit_second_pass_calibration` fits one (Newton's method on the
 L2-regularized cross entropy).  Plain Python and numpy; no model, no I/O.
 """
 
@@ -35,6 +36,8 @@ import numpy as np
 
 from streamd.decode.calibration import Calibration, CalibrationError, finite_real, newton_logistic, sigmoid
 from streamd.decode.confidence import AGGREGATIONS
+
+from .choice import SegmentChoice
 
 __all__ = ["SecondPassCalibration", "FEATURES", "narrowband", "word_features", "fit_second_pass_calibration",
            "logistic_weights"]
@@ -77,7 +80,8 @@ class SecondPassCalibration:
 
     features: the names of the features it uses (distinct, of :data:`FEATURES`; a map fitted before some
     existed uses fewer); weights: (len(features),); aggregation: the model's (its word probability's);
-    words: fitted on."""
+    words: fitted on; choice: the rule that picks a segment's pass (``select: learned``, fitted with the
+    features calibration on the same sets; :mod:`.choice`), None when none was fitted."""
 
     weights: tuple[float, ...] = ()
     bias: float = 0.0
@@ -85,11 +89,15 @@ class SecondPassCalibration:
     words: int = 0
     single: Calibration | None = None
     features: tuple[str, ...] = FEATURES
+    choice: SegmentChoice | None = None
 
     def __post_init__(self) -> None:
         if self.single is not None:
             object.__setattr__(self, "aggregation", self.single.aggregation)
             object.__setattr__(self, "words", self.single.words)
+            if self.choice is not None:
+                raise CalibrationError("second-pass calibration: a segment choice is stored only with a features "
+                                       "calibration (its inputs are that calibration's probabilities)")
             return
         names = tuple(self.features)
         if not set(names) <= set(FEATURES) or len(set(names)) != len(names):
@@ -135,8 +143,11 @@ class SecondPassCalibration:
     def to_dict(self) -> dict[str, Any]:
         if self.single is not None:
             return self.single.to_dict()
-        return {"version": _VERSION, "by": "features", "features": list(self.features), "weights": list(self.weights),
-                "bias": self.bias, "measure": "max_prob", "aggregation": self.aggregation, "words": self.words}
+        out = {"version": _VERSION, "by": "features", "features": list(self.features), "weights": list(self.weights),
+               "bias": self.bias, "measure": "max_prob", "aggregation": self.aggregation, "words": self.words}
+        if self.choice is not None:
+            out["choice"] = self.choice.to_dict()
+        return out
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "SecondPassCalibration":
@@ -150,7 +161,7 @@ class SecondPassCalibration:
             raise CalibrationError(f"second-pass calibration: by {d.get('by')!r} version {d.get('version')!r}; "
                                    f"this streamd reads by 'features' version {_VERSION}")
         known = {"version", "by", "features", "weights", "bias", "measure", "aggregation", "words"}
-        unknown = sorted(set(d) - known)
+        unknown = sorted(set(d) - known - {"choice"})
         if unknown:
             raise CalibrationError(f"second-pass calibration.{unknown[0]}: unknown field")
         missing = sorted(known - set(d))
@@ -160,7 +171,9 @@ class SecondPassCalibration:
                 or not all(isinstance(n, str) for n in d["features"])):
             raise CalibrationError(f"second-pass calibration: features {d['features']!r} of {d['measure']!r}; this "
                                    f"streamd computes {list(FEATURES)} of 'max_prob'")
-        return cls(tuple(d["weights"]), d["bias"], d["aggregation"], d["words"], features=tuple(d["features"]))
+        choice = SegmentChoice.from_dict(d["choice"]) if d.get("choice") is not None else None
+        return cls(tuple(d["weights"]), d["bias"], d["aggregation"], d["words"], features=tuple(d["features"]),
+                   choice=choice)
 
 
 def _columns(names: Sequence[str]) -> list[int]:

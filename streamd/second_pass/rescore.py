@@ -14,7 +14,8 @@
 * ``pass_no`` 1 with ``second_pass`` ``failed`` when the model raised (logged), so a final is never lost;
   ``skipped_no_speech`` when the first pass heard no words (a segment of silence or noise at a reset or
   the end of the stream: a real-speech model may write words into it; not decoded);
-  ``first_pass_preferred`` when ``select: confidence`` keeps the first pass (:meth:`SecondPass.choose`).
+  ``first_pass_preferred`` when ``select`` (``learned`` or ``confidence``) keeps the first pass
+  (:meth:`SecondPass.choose`).
 
 A segment longer than ``window_s`` (or the model's own window) is decoded in pieces cut at pauses between
 the first pass's words (:func:`.align.cut_points`), and the pieces' words are joined.  A segment that an
@@ -43,7 +44,7 @@ from streamd.events import Event, Final, Word
 from streamd.text.normalize import readings
 
 from .align import anchor_times, cut_points, offset_times
-from .confidence import SecondPassCalibration
+from .confidence import SecondPassCalibration, narrowband
 from .models import Context, Recognized, RecognizedWord, WordRecognizer
 
 __all__ = ["SecondPass", "fallback", "spoken_words"]
@@ -152,19 +153,26 @@ class SecondPass:
         while len(self._context) > CONTEXT_STREAMS:
             self._context.popitem(last=False)
 
-    def prefers_first(self, first: Sequence[Word], second: Sequence[Word], margin: float | None = None) -> bool:
-        """``select: confidence``: keep the first pass when it has words and the second pass none, or when both
-        have words, both confidences are calibrated probabilities, and the first's mean ``conf`` exceeds the
-        second's by over ``select_margin``."""
-        if self.cfg.select != "confidence" or not first:
+    def prefers_first(self, first: Sequence[Word], second: Sequence[Word], margin: float | None = None,
+                      sample_rate: int | None = None) -> bool:
+        """Keep the first pass's words (``select`` ``learned`` or ``confidence``; ``always`` never does): when it
+        has words and the second pass none; otherwise only when both have words and both confidences are
+        calibrated probabilities, and then, with ``select: learned`` and a stored segment choice
+        (:class:`~.choice.SegmentChoice`, ``margin`` None), when that rule does not expect the second pass to
+        have fewer errors; else (``select: confidence``, no stored choice, or an explicit ``margin``) when the
+        first's mean ``conf`` exceeds the second's by over ``margin`` (default ``select_margin``).
+        ``sample_rate``: the stream's declared input rate (the rule's ``narrowband``)."""
+        if self.cfg.select == "always" or not first:
             return False
         if not second:  # the second model heard nothing where the first pass heard words: no evidence against them
             return True
         if not (self.first_calibrated and self.calibration is not None):
             return False
-        m1 = sum(w.conf for w in first) / len(first)
-        m2 = sum(w.conf for w in second) / len(second)
-        return m1 > m2 + (self.cfg.select_margin if margin is None else margin)
+        c1, c2 = [w.conf for w in first], [w.conf for w in second]
+        choice = self.calibration.choice
+        if self.cfg.select == "learned" and choice is not None and margin is None:
+            return not choice.second_better(c1, c2, narrowband(sample_rate))
+        return sum(c1) / len(c1) > sum(c2) / len(c2) + (self.cfg.select_margin if margin is None else margin)
 
     def apply_events(self, events: Sequence[Event]) -> list[Event]:
         """A stream's events with every pending Final replaced by :meth:`apply`'s (``transcribe``, ``eval``)."""
@@ -231,7 +239,7 @@ class SecondPass:
     def choose(self, final: Final, two: Final, margin: float | None = None) -> Final:
         """The client's Final from the engine's ``final`` and its second pass ``two`` (``select``; ``margin``
         replaces ``select_margin``)."""
-        if two.second_pass != "done" or not self.prefers_first(final.words, two.words, margin):
+        if two.second_pass != "done" or not self.prefers_first(final.words, two.words, margin, final.sample_rate):
             return two
         return dataclasses.replace(final, pass_no=1, second_pass="first_pass_preferred", audio=None,
                                    first_pass_text=two.first_pass_text, second_pass_text=two.text)

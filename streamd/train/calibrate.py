@@ -123,7 +123,9 @@ def calibrate_second_pass(model: str, sets: Sequence[str], config: EngineConfig,
     The sets are decoded as ``streamd eval`` does (the first pass through the streaming engine with the
     checkpoint ``model``, then the second pass over each final); each second-pass word is labelled right
     or wrong by the WER's alignment; the raw value is the model's word probability, so the fitted map is
-    for measure ``max_prob`` with the model's aggregation.  Returns the report (:func:`format_report`).
+    for measure ``max_prob`` with the model's aggregation.  A features calibration is stored with the segment
+    choice of ``select: learned`` fitted on the same files (:func:`_with_choice`).  Returns the report
+    (:func:`format_report`).
     """
     import dataclasses
 
@@ -138,11 +140,13 @@ def calibrate_second_pass(model: str, sets: Sequence[str], config: EngineConfig,
                                                                           select="always"))
     second = second_pass_for(config)
     rec = Recognizer(load_checkpoint(model, "cpu"), config)
-    raws, oks, feats, keys, info = [], [], [], [], []
+    raws, oks, feats, keys, info, decoded = [], [], [], [], [], []
     for path in sets:
         entries, _ = read_eval_set(path, options.limit)
         events, _ = timed_decode(rec, load_entries(entries, None), options.batch_streams, 0.1)
-        raw, _, ok, f, k = second_pass_words(entries, [second.apply_events(e) for e in events], events)
+        both = [second.apply_events(e) for e in events]
+        decoded.append((entries, events, both))
+        raw, _, ok, f, k = second_pass_words(entries, both, events)
         raws.append(raw)
         oks.append(ok)
         feats.append(f)
@@ -158,10 +162,46 @@ def calibrate_second_pass(model: str, sets: Sequence[str], config: EngineConfig,
         figures["features"] = confidence_scores(correct[held], fit.apply_features(feat[held], raw[held]))
     cal = (fit_second_pass_calibration(feat, correct, agg) if options.kind == SECOND_PASS_FEATURES
            else SecondPassCalibration.of_map(fit_calibration(options.kind, raw, correct, cc)))
+    choice_report = None
+    if cal.single is None:  # the segment choice takes this calibration's probabilities
+        cal, choice_report = _with_choice(cal, decoded, config.second_pass.select_margin)
     dest = write_calibration(config.second_pass.model, cal, out)
     return {"model": f"second pass {config.second_pass.model}", "out": str(dest), "plot": None,
             "calibration": cal.to_dict(), "sets": info, "method": config.decoding.method,
-            "beam": config.decoding.beam_for(config.decoding.method), "kind": cal.describe(), "heldout": figures}
+            "beam": config.decoding.beam_for(config.decoding.method), "kind": cal.describe(), "heldout": figures,
+            "choice": choice_report}
+
+
+def _with_choice(cal, decoded: list, margin: float) -> tuple[Any, dict | None]:
+    """``cal`` with a segment choice (:func:`streamd.second_pass.choice.fit_segment_choice`) fitted on every set's
+    segments where the passes' errors differ, and the report's ``choice`` entry: the word errors of the held-out
+    half's segments (:func:`heldout_mask` of their files) with the first pass, the second pass, ``select:
+    confidence`` at ``margin`` and a choice fitted on the other half.  ``cal`` alone (and None) when there are
+    not segments where each pass made fewer errors."""
+    import dataclasses
+
+    from streamd.evaluation.second import choice_segments
+    from streamd.second_pass.choice import fit_segment_choice
+
+    parts = [choice_segments(entries, first, both, cal, margin) for entries, first, both in decoded]
+    feats = np.concatenate([p.feats for p in parts])
+    e1, e2 = np.concatenate([p.first_errors for p in parts]), np.concatenate([p.second_errors for p in parts])
+    keep_first = np.concatenate([p.margin_first for p in parts])
+    held = heldout_mask([k for p in parts for k in p.keys])
+    differ = e1 != e2
+    try:
+        choice = fit_segment_choice(feats[differ], e2[differ] < e1[differ], np.abs(e1 - e2)[differ])
+        half = fit_segment_choice(feats[differ & ~held], (e2 < e1)[differ & ~held], np.abs(e1 - e2)[differ & ~held])
+    except ValueError:
+        return cal, None
+    second_h = half.score(feats[held]) > 0
+    report = {"segments": int(feats.shape[0]), "fitted_on": choice.segments, "heldout_segments": int(held.sum()),
+              "heldout_errors": {"first_pass": int(e1[held].sum()), "second_pass": int(e2[held].sum()),
+                                 f"confidence_margin_{margin:g}": int(np.where(keep_first[held], e1[held],
+                                                                                 e2[held]).sum()),
+                                 "learned": int(np.where(second_h, e2[held], e1[held]).sum())},
+              "describe": choice.describe()}
+    return dataclasses.replace(cal, choice=choice), report
 
 
 def _num(x: float | None) -> str:
@@ -186,6 +226,11 @@ def format_report(report: dict) -> str:
         lines.append(f"stored: {report['kind']} -> {report['out']}")
     else:
         lines.append(f"stored: {c['kind']} fitted on all {c['words']} words, {len(c['x'])} knots -> {report['out']}")
+    ch = report.get("choice")
+    if ch:
+        errs = ", ".join(f"{k} {v}" for k, v in ch["heldout_errors"].items())
+        lines += [f"segment choice (select: learned): {ch['describe']}",
+                  f"  held-out half, {ch['heldout_segments']} segments, word errors: {errs}"]
     if report["plot"]:
         lines.append(f"reliability diagram (held-out words) -> {report['plot']}")
     return "\n".join(lines)
