@@ -195,3 +195,39 @@ def test_keyword_mode_figures_of_trained_models(tmp_path, wake_files):
     assert all(a["fa_per_hour"] >= b["fa_per_hour"] for a, b in zip(hj["sweep"], hj["sweep"][1:]))
     curves = det_curves({"mode": "keywords", "per_keyword": {}, "wake_models": rep})
     assert [c[0] for c in curves] == ["hey jarvis: trained model (2 positives)", "computer: trained model (0 positives)"]
+
+
+def test_ensemble_head_is_the_mean_of_its_nets_and_the_scorer_batches_it(tmp_path):
+    """A head of several nets: its logit is the mean of theirs; the file keeps them; the batched scorer (nets of
+    every model in one product, a mean per model) equals the slow path, the head's own forward, per model."""
+    torch.manual_seed(0)
+    nets = [WakeHead(8) for _ in range(3)]
+    ens = WakeHead.average(nets).eval()
+    x = torch.randn(20, 16, 96)
+    with torch.no_grad():
+        assert torch.allclose(ens(x), torch.stack([h(x) for h in nets]).mean(0), atol=1e-6)
+    save_wake_model(tmp_path / "e.wake.pt", "hey jarvis", 0.5, ens, {})
+    single = WakeHead(8)
+    save_wake_model(tmp_path / "s.wake.pt", "computer", 0.5, single, {})
+    other = WakeHead(16, members=2)
+    save_wake_model(tmp_path / "o.wake.pt", "alexa", 0.5, other, {})
+    models = [load_wake_model(tmp_path / f"{n}.wake.pt") for n in "eso"]
+    assert [m.head.members for m in models] == [3, 1, 2]
+    got = WakeScorer(models).head_scores(x)
+    with torch.no_grad():
+        want = torch.stack([torch.sigmoid(h(x)) for h in (ens, single, other)], 1)
+    assert torch.allclose(got, want, atol=1e-5)
+    with pytest.raises(ValueError, match="one hidden size"):
+        WakeHead.average([WakeHead(8), WakeHead(16)])
+
+
+def test_a_file_of_one_net_written_before_ensembles_still_loads(tmp_path):
+    torch.manual_seed(1)
+    head = WakeHead(8).eval()
+    old = {"net." + k[len("nets.0."):]: v for k, v in head.state_dict().items()}
+    torch.save({"format": "streamd-wake-1", "keyword": "computer", "threshold": 0.5, "hidden": 8, "window": 16,
+                "state_dict": old, "info": {}}, tmp_path / "old.wake.pt")
+    m = load_wake_model(tmp_path / "old.wake.pt")
+    x = torch.randn(5, 16, 96)
+    with torch.no_grad():
+        assert m.head.members == 1 and torch.equal(m.head(x), head(x))

@@ -4,11 +4,11 @@
 ``wake-cost``: the cost of trained wake models in the engine step, side by side in one process.
 
     OMP_NUM_THREADS=1 streamd bench wake-cost [--streams 32] [--models 10] [--seconds 8] [--rounds 5]
-                                              [--device cpu]
+                                              [--members 1] [--device cpu]
 
 Two recognizers on the shipped model (greedy, endpointing on): one without wake models, one with
-``--models`` wake models (heads of the shipped shape, hidden 32, random weights: the cost does not depend on
-the weights).  Each round feeds ``--streams`` streams the same dev recordings in 0.32 s pieces (one chunk per
+``--models`` wake models (heads of the shipped shape, hidden 32, ``--members`` nets each, random weights: the
+cost does not depend on the weights).  Each round feeds ``--streams`` streams the same dev recordings in 0.32 s pieces (one chunk per
 stream per step, every stream in every step, as a full real-time batch) and times every ``step()``, in wall
 time and in this process's CPU time (the figure to trust on a shared machine: other jobs stretch the wall
 time, not the CPU time); the rounds alternate between the two recognizers.  Printed: per round the mean step
@@ -91,7 +91,7 @@ def _round(rec: Recognizer, clips: list[np.ndarray], streams: int) -> tuple[floa
 
 
 def wake_cost(streams: int = 32, models: int = 10, seconds: float = 8.0, rounds: int = 5,
-              device: str = "cpu") -> None:
+              device: str = "cpu", members: int = 1) -> None:
     """Rounds alternating between the recognizers without and with ``models`` wake models; a JSON line per
     round, then the medians."""
     loaded = load_checkpoint(str(default_model_path()), "cpu")
@@ -100,7 +100,7 @@ def wake_cost(streams: int = 32, models: int = 10, seconds: float = 8.0, rounds:
     for i in range(models):
         torch.manual_seed(i)
         p = tmp / f"m{i}.wake.pt"
-        save_wake_model(p, f"keyword {chr(97 + i)}", 0.99, WakeHead(32), {})
+        save_wake_model(p, f"keyword {chr(97 + i)}", 0.99, WakeHead(32, members=members), {})
         paths.append(str(p))
     recs = {name: Recognizer(loaded, EngineConfig(device=device, kws=KwsConfig(wake_models=tuple(wm))))
             for name, wm in (("base", ()), ("wake", paths))}
@@ -117,7 +117,7 @@ def wake_cost(streams: int = 32, models: int = 10, seconds: float = 8.0, rounds:
         print(json.dumps(rows[-1]), flush=True)
     med = {f"median_{k}": statistics.median(r[k] for r in rows)
            for k in ("ratio", "base_ms", "wake_ms", "cpu_ratio", "base_cpu_ms", "wake_cpu_ms")}
-    print(json.dumps({"streams": streams, "models": models, "device": device, **med,
+    print(json.dumps({"streams": streams, "models": models, "members": members, "device": device, **med,
                       "load_average": [round(v, 2) for v in os.getloadavg()]}))
 
 

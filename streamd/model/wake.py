@@ -1,9 +1,10 @@
 """Trained wake-word models on the frozen speech_embedding (:mod:`streamd.model.speech_embedding`).
 
 A wake model is a small head (openWakeWord's shape: flatten 16 embeddings x 96 -> Linear(1536, H) ->
-LayerNorm -> ReLU -> Linear(H, H) -> ReLU -> Linear(H, 1) -> sigmoid) scoring the last 16 embeddings
-(1.28 s of embeddings, 1.975 s of audio) every 80 ms.  :class:`WakeScorer` runs one embedding per stream
-and every loaded head on it, batched across streams and models.
+LayerNorm -> ReLU -> Linear(H, H) -> ReLU -> Linear(H, 1) -> sigmoid; or several such nets, the sigmoid of
+the mean of their logits) scoring the last 16 embeddings (1.28 s of embeddings, 1.975 s of audio) every
+80 ms.  :class:`WakeScorer` runs one embedding per stream and every net of every loaded head on it, batched
+across streams, models and nets.
 
 Time convention: a stream is scored as if preceded by :data:`PREFIX_SAMPLES` of digital silence, so its
 first score comes after its first 80 ms: score ``k`` of a stream (k = 0, 1, ...) sees the audio up to
@@ -11,7 +12,8 @@ first score comes after its first 80 ms: score ``k`` of a stream (k = 0, 1, ...)
 (:meth:`WakeScorer.offline_scores`) and streaming (:meth:`WakeScorer.stream`) give the same scores.
 
 File (``torch.save`` of a dict, :func:`save_wake_model` / :func:`load_wake_model`): ``format``
-(:data:`WAKE_FORMAT`), ``keyword``, ``threshold``, ``hidden``, ``window``, ``state_dict`` (the head), and
+(:data:`WAKE_FORMAT`), ``keyword``, ``threshold``, ``hidden``, ``window``, ``members`` (nets in the head;
+absent in files of one net written before it, whose keys are ``net.*``), ``state_dict`` (the head), and
 ``info``: what it was trained on, how long it took, the DET curve on held-out data.
 """
 
@@ -40,16 +42,40 @@ TAIL_SAMPLES = 4 * _EMB_SAMPLES  # 0.32 s of silence fed at a stream's end (a ke
 
 
 class WakeHead(nn.Module):
-    """windows (N, 16, 96) -> logits (N,)."""
+    """windows (N, 16, 96) -> logits (N,): the mean of the logits of ``members`` nets of the same shape (an
+    ensemble of heads trained from different seeds; ``members`` = 1: one net).  ``nets[k]``: flatten ->
+    Linear(1536, H) -> LayerNorm -> ReLU -> Linear(H, H) -> ReLU -> Linear(H, 1)."""
 
-    def __init__(self, hidden: int = 32, window: int = WINDOW) -> None:
+    def __init__(self, hidden: int = 32, window: int = WINDOW, members: int = 1) -> None:
         super().__init__()
+        if members < 1:
+            raise ValueError(f"WakeHead: members must be >= 1, got {members}")
         self.window, self.hidden = window, hidden
-        self.net = nn.Sequential(nn.Flatten(), nn.Linear(window * DIM, hidden), nn.LayerNorm(hidden), nn.ReLU(),
-                                 nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, 1))
+        self.nets = nn.ModuleList(
+            nn.Sequential(nn.Flatten(), nn.Linear(window * DIM, hidden), nn.LayerNorm(hidden), nn.ReLU(),
+                          nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, 1)) for _ in range(members))
+
+    @property
+    def members(self) -> int:
+        return len(self.nets)
 
     def forward(self, windows: Tensor) -> Tensor:
-        return self.net(windows).squeeze(-1)
+        z = self.nets[0](windows).squeeze(-1)
+        for net in self.nets[1:]:
+            z = z + net(windows).squeeze(-1)
+        return z / self.members
+
+    @classmethod
+    def average(cls, heads: Sequence["WakeHead"]) -> "WakeHead":
+        """One head whose nets are those of ``heads`` (same hidden size and window): its logit is the mean of
+        theirs."""
+        heads = list(heads)
+        if not heads or len({(h.hidden, h.window) for h in heads}) != 1:
+            raise ValueError("WakeHead.average: need heads of one hidden size and window")
+        out = cls(heads[0].hidden, heads[0].window, sum(h.members for h in heads))
+        for dst, src in zip(out.nets, [n for h in heads for n in h.nets]):
+            dst.load_state_dict(src.state_dict())
+        return out
 
 
 @dataclass(frozen=True)
@@ -65,7 +91,7 @@ class WakeModel:
 
 def save_wake_model(path: str | Path, keyword: str, threshold: float, head: WakeHead, info: dict) -> None:
     torch.save({"format": WAKE_FORMAT, "keyword": keyword, "threshold": float(threshold), "hidden": head.hidden,
-                "window": head.window, "state_dict": {k: v.detach().cpu() for k, v in head.state_dict().items()},
+                "window": head.window, "members": head.members, "state_dict": {k: v.detach().cpu() for k, v in head.state_dict().items()},
                 "info": info}, path)
 
 
@@ -87,8 +113,14 @@ def load_wake_model(path: str | Path) -> WakeModel:
         raise ValueError(f"{p}: threshold must be in (0, 1), got {thr!r}")
     if blob.get("window") != WINDOW:
         raise ValueError(f"{p}: window must be {WINDOW} embeddings, got {blob.get('window')!r}")
-    head = WakeHead(int(blob["hidden"]), WINDOW)
-    head.load_state_dict(blob["state_dict"])
+    members = blob.get("members", 1)
+    if not isinstance(members, int) or members < 1:
+        raise ValueError(f"{p}: members must be an integer >= 1, got {members!r}")
+    head = WakeHead(int(blob["hidden"]), WINDOW, members)
+    sd = blob["state_dict"]
+    if "members" not in blob:  # a file of one net written before ensembles (keys "net.*")
+        sd = {("nets.0." + k[4:] if k.startswith("net.") else k): v for k, v in sd.items()}
+    head.load_state_dict(sd)
     head.eval().requires_grad_(False)
     return WakeModel(" ".join(kw.split()), thr, head, dict(blob.get("info") or {}), str(p))
 
@@ -134,22 +166,27 @@ class WakeScorer:
         self._fresh = WakeStream(s, pre)
 
     def _stack(self, dev: torch.device) -> None:
-        """Stack the K heads' weights for one batched evaluation (grouped by hidden size)."""
+        """Stack the member nets of the K heads for one batched evaluation (grouped by hidden size): per group
+        the nets' weights and ``avg`` (K' nets, M models), the mean over each model's nets."""
         self._groups: list[tuple[list[int], dict[str, Tensor]]] = []
         by_h: dict[int, list[int]] = {}
         for i, m in enumerate(self.models):
             by_h.setdefault(m.head.hidden, []).append(i)
         for h, idx in by_h.items():
-            nets = [self.models[i].head.net for i in idx]
+            nets = [n for i in idx for n in self.models[i].head.nets]
+            owner = torch.tensor([j for j, i in enumerate(idx) for _ in self.models[i].head.nets])
+            avg = torch.nn.functional.one_hot(owner, len(idx)).float()
+            avg = avg / avg.sum(0, keepdim=True)                                         # (K', M)
             st = {
                 "w1": torch.cat([n[1].weight.t() for n in nets], 1).contiguous(),                # (D, K' H)
                 "b1": torch.stack([n[1].bias for n in nets]),
                 "g": torch.stack([n[2].weight for n in nets]), "beta": torch.stack([n[2].bias for n in nets]),
                 "w2": torch.stack([n[4].weight.t() for n in nets]), "b2": torch.stack([n[4].bias for n in nets]),
                 "w3": torch.stack([n[6].weight[0] for n in nets]), "b3": torch.stack([n[6].bias[0] for n in nets]),
+                "avg": avg,
             }
             self._groups.append((idx, {k: v.detach().to(dev) for k, v in st.items()}))
-        self._eps = [self.models[i].head.net[2].eps for i in range(len(self.models))][0]
+        self._eps = self.models[0].head.nets[0][2].eps
 
     @property
     def num_models(self) -> int:
@@ -165,7 +202,8 @@ class WakeScorer:
             h = torch.nn.functional.layer_norm(h, h.shape[-1:], eps=self._eps) * p["g"] + p["beta"]
             h = torch.relu(h)
             h = torch.relu(torch.einsum("nkh,khj->nkj", h, p["w2"]) + p["b2"])
-            out[:, idx] = torch.sigmoid((h * p["w3"]).sum(-1) + p["b3"])
+            z = (h * p["w3"]).sum(-1) + p["b3"]                                           # (N, K')
+            out[:, idx] = torch.sigmoid(z if p["avg"].shape[0] == p["avg"].shape[1] else z @ p["avg"])
         return out
 
     # ------------------------------------------------------------------ streaming

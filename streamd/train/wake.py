@@ -14,7 +14,9 @@ Data, all made or read here (nothing downloaded), seeded by ``seed``:
    phrases, the keyword with a word's first sound changed, the words in reverse order; **sound-alikes**
    (:func:`sound_alikes`): the keyword with a word replaced by dictionary words 1 to ~35 % of phoneme edits
    away, "hey savant" -> "hey levant", "chatterbox" -> "chapter box", from the CMU dictionary that festival
-   installs; plain sentences of :class:`streamd.train.text.TextGenerator`), the parts of each positive
+   installs; plain sentences of :class:`streamd.train.text.TextGenerator`; ``wide_negatives`` farther
+   sound-alikes (:func:`wide_sound_alikes`: same syllable count, more than ~35 % and up to half of a word's
+   phonemes changed, "hey savant" -> "hey vermont")), the parts of each positive
    placement before the keyword is half said, and all the real speech and noise of the training splits
    (:data:`REAL_SPLITS`, ~4.8 h: never ``mycroft``, never a dev split; a real clip whose transcript holds the
    keyword is left out).  The real files' embeddings are kept on disk (:func:`real_cache_file`).
@@ -24,11 +26,12 @@ Data, all made or read here (nothing downloaded), seeded by ``seed``:
 4. The head (:class:`streamd.model.wake.WakeHead`) is trained with weighted binary cross-entropy, AdamW, 8
    epochs, each on every positive and synthetic negative window and a quarter of the real negative windows;
    then **hard-negative mining**: the 3000 training negative windows the first head scores highest are added
-   three times and a fresh head is trained.  25 % of the negative files (by hash of the name) and of the
-   positive TTS utterances are held out.
+   three times and a fresh head of ``members`` nets is trained (each net from its own seed, ``seed``,
+   ``seed + 1``, ...; the head's logit is the mean of theirs).  25 % of the negative files (by hash of the
+   name) and of the positive TTS utterances are held out.
 5. The threshold is the lowest logit whose detections (the detector's rule: score >= threshold, refractory
-   1 s) on the held-out **real** negatives (~1.2 h) stay at or below ``target_fa_per_h``; then the head's last
-   layer is **calibrated** (:func:`_calibrate`): its score is 0.5 at that threshold and 0.95 at the median
+   1 s) on the held-out **real** negatives (~1.2 h) stay at or below ``target_fa_per_h``; then the last layer
+   of each net is **calibrated** (:func:`_calibrate`): its score is 0.5 at that threshold and 0.95 at the median
    held-out positive, so the file's threshold is 0.5 and scores do not saturate (the order of scores is
    unchanged).  The file records the DET curve (held-out miss rate against false alarms per hour on the
    real negatives, calibrated scores), the data counts and the time taken.
@@ -53,7 +56,8 @@ from streamd.model.speech_embedding import load_speech_embedding
 from streamd.model.wake import PREFIX_SAMPLES, WINDOW, WakeHead, save_wake_model
 from streamd.paths import shared_root
 
-__all__ = ["WakeTrainConfig", "train_wake_model", "confusable_phrases", "sound_alikes", "read_lexicon",
+__all__ = ["WakeTrainConfig", "train_wake_model", "confusable_phrases", "sound_alikes", "wide_sound_alikes",
+           "read_lexicon",
            "real_negative_files", "real_cache_file"]
 
 RATE = 16000
@@ -73,6 +77,7 @@ class WakeTrainConfig:
     tts_positives: int = 300        # TTS utterances of the keyword
     copies: int = 5                 # placements (augmentations) of each
     tts_negatives: int = 300        # TTS confusables and sentences
+    wide_negatives: int = 150       # TTS farther sound-alikes (wide_sound_alikes), on top of tts_negatives
     real_negatives: int = 6000      # real training-split files (speech and noise; all ~5300 of them)
     hidden: int = 32
     epochs: int = 8
@@ -81,6 +86,7 @@ class WakeTrainConfig:
     real_share: float = 0.25        # share of the real negative windows drawn each epoch
     hard_negatives: int = 3000      # a second round with this many top-scoring negatives added (0: one round)
     hard_repeat: int = 3
+    members: int = 3                # nets in the head (seeds seed, seed + 1, ...), their logits averaged
     target_fa_per_h: float = 0.5
     cache: bool = True              # keep the real negatives' embeddings on disk (real_cache_file)
     seed: int = 0
@@ -212,7 +218,7 @@ def sound_alikes(keyword: str, lexicon: dict[str, tuple[str, ...]], rng: np.rand
         p = _pronounce(w, lexicon)
         if not p:
             continue
-        budget = max(1, round(0.35 * len(p)))
+        budget = _near_budget(len(p))
         subs: list[tuple[float, str]] = []
         for L in range(len(p) - budget, len(p) + budget + 1):
             for v, q in by_len.get(L, ()):
@@ -242,6 +248,64 @@ def sound_alikes(keyword: str, lexicon: dict[str, tuple[str, ...]], rng: np.rand
         if len(out) >= n:
             break
     return out
+
+
+_VOWEL_PHONES = frozenset("aa ae ah ao aw ay eh er ey ih iy ow oy uh uw".split())
+
+
+def _syllables(phones: Sequence[str]) -> int:
+    return sum(p in _VOWEL_PHONES for p in phones)
+
+
+NEAR_SHARE = 0.35   # sound_alikes: at most this share of a word's phonemes edited (rounded, >= 1)
+WIDE_SHARE = 0.5    # wide_sound_alikes: beyond that, up to this share (rounded down, >= one more edit)
+WIDE_MIN_PHONES = 4  # wide_sound_alikes replaces words of at least this many phonemes ("savant", not "hey")
+
+
+def _near_budget(n: int) -> int:
+    return max(1, round(NEAR_SHARE * n))
+
+
+def wide_sound_alikes(keyword: str, lexicon: dict[str, tuple[str, ...]], rng: np.random.Generator, n: int
+                      ) -> list[str]:
+    """Up to ``n`` farther sound-alikes than :func:`sound_alikes` ("hey savant" -> "hey vermont"): the keyword
+    with one word replaced by a dictionary word (or two) of the same number of syllables whose phonemes are more
+    than the near budget (~35 %) and at most half of them (at least one edit more than the near budget) away;
+    only words of at least :data:`WIDE_MIN_PHONES` phonemes are replaced; never a word that holds the keyword's
+    word.  Drawn at random (``rng``), not nearest first, so that the
+    farther shapes are spread over the whole band; the same rule for every keyword."""
+    words = keyword.split()
+    by_len: dict[int, list[tuple[str, tuple[str, ...]]]] = {}
+    for w, p in lexicon.items():
+        by_len.setdefault(len(p), []).append((w, p))
+    cands: list[str] = []
+    for i, w in enumerate(words):
+        p = _pronounce(w, lexicon)
+        if not p or len(p) < WIDE_MIN_PHONES:
+            continue
+        lo = _near_budget(len(p))
+        hi = max(lo + 1, int(WIDE_SHARE * len(p)))
+        syl = _syllables(p)
+        subs: list[str] = []
+        for L in range(len(p) - hi, len(p) + hi + 1):
+            for v, q in by_len.get(L, ()):
+                if _syllables(q) == syl and v != w and lo < _edit(p, q) <= hi and not _contains(q, p):
+                    subs.append(v)
+        for k in range(2, len(p) - 1):  # two words for one: each half within 2 edits
+            halves = []
+            for part in (p[:k], p[k:]):
+                c = [(v, q) for L in range(len(part) - 2, len(part) + 3) for v, q in by_len.get(L, ())
+                     if len(v) > 1 and _edit(part, q) <= 2]
+                halves.append([c[j] for j in rng.permutation(len(c))[:40]])
+            for lv, lq in halves[0]:
+                for rv, rq in halves[1]:
+                    q = lq + rq
+                    if _syllables(q) == syl and lo < _edit(p, q) <= hi:
+                        subs.append(f"{lv} {rv}")
+        cands += [" ".join(words[:i] + [v] + words[i + 1:]) for v in subs]
+    key = keyword.casefold()
+    cands = sorted({c for c in cands if c.casefold() != key})
+    return [cands[j] for j in rng.permutation(len(cands))[:n]]
 
 
 # ---------------------------------------------------------------------- audio
@@ -466,11 +530,8 @@ def train_wake_model(keyword: str, out: str | Path | None = None, cfg: WakeTrain
         data = _embed(cfg, emb, pos_tts, neg_tts, real, noise, rirs)
         head = WakeHead(cfg.hidden)
         _fit(head, data.train, cfg, log)
-        if cfg.hard_negatives:
-            hard = _hard_negatives(head, data.train, cfg.hard_negatives)
-            torch.manual_seed(cfg.seed)
-            head = WakeHead(cfg.hidden)
-            _fit(head, data.train, cfg, log, hard)
+        if cfg.hard_negatives or cfg.members > 1:
+            head = _fit_members(head, data.train, cfg, log)
         thr, det, pos_max, at, tts_at, top = _threshold(head, data, cfg)
         hours = data.held_secs / 3600
         elapsed = time.monotonic() - t_start
@@ -503,19 +564,29 @@ def train_wake_model(keyword: str, out: str | Path | None = None, cfg: WakeTrain
         torch.set_num_threads(threads)
 
 
-def _synthesize(kw: str, cfg: WakeTrainConfig, rng: np.random.Generator, voices: list
-                ) -> tuple[list[np.ndarray | None], list[np.ndarray | None]]:
-    """Step 1, TTS: the keyword's positives and the confusable and plain negatives, spoken (None: a failed
-    synthesis)."""
+def _texts(kw: str, cfg: WakeTrainConfig, rng: np.random.Generator) -> tuple[list[str], list[str]]:
+    """What step 1 speaks: (positive texts, negative texts): the confusables, near sound-alikes and sentences
+    (``cfg.tts_negatives``), then ``cfg.wide_negatives`` farther sound-alikes (:func:`wide_sound_alikes`)."""
     from streamd.train.text import TextGenerator
 
     gen = TextGenerator(cfg.seed)
-    lex = _lexicon_path()
-    alike = sound_alikes(kw, read_lexicon(lex), rng, int(cfg.tts_negatives * 0.35)) if lex else []
+    lex_path = _lexicon_path()
+    lex = read_lexicon(lex_path) if lex_path else {}
+    alike = sound_alikes(kw, lex, rng, int(cfg.tts_negatives * 0.35)) if lex else []
     neg_texts = confusable_phrases(kw, rng, int(cfg.tts_negatives * 0.7) - len(alike)) + alike
     neg_texts += [gen.sentence() for _ in range(cfg.tts_negatives - len(neg_texts))]
     pos_texts = [kw if rng.random() < 0.6 else kw.replace(" ", ", ", 1) + ("!" if rng.random() < 0.3 else "")
                  for _ in range(cfg.tts_positives)]
+    if lex and cfg.wide_negatives:
+        neg_texts += wide_sound_alikes(kw, lex, rng, cfg.wide_negatives)
+    return pos_texts, neg_texts
+
+
+def _synthesize(kw: str, cfg: WakeTrainConfig, rng: np.random.Generator, voices: list
+                ) -> tuple[list[np.ndarray | None], list[np.ndarray | None]]:
+    """Step 1, TTS: the keyword's positives and the confusable and plain negatives (:func:`_texts`), spoken
+    (None: a failed synthesis)."""
+    pos_texts, neg_texts = _texts(kw, cfg, rng)
     jobs = [(t, cfg.seed, i, True) for i, t in enumerate(pos_texts)]
     jobs += [(t, cfg.seed, 100000 + i, True) for i, t in enumerate(neg_texts)]
     bar = _Bar("synthesize (TTS)", len(jobs))
@@ -719,10 +790,10 @@ def _calibrate(head: WakeHead, thr_logit: float, pos_logit_median: float) -> Non
     :data:`CAL_POSITIVE_LOGIT`; a = 1 when the median positive is not above the threshold)."""
     gap = pos_logit_median - thr_logit
     a = CAL_POSITIVE_LOGIT / gap if gap > 1e-3 else 1.0
-    last = head.net[-1]
-    with torch.no_grad():
-        last.weight.mul_(a)
-        last.bias.sub_(thr_logit).mul_(a)
+    with torch.no_grad():  # the logit is the mean of the nets' logits: each net's last layer takes the same fold
+        for net in head.nets:
+            net[-1].weight.mul_(a)
+            net[-1].bias.sub_(thr_logit).mul_(a)
 
 
 def _threshold(head: WakeHead, d: _Embedded, cfg: WakeTrainConfig) -> tuple[float, list, np.ndarray, list, list, float]:
@@ -755,13 +826,14 @@ def _imap(fn, jobs, workers: int, voices):
         yield from pool.imap(fn, jobs, chunksize=4)
 
 
-def _fit(head: WakeHead, w: _Windows, cfg: WakeTrainConfig, log, hard: torch.Tensor | None = None) -> None:
+def _fit(head: WakeHead, w: _Windows, cfg: WakeTrainConfig, log, hard: torch.Tensor | None = None,
+         seed: int | None = None) -> None:
     """Weighted binary cross-entropy (positives and negatives weigh the same in total), AdamW with weight decay,
     one cycle of ``cfg.epochs`` epochs; labels smoothed by ``cfg.label_smoothing``; each epoch sees every
     positive and synthetic negative window and a ``cfg.real_share`` draw of the real negative windows (2.4 h of
     real audio is ~100 k overlapping windows); ``hard``: negative window starts added ``cfg.hard_repeat`` times
-    (the hard negatives of a first round)."""
-    g = torch.Generator().manual_seed(cfg.seed)
+    (the hard negatives of a first round); ``seed``: of the window draws and the noise (default ``cfg.seed``)."""
+    g = torch.Generator().manual_seed(cfg.seed if seed is None else seed)
     neg = w.neg if hard is None else torch.cat([w.neg, hard.repeat(cfg.hard_repeat)])
     real = w.real if hard is None else torch.cat([w.real, torch.zeros(len(hard) * cfg.hard_repeat, dtype=torch.bool)])
     n_real = int(real.sum())
@@ -798,6 +870,19 @@ def _fit(head: WakeHead, w: _Windows, cfg: WakeTrainConfig, log, hard: torch.Ten
     head.eval()
     log(f"head: {len(w.pos)} positive and {len(neg)} negative windows ({n_real} real, {cfg.real_share:g} of them "
         f"per epoch), last epoch loss {tot:.4f}")
+
+
+def _fit_members(first: WakeHead, w: _Windows, cfg: WakeTrainConfig, log) -> WakeHead:
+    """The second round: the hard negatives of ``first`` (when ``cfg.hard_negatives``), then ``cfg.members``
+    fresh nets trained on the same windows from seeds ``cfg.seed``, ``cfg.seed + 1``, ...; their mean logit is
+    the head's (:meth:`WakeHead.average`)."""
+    hard = _hard_negatives(first, w, cfg.hard_negatives) if cfg.hard_negatives else None
+    heads = []
+    for k in range(cfg.members):
+        torch.manual_seed(cfg.seed + k)
+        heads.append(WakeHead(cfg.hidden))
+        _fit(heads[-1], w, cfg, log, hard, seed=cfg.seed + k)
+    return WakeHead.average(heads).eval() if len(heads) > 1 else heads[0]
 
 
 @torch.no_grad()

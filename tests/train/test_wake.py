@@ -80,7 +80,7 @@ def test_train_end_to_end(tmp_path, monkeypatch):
     out = tmp_path / "m.wake.pt"
     args = ["train", "hey jarvis", "--tts-positives", "4", "--copies", "1", "--tts-negatives", "4",
             "--real-negatives", "3", "--epochs", "1", "--workers", "1", "--hard-negatives", "5"]
-    rc = wake_main(args + ["--out", str(out)])
+    rc = wake_main(args + ["--out", str(out), "--members", "1", "--wide-negatives", "0"])
     assert rc == 0
     m = load_wake_model(out)
     assert m.keyword == "hey jarvis" and m.threshold == 0.5  # calibrated: 0.5 at the chosen threshold
@@ -92,10 +92,12 @@ def test_train_end_to_end(tmp_path, monkeypatch):
     assert cache.is_file() and str(cache).startswith(str(tmp_path / "cache"))
     before = cache.stat().st_mtime_ns
     W._REAL_CACHE.clear()
-    assert wake_main(args + ["--out", str(tmp_path / "m2.wake.pt")]) == 0
+    assert wake_main(args + ["--out", str(tmp_path / "m2.wake.pt"), "--members", "2", "--wide-negatives", "2"]) == 0
     assert cache.stat().st_mtime_ns == before  # nothing new to embed: the cache was not rewritten
-    assert load_wake_model(tmp_path / "m2.wake.pt").info["data"]["real_negative_files"] == \
-        m.info["data"]["real_negative_files"]
+    m2 = load_wake_model(tmp_path / "m2.wake.pt")
+    assert m2.info["data"]["real_negative_files"] == m.info["data"]["real_negative_files"]
+    assert m2.head.members == 2 and m.head.members == 1
+    assert m2.info["data"]["tts_negatives"] > m.info["data"]["tts_negatives"]  # the wide sound-alikes joined
 
 
 def test_cli_rejects_bad_arguments(capsys):
@@ -128,6 +130,23 @@ def test_sound_alikes_are_near_but_never_the_keyword():
     assert W._pronounce("chatterbox", {"chatter": ("ch", "ae"), "box": ("b", "aa")}) == ("ch", "ae", "b", "aa")
 
 
+def test_wide_sound_alikes_lie_beyond_the_near_ones_with_the_same_syllables():
+    lex = {"hey": ("hh", "ey"), "savant": ("s", "ah", "v", "aa", "n", "t"),
+           "levant": ("l", "ah", "v", "aa", "n", "t"),                   # 1 edit: a near one, not wide
+           "vermont": ("v", "er", "m", "aa", "n", "t"),                   # 3 of 6: wide
+           "ferment": ("f", "er", "m", "eh", "n", "t"),                   # 4 of 6: beyond half
+           "servants": ("s", "er", "v", "ah", "n", "t", "s"),             # 3 edits but holds no "savant": wide
+           "sieve": ("s", "ih", "v"), "dent": ("d", "eh", "n", "t"),      # two words, 3 edits: wide
+           "savannah": ("s", "ah", "v", "ae", "n", "ah"),                 # 3 syllables: not the same shape
+           "day": ("d", "ey"), "say": ("s", "ey")}                        # "hey" (2 phonemes) is never replaced
+    out = W.wide_sound_alikes("hey savant", lex, np.random.default_rng(0), 50)
+    assert {"hey vermont", "hey servants", "hey sieve dent"} <= set(out)
+    assert not {"hey levant", "hey ferment", "hey savannah", "hey savant"} & set(out)
+    assert not any(p.startswith(("day", "say")) for p in out)
+    assert sorted(W.wide_sound_alikes("hey savant", lex, np.random.default_rng(1), 50)) == sorted(out)
+    assert len(W.wide_sound_alikes("hey savant", lex, np.random.default_rng(0), 2)) == 2
+
+
 def test_read_lexicon_both_forms(tmp_path):
     f = tmp_path / "festival.out"
     f.write_text('MNCL\n("savant" nil (((s ax) 0) ((v aa n t) 1)))\n("hey" nil (((hh ey) 1)))\n')
@@ -156,6 +175,22 @@ def test_calibration_keeps_the_order_and_puts_the_threshold_at_half():
         z = head(x)
     thr, med = float(z[10]), float(z.max())
     W._calibrate(head, thr, med)
+    with torch.no_grad():
+        z2 = head(x)
+    assert torch.equal(torch.argsort(z2), torch.argsort(z))
+    assert float(z2[10]) == pytest.approx(0.0, abs=1e-5)
+    assert float(z2.max()) == pytest.approx(W.CAL_POSITIVE_LOGIT, abs=1e-4)
+
+
+def test_calibration_of_a_head_of_several_nets():
+    import torch
+    from streamd.model.wake import WakeHead
+    torch.manual_seed(0)
+    head = WakeHead(8, members=3).eval()
+    x = torch.randn(50, 16, 96)
+    with torch.no_grad():
+        z = head(x)
+    W._calibrate(head, float(z[10]), float(z.max()))
     with torch.no_grad():
         z2 = head(x)
     assert torch.equal(torch.argsort(z2), torch.argsort(z))

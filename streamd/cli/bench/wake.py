@@ -15,6 +15,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--models", type=int, default=10)
     p.add_argument("--seconds", type=float, default=8.0)
     p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--members", type=int, default=1, help="nets in each wake model's head")
     p.add_argument("--device", default="cpu")
     p.set_defaults(run=_wake_cost)
 
@@ -37,7 +38,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 def _wake_cost(a: argparse.Namespace) -> int:
     from ...bench.wake import wake_cost
 
-    wake_cost(a.streams, a.models, a.seconds, a.rounds, a.device)
+    wake_cost(a.streams, a.models, a.seconds, a.rounds, a.device, a.members)
     return 0
 
 
