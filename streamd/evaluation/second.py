@@ -10,7 +10,7 @@ import numpy as np
 
 from streamd.events import Event, Final
 from streamd.scoring.metrics import align_words, confidence_scores, normalize_words, word_errors
-from streamd.second_pass.choice import CHOICE_FEATURES, choice_features
+from streamd.second_pass.choice import CHOICE_FEATURES, choice_features, margin_prefers_first
 from streamd.second_pass.confidence import FEATURES, SecondPassCalibration, narrowband, word_features
 
 from .confidence import calibration_figures
@@ -85,7 +85,7 @@ def choice_segments(entries: Sequence[EvalEntry], first: Sequence[Sequence[Event
         text2 = " ".join(f.text for f in f2 if f.text)
         e1.append(word_errors([e.text], [text1]).errors)
         e2.append(word_errors([e.text], [text2]).errors)
-        keep.append(float(np.mean(c1)) > float(np.mean(c2)) + margin)
+        keep.append(margin_prefers_first(c1, c2, margin))
         keys.append(f"{e.rel_audio}\t{e.text}")
     return ChoiceSegments(np.array(feats).reshape(-1, len(CHOICE_FEATURES)), np.array(e1, dtype=np.int64),
                           np.array(e2, dtype=np.int64), np.array(keep, dtype=bool), keys)

@@ -29,7 +29,7 @@ import numpy as np
 
 from streamd.decode.calibration import CalibrationError, finite_real, newton_logistic
 
-__all__ = ["CHOICE_FEATURES", "SegmentChoice", "choice_features", "fit_segment_choice"]
+__all__ = ["CHOICE_FEATURES", "SegmentChoice", "choice_features", "fit_segment_choice", "margin_prefers_first"]
 
 CHOICE_FEATURES = ("first_conf", "second_conf", "word_ratio", "narrowband")
 _L2 = 1e-3
@@ -43,6 +43,12 @@ def choice_features(first_conf: Sequence[float], second_conf: Sequence[float], n
     n1, n2 = len(first_conf), len(second_conf)
     return np.array([float(np.mean(first_conf)) if n1 else 0.0, float(np.mean(second_conf)) if n2 else 0.0,
                      math.log(max(n2, 1) / max(n1, 1)), 1.0 if narrow else 0.0])
+
+
+def margin_prefers_first(first_conf: Sequence[float], second_conf: Sequence[float], margin: float) -> bool:
+    """``select: confidence``'s rule for a segment where both passes wrote words: the first pass's mean
+    calibrated ``conf`` exceeds the second pass's by more than ``margin``."""
+    return sum(first_conf) / len(first_conf) > sum(second_conf) / len(second_conf) + margin
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,7 @@ from streamd.events import Event, Final, Word
 from streamd.text.normalize import readings
 
 from .align import anchor_times, cut_points, offset_times
+from .choice import margin_prefers_first
 from .confidence import SecondPassCalibration, narrowband
 from .models import Context, Recognized, RecognizedWord, WordRecognizer
 
@@ -172,7 +173,7 @@ class SecondPass:
         choice = self.calibration.choice
         if self.cfg.select == "learned" and choice is not None and margin is None:
             return not choice.second_better(c1, c2, narrowband(sample_rate))
-        return sum(c1) / len(c1) > sum(c2) / len(c2) + (self.cfg.select_margin if margin is None else margin)
+        return margin_prefers_first(c1, c2, self.cfg.select_margin if margin is None else margin)
 
     def apply_events(self, events: Sequence[Event]) -> list[Event]:
         """A stream's events with every pending Final replaced by :meth:`apply`'s (``transcribe``, ``eval``)."""
