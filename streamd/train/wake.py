@@ -205,14 +205,20 @@ def _contains(q: Sequence[str], p: Sequence[str]) -> bool:
     return any(tuple(q[i:i + len(p)]) == tuple(p) for i in range(len(q) - len(p) + 1))
 
 
-def sound_alikes(keyword: str, lexicon: dict[str, tuple[str, ...]], rng: np.random.Generator, n: int) -> list[str]:
-    """Up to ``n`` phrases that sound like ``keyword`` but are not it ("hey savant" -> "hey vermont",
-    "chatterbox" -> "cheddar block"): the keyword with one word replaced by a dictionary word (or two) whose
-    phonemes are 1 to ~35 % edits away from it; never a homophone (0 edits).  Nearest first, ties shuffled."""
-    words = keyword.split()
+def _by_length(lexicon: dict[str, tuple[str, ...]]) -> dict[int, list[tuple[str, tuple[str, ...]]]]:
+    """The lexicon's (word, phonemes) grouped by phoneme count (the sound-alike searches look near a length)."""
     by_len: dict[int, list[tuple[str, tuple[str, ...]]]] = {}
     for w, p in lexicon.items():
         by_len.setdefault(len(p), []).append((w, p))
+    return by_len
+
+
+def sound_alikes(keyword: str, lexicon: dict[str, tuple[str, ...]], rng: np.random.Generator, n: int) -> list[str]:
+    """Up to ``n`` phrases that sound like ``keyword`` but are not it ("hey savant" -> "hey levant",
+    "chatterbox" -> "chapter box"): the keyword with one word replaced by a dictionary word (or two) whose
+    phonemes are 1 to ~35 % edits away from it; never a homophone (0 edits).  Nearest first, ties shuffled."""
+    words = keyword.split()
+    by_len = _by_length(lexicon)
     scored: list[tuple[float, str]] = []
     for i, w in enumerate(words):
         p = _pronounce(w, lexicon)
@@ -275,9 +281,7 @@ def wide_sound_alikes(keyword: str, lexicon: dict[str, tuple[str, ...]], rng: np
     word.  Drawn at random (``rng``), not nearest first, so that the
     farther shapes are spread over the whole band; the same rule for every keyword."""
     words = keyword.split()
-    by_len: dict[int, list[tuple[str, tuple[str, ...]]]] = {}
-    for w, p in lexicon.items():
-        by_len.setdefault(len(p), []).append((w, p))
+    by_len = _by_length(lexicon)
     cands: list[str] = []
     for i, w in enumerate(words):
         p = _pronounce(w, lexicon)
