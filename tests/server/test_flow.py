@@ -92,18 +92,38 @@ def test_session_backlog_and_credit():
 
 
 class FloodWs:
-    """A client that sends 0.1 s frames of audio without end; ``reads``: whether it reads what it is sent."""
+    """A client that sends 0.1 s frames of audio without end, one per turn of the event loop while the server
+    reads it (as :class:`~streamd.server.wsconn.DirectConnection` hands messages to the connection's sink, and
+    stops reading the socket on ``hold``); ``reads``: whether it reads what it is sent."""
 
     def __init__(self, reads: bool):
         self.reads = reads
         self.sent: list[str] = []
         self.closed_with = None
         self.frames = 0
+        self._reading = asyncio.Event()
+        self._reading.set()
+        self._closed = asyncio.Event()
+        self._flood: asyncio.Task | None = None
 
-    async def recv(self):
-        self.frames += 1
-        await asyncio.sleep(0)
-        return pcm16(random_audio(0.1, seed=self.frames % 50))
+    def set_sink(self, sink) -> None:
+        self._flood = asyncio.ensure_future(self._push(sink))
+
+    async def _push(self, sink) -> None:
+        while self.closed_with is None:
+            await self._reading.wait()
+            self.frames += 1
+            sink(pcm16(random_audio(0.1, seed=self.frames % 50)))
+            await asyncio.sleep(0)
+
+    def hold(self) -> None:
+        self._reading.clear()
+
+    def release(self) -> None:
+        self._reading.set()
+
+    async def wait_closed(self) -> None:
+        await self._closed.wait()
 
     async def send(self, text):
         if not self.reads:
@@ -112,6 +132,7 @@ class FloodWs:
 
     async def close(self, code=1000, reason=""):
         self.closed_with = (code, reason)
+        self._closed.set()
 
 
 def test_input_is_not_read_while_the_backlog_is_over_the_bound(ckpt):
