@@ -21,9 +21,12 @@ The server package by purpose, from the bottom up (lower modules never import hi
 
 Threads and tasks
 -----------------
-* The event loop runs the websockets server (``websockets.asyncio.server``),
-  one handler task per connection, and one sender task per connection that
-  drains its bounded :class:`~.outbox.Outbox`.  It never calls the model.
+* The event loop runs the websockets server (``websockets.asyncio.server``, each connection a
+  :class:`~.wsconn.DirectConnection`: its messages go to its session from the socket's callback, with no
+  task wake-up per message), one handler task per connection, and one sender task per connection for
+  what its transport cannot take at once; the messages queued in its bounded :class:`~.outbox.Outbox`
+  during a turn of the loop are written at the next turn by one :class:`~.outbox.Flusher` for all of them.
+  It never calls the model.
 * ONE batching task (:class:`~.runner.Batcher`) owns the Recognizer.  Connections
   submit typed :mod:`.commands` (open / audio / samples / reset / finish / close)
   to its queue; whenever there is work it runs :meth:`~.runner.EngineRunner.cycle` in a

@@ -1,9 +1,10 @@
 """The connection side of ``streamd serve`` (event loop): one object per stream source.
 
 * :class:`Conn`: one websocket client (``/v1/stream``, ``/vosk``, or a ``/v1/events`` subscriber): its
-  sans-I/O protocol session (:mod:`.protocol`, :mod:`.vosk`), its bounded :class:`~.outbox.Outbox` and
-  the sender task that drains it, its read loop with the session's timers, and the translation of the
-  session's actions into engine :mod:`.commands`;
+  sans-I/O protocol session (:mod:`.protocol`, :mod:`.vosk`), its bounded :class:`~.outbox.Outbox` (written
+  once per turn of the event loop, and by the sender task when the transport is full), its messages handed
+  to the session as they are read (:class:`~.wsconn.DirectConnection`'s sink) with the session's timers and
+  flow control, and the translation of the session's actions into engine :mod:`.commands`;
 * :class:`MicStream` and :func:`run_mic`: the daemon's own microphone as one engine stream whose events
   go to every ``/v1/events`` subscriber.
 

@@ -13,7 +13,8 @@ the one thing a streaming client does thousands of times a second (send a frame,
   wait); messages already read while held wait in order for the release.
 * **Sending** (:meth:`DirectConnection.write_now`): a text message written to the transport at once when
   nothing else is being sent and the transport's buffer is under its limit, with no task and no drain
-  wait; otherwise the caller queues it for its sender task (``send()``, which waits for the buffer).
+  wait; otherwise the caller leaves it to its sender task (``send()``, which waits for the buffer).  The
+  daemon's connections write through it once per turn of the event loop (:class:`~.outbox.Flusher`).
 
 Nothing else changes: ``recv()``, ``send()``, ``close()`` work as in the library for a connection without a
 sink (``/v1/events`` subscribers), and a connection whose sink is set still closes, pings and times out
@@ -25,7 +26,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any, Callable
 
-from websockets.asyncio.messages import MAX_FRAGMENTS
+from websockets.asyncio import messages
 from websockets.asyncio.server import ServerConnection
 from websockets.frames import BINARY, CONT, TEXT, CloseCode, Frame
 from websockets.protocol import OPEN
@@ -33,6 +34,7 @@ from websockets.protocol import OPEN
 __all__ = ["DirectConnection", "Sink"]
 
 Sink = Callable[[Any], None]  # one complete message: str (text frame) or bytes (binary frame)
+MAX_FRAGMENTS = getattr(messages, "MAX_FRAGMENTS", 4096)  # the library's bound on a message's fragments
 
 
 class DirectConnection(ServerConnection):
@@ -139,7 +141,7 @@ class DirectConnection(ServerConnection):
     def write_now(self, text: str) -> bool:
         """Write text message ``text`` to the transport now if nothing else is being sent and the transport's
         buffer is under its high-water mark (True); False: nothing was written, send it the usual way."""
-        if self.protocol.state is not OPEN or self.paused or self.send_in_progress is not None:
+        if self.protocol.state is not OPEN or self.paused or getattr(self, "send_in_progress", None) is not None:
             return False
         self.protocol.send_text(text.encode())
         try:
