@@ -203,14 +203,16 @@ class Conn:
             self._release()
 
     def _arm(self) -> None:
-        """Set the connection's one timer for the earliest of its deadlines (the flow poll while held)."""
+        """Set the connection's one timer for the earliest of its deadlines; while flow control holds it, for the
+        flow poll only (its clocks stand still meanwhile)."""
         proto = self.proto
         if self._input_over is None or self._input_over.done():
             return
-        idle = self.app.config.limits.idle_timeout
-        ends = [t for t in (self._last + idle if idle else None, proto.deadline()) if t is not None]
         if self._held_at is not None:
-            ends.append(time.monotonic() + FLOW_POLL)
+            ends = [time.monotonic() + FLOW_POLL]
+        else:
+            idle = self.app.config.limits.idle_timeout
+            ends = [t for t in (self._last + idle if idle else None, proto.deadline()) if t is not None]
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -248,6 +250,7 @@ class Conn:
         self._last += waited
         proto.pause(waited)
         self.ws.release()  # the messages read before the hold go to the session now (it may hold again)
+        self._arm()  # the deadlines, moved on by the time held
 
     def send(self, message: dict, droppable: bool = False, when_behind: bool = False, last: bool = False) -> None:
         if message.get("type") == "error":

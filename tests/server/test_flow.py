@@ -168,6 +168,35 @@ def test_input_is_not_read_while_the_backlog_is_over_the_bound(ckpt):
     run(body())
 
 
+def test_a_held_connection_only_polls_and_its_deadlines_move_on(ckpt):
+    """Held past its idle timeout (no engine progress), a connection's one timer only makes the flow poll (it
+    does not fire again and again for the deadline that passed meanwhile); released, its idle timeout counts
+    from its last message plus the time held, and ends it once the client is silent."""
+    async def body():
+        async with make_app(ckpt, limits={"idle_timeout": 0.3}) as app:
+            proto = V1Session("x", app.config.limits, app.model_info)
+            ws = FloodWs(reads=True)
+            conn = Conn(app, ws, 99, proto)
+            app.submit = lambda cmd: None  # an engine that never decodes
+            fired = []
+            on_timer = conn._on_timer
+            conn._on_timer = lambda: (fired.append(proto.backlog), on_timer())
+            conn.start()
+            conn.perform(proto.receive('{"type": "start"}', time.monotonic()))
+            loop = asyncio.ensure_future(conn.read_loop())
+            await asyncio.sleep(1.5)  # held for five idle timeouts
+            assert not proto.closed and len(fired) <= 3, len(fired)
+            ws.closed_with = ("stopped", "")  # the client goes silent
+            conn.on_progress(proto.audio_seconds)  # decoded: read again, its clocks moved on by the time held
+            assert not proto.closed and conn.held_seconds > 1.0
+            await asyncio.wait_for(loop, 5)  # the idle timeout ends the input
+            await asyncio.sleep(0.05)
+            told = [json.loads(m) for m in ws.sent + list(conn.outbox._items)]
+            assert told[-1]["code"] == "idle_timeout"
+
+    run(body())
+
+
 def test_a_flood_that_never_reads_its_results_is_rate_limited(ckpt):
     """Decoded (the engine runs), but nothing reaches the client: the burst runs out and the existing rule
     ends the stream; meanwhile at most the bound (and a frame) waits to be decoded."""
