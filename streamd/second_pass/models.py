@@ -523,8 +523,9 @@ class MoonshineTeacher:
     it they run as they are, with the same results, several times slower.
     ``int8``: the decoder's matrix products run in int8 on the model's own int8
     weights (:func:`_moonshine_int8`, made once in the same folder; needs the
-    ``onnx`` package): about 2x faster per token, the token probabilities moved a
-    little by the activations' rounding; ``self.int8`` says whether it applied.
+    ``onnx`` package): about 2.3x less CPU per token, the token probabilities moved
+    a little by the activations' rounding (a few words differ); ``self.int8`` says
+    whether it applied.
     """
 
     MIN_SAMPLES = RATE // 4

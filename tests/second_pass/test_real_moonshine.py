@@ -43,15 +43,14 @@ def test_moonshine_second_pass_reads_the_samples():
         assert [w.start for w in words] == sorted(w.start for w in words)
 
 
-def test_moonshine_int8_decoder_is_the_default_and_writes_the_float_models_words():
-    from streamd.second_pass.calibration import load_second_pass
-    from streamd.second_pass.models import MoonshineTeacher
+def test_moonshine_int8_decoder_writes_the_float_models_words_on_the_samples():
     from streamd.audio.resample import load_audio_at
+    from streamd.second_pass.calibration import load_second_pass
 
-    second = load_second_pass(SecondPassConfig(model="moonshine-base"))
-    assert second.model.int8  # the default: the decoder's products in int8
-    plain = MoonshineTeacher(cpu_threads=1)
-    assert not plain.int8  # the teachers' (and int8: false's) float decoder
+    second = load_second_pass(SecondPassConfig(model="moonshine-base", int8=True))
+    assert second.model.int8  # the decoder's products in int8
+    plain = load_second_pass(SecondPassConfig(model="moonshine-base")).model
+    assert not plain.int8  # the default, and the teachers': float
     samples = default_samples().parent
     for name in ("lights.wav", "timer.wav"):
         x = load_audio_at(samples / name, 16000)
