@@ -183,6 +183,7 @@ class FbankStream:
         self._data = np.zeros(0, dtype=np.float32)  # held samples are _data[_lo:_hi] (padding included)
         self._lo = self._hi = 0
         self._buf_start = 0  # absolute index of sample _data[_lo]
+        self._frames_known = 0  # frames fully covered by the samples so far (changes only with appends)
 
     @property
     def buffered_samples(self) -> int:
@@ -213,6 +214,7 @@ class FbankStream:
             self._data, self._lo, self._hi = data, 0, held
         self._data[self._hi:self._hi + n] = x
         self._hi += n
+        self._frames_known = num_frames(self._available, self.frame_length, self.frame_shift)
 
     def accept(self, samples: np.ndarray) -> None:
         """Append ``(N,)`` float samples (16 kHz, in [-1, 1]); N may be 0."""
@@ -243,7 +245,7 @@ class FbankStream:
 
     def frames_ready(self) -> int:
         """Frames fully covered by the samples so far and not yet taken."""
-        return num_frames(self._available, self.frame_length, self.frame_shift) - self.frames_taken
+        return self._frames_known - self.frames_taken
 
     def take(self, n: int) -> np.ndarray:
         """Hand out the next ``n`` frames' samples and advance.

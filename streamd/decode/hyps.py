@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["HypBuffer", "HypOut"]
+__all__ = ["HypBuffer", "HypOut", "HypTrail"]
 
 
 @dataclass(frozen=True)
@@ -177,3 +177,61 @@ class HypBuffer:
         confs = host[:, 2 + 2 * cap:2 + 3 * cap]
         return [HypOut(tuple(toks[i, :ln].tolist()), tuple(frames[i, :ln].tolist()), tuple(confs[i, :ln].tolist()),
                        score[i]) for i, ln in enumerate(lens)]
+
+
+class HypTrail:
+    """A search step's history of a :class:`HypBuffer` as parent pointers, written into it once at the end.
+
+    A beam search reorders its hypotheses every round (each new hypothesis continues a parent) and appends
+    tokens to some.  Doing that on the buffer copies every hypothesis' whole token, frame and confidence
+    rows each round (B x K x L per round).  The trail records only each round's parents and appended tokens
+    ((B, K) per round) and keeps the lengths; :meth:`materialize` follows the final hypotheses back through
+    the rounds to their ancestors at the start, copies the buffer once along those ancestors and appends
+    the tokens the chain collected.  The result equals :meth:`HypBuffer.gather` and :meth:`HypBuffer.append`
+    applied round by round (tests/decode/test_hyps.py checks it against that definition).
+
+    lengths: (B, K) int64 tokens of each current hypothesis (parents' lengths followed, appends counted).
+    """
+
+    def __init__(self, start: HypBuffer) -> None:
+        self.start = start
+        self.lengths = start.lengths
+        self._rounds: list[tuple[Tensor, tuple[Tensor, Tensor, Tensor, Tensor] | None]] = []
+        self._k = start.lengths.shape[1]
+
+    def follow(self, parent: Tensor) -> None:
+        """A round's reorder: hypothesis (b, j) continues (b, parent[b, j]); parent (B, K') int64."""
+        self.lengths = self.lengths.gather(1, parent)
+        self._rounds.append((parent, None))
+        self._k = parent.shape[1]
+
+    def append(self, mask: Tensor, tokens: Tensor, frames: Tensor, confs: Tensor) -> None:
+        """One token onto each hypothesis where ``mask`` (B, K) is true (as :meth:`HypBuffer.append`; after
+        the round's :meth:`follow`, at most one append per round)."""
+        if self._rounds and self._rounds[-1][1] is None:
+            parent = self._rounds[-1][0]
+        else:  # an append with no reorder before it: the identity
+            parent = None
+            self._rounds.append((parent, None))
+        self._rounds[-1] = (parent, (mask, tokens, frames, confs))
+        self.lengths = self.lengths + mask.long()
+
+    def materialize(self) -> HypBuffer:
+        """The buffer after every recorded round (the start buffer is left unchanged); capacity for the
+        appended tokens must have been reserved on the start buffer."""
+        if not self._rounds:
+            return self.start
+        lengths = self.lengths
+        b = lengths.shape[0]
+        slot = torch.arange(self._k, device=lengths.device).expand(b, self._k)  # (B, K) the final hypotheses
+        chain = []
+        for parent, app in reversed(self._rounds):
+            if app is not None:
+                mask, tokens, frames, confs = app
+                chain.append(tuple(x.gather(1, slot) for x in (mask, tokens, frames, confs)))
+            if parent is not None:
+                slot = parent.gather(1, slot)
+        buf = self.start.gather(slot)
+        for mask, tokens, frames, confs in reversed(chain):
+            buf.append(mask, tokens, frames, confs)
+        return buf

@@ -71,7 +71,7 @@ from ..model.decoder import DecoderState
 from ..model.transducer import Transducer
 from .context_graph import ContextGraph, GraphSet
 from .common import HASH_START, BlankConfAcc, Measure, check_step_inputs, hash_extend, initial_decoder
-from .hyps import HypBuffer, HypOut
+from .hyps import HypBuffer, HypOut, HypTrail
 from .lm import NgramLM
 
 __all__ = ["BeamState", "ModifiedBeamSearch"]
@@ -301,19 +301,22 @@ class ModifiedBeamSearch:
         state.hyps.reserve(int(state.hyps.lengths.max()) + t_max * self.max_symbols)
         ar_k = torch.arange(k, device=enc_p.device)  # (K,)
         rank_ok = ar_k[None, :] < state.beams[:, None]  # (B, K)
+        trail = HypTrail(state.hyps)  # the rounds' reorders and tokens, written into the buffer once below
         for t in range(t_max):
             # streams past their length start the frame done: their hypotheses are only carried
             done = (t >= lengths)[:, None].expand(b, k)  # (B, K)
             for r in range(self.max_symbols):
                 if r > 0 and not self.sync_free and not bool((~done & (state.scores > NEG_INF)).any()):
                     break  # every hypothesis has consumed the frame
-                done = self._round(state, enc_p[:, t], frame_offset + t, done, rank_ok, ar_k,
+                done = self._round(state, trail, enc_p[:, t], frame_offset + t, done, rank_ok, ar_k,
                                    last=r == self.max_symbols - 1)
+        state.hyps = trail.materialize()
         return state
 
-    def _round(self, state: BeamState, enc_t: Tensor, frame: Tensor, done: Tensor, rank_ok: Tensor, ar_k: Tensor,
-               last: bool) -> Tensor:
-        """One expansion round of one frame, in place on ``state``; returns the new ``done``.
+    def _round(self, state: BeamState, trail: HypTrail, enc_t: Tensor, frame: Tensor, done: Tensor,
+               rank_ok: Tensor, ar_k: Tensor, last: bool) -> Tensor:
+        """One expansion round of one frame, in place on ``state`` (its hypotheses' tokens on ``trail``);
+        returns the new ``done``.
 
         enc_t: (B, J) this frame's projected encoder output; frame: (B,) its
         absolute index; done: (B, K) bool, hypotheses that consumed the frame
@@ -331,8 +334,8 @@ class ModifiedBeamSearch:
         # emits needs no confidence when blank frames are excluded from it
         any_emit = True if self.sync_free else bool(c.emit.any())
         pconf = self._confidence(logp, c, any_emit)
-        dec_state, dec_p = self._follow_parents(state, c, frame)
-        self._append(state, c, pconf, frame)
+        dec_state, dec_p = self._follow_parents(state, trail, c, frame)
+        self._append(state, trail, c, pconf, frame)
         self._advance_decoder(state, c, dec_state, dec_p, any_emit)
         state.scores = torch.where(c.rep, c.merged, torch.full_like(c.merged, NEG_INF))
         state.hashes = c.new_hash
@@ -385,12 +388,13 @@ class ModifiedBeamSearch:
         conf = self.measure(logp) if self.measure is not None else torch.ones(b, k, device=logp.device)  # (B, K)
         return conf.gather(1, c.parent)
 
-    def _follow_parents(self, state: BeamState, c: _Choice, frame: Tensor) -> tuple[DecoderState, Tensor]:
+    def _follow_parents(self, state: BeamState, trail: HypTrail, c: _Choice, frame: Tensor
+                        ) -> tuple[DecoderState, Tensor]:
         """Every per-hypothesis part of ``state`` taken from the chosen candidates' parents (the LM, hotword
         and match states advanced by their tokens); returns the parents' decoder state and projection."""
         b, k = c.parent.shape
         parent, tok = c.parent, c.tok
-        state.hyps = state.hyps.gather(parent)
+        trail.follow(parent)
         state.acc = state.acc.gather(parent)
         state.trailing = state.trailing.gather(1, parent)
         if self.lm is not None:
@@ -401,14 +405,14 @@ class ModifiedBeamSearch:
             m = state.matches.gather(1, parent[:, :, None].expand(-1, -1, 3))
             phrase = state.ctx.match[state.ctx_state] if state.ctx is not None else torch.full_like(tok, -1)
             hit = c.emit & (phrase >= 0)
-            now = torch.stack([phrase, state.hyps.lengths + 1, frame[:, None].expand(b, k)], -1)  # hyps: parents'
+            now = torch.stack([phrase, trail.lengths + 1, frame[:, None].expand(b, k)], -1)  # lengths: parents'
             state.matches = torch.where(hit[:, :, None], now, m)
         flat_parent = (torch.arange(b, device=parent.device)[:, None] * k + parent).reshape(-1)
         dec_state = state.dec_state.select(flat_parent)
         dec_p = state.dec_p.gather(1, parent[:, :, None].expand(-1, -1, state.dec_p.shape[-1]))
         return dec_state, dec_p
 
-    def _append(self, state: BeamState, c: _Choice, pconf: Tensor | None, frame: Tensor) -> None:
+    def _append(self, state: BeamState, trail: HypTrail, c: _Choice, pconf: Tensor | None, frame: Tensor) -> None:
         """The emitted tokens onto their hypotheses, with their confidence (blank frames folded in unless
         excluded); the trailing-blank counts."""
         b, k = c.parent.shape
@@ -416,7 +420,7 @@ class ModifiedBeamSearch:
             state.acc.add(c.rep & c.took_blank, pconf)
             pconf = state.acc.fold(pconf, self.aggregation)
         if pconf is not None:  # (None: nothing to append)
-            state.hyps.append(c.emit, c.tok, frame[:, None].expand(b, k), pconf)
+            trail.append(c.emit, c.tok, frame[:, None].expand(b, k), pconf)
         state.acc.clear(c.emit)
         state.trailing = torch.where(c.emit, torch.zeros_like(state.trailing), state.trailing + c.took_blank.long())
 

@@ -176,11 +176,13 @@ class Results:
         if st.stale:
             st.stale = False
             sh = st.shown
-            hyp = self._joined(st, HypOut(tuple(sh.tokens), tuple(sh.frames), tuple(sh.confs)))
-            if st.partial is not None and st.partial[2:] == (hyp.tokens, hyp.frames, hyp.confs):
-                return st.partial  # the same hypothesis again (e.g. over a pause): the same text and words
+            hyp = HypOut(tuple(sh.tokens), tuple(sh.frames), tuple(sh.confs))
             if st.carry is not None and st.carry.tokens:
-                # endpointing off, after a pause: the joined hypothesis, read whole
+                # endpointing off, after a pause: the joined hypothesis, read whole (the same again when the
+                # pause only moved the words into the carry: then the same text and words)
+                hyp = self._joined(st, hyp)
+                if st.partial is not None and st.partial[2:] == (hyp.tokens, hyp.frames, hyp.confs):
+                    return st.partial
                 st.partial = (self.tokens.decode(hyp.tokens), self._words(hyp), hyp.tokens, hyp.frames, hyp.confs)
             else:
                 st.cal[st.cal_valid:] = self._calibrated(sh.words[st.cal_valid:])

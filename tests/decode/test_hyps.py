@@ -147,3 +147,39 @@ def test_random_operations_match_python_lists(seed):
         hyp = ref[i][int(which[i])]
         assert o.tokens == tuple(t for t, _, _ in hyp) and o.frames == tuple(f for _, f, _ in hyp)
         assert o.confs == pytest.approx([c for _, _, c in hyp])
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_trail_equals_gathering_and_appending_round_by_round(seed):
+    """HypTrail (parents recorded, one copy at the end) against its definition: HypBuffer.gather and
+    HypBuffer.append applied each round; rounds with no append, appends with no reorder, and the lengths
+    it keeps along the way."""
+    from streamd.decode.hyps import HypTrail
+
+    g = torch.Generator().manual_seed(seed)
+    rng = random.Random(seed)
+    b, k = 3, 4
+    start = HypBuffer.empty(b, k, capacity=4)
+    for _ in range(3):  # some history before the step
+        start.append(torch.rand(b, k, generator=g) < 0.6, torch.randint(0, 30, (b, k), generator=g),
+                     torch.randint(0, 9, (b, k), generator=g), torch.rand(b, k, generator=g))
+    start.reserve(int(start.lengths.max()) + 12)
+    before = as_lists(start)
+    ref = start.copy()
+    trail = HypTrail(start)
+    for r in range(12):
+        kind = rng.choice(["both", "both", "follow", "append"])
+        if kind != "append":
+            parent = torch.randint(0, k, (b, k), generator=g)
+            ref = ref.gather(parent)
+            trail.follow(parent)
+        if kind != "follow":
+            args = (torch.rand(b, k, generator=g) < 0.5, torch.randint(0, 30, (b, k), generator=g),
+                    torch.full((b, k), 10 + r), torch.rand(b, k, generator=g))
+            ref.append(*args)
+            trail.append(*args)
+        assert torch.equal(trail.lengths, ref.lengths)
+    out = trail.materialize()
+    assert as_lists(out) == as_lists(ref)
+    assert as_lists(start) == before  # the start buffer is left unchanged
+    assert HypTrail(start).materialize() is start  # nothing recorded: nothing copied
