@@ -24,6 +24,7 @@ the finals' outcomes, and the utterances' durations.
 
 from __future__ import annotations
 
+import dataclasses
 import queue
 import time
 from typing import Any, Sequence
@@ -162,17 +163,20 @@ def run(rec: Recognizer, clips: list[list[np.ndarray]], second, spc: SecondPassC
 
 def second_pass_latency(set_path: str, second_pass: str, streams: int = 4, utterances: int = 15,
                         max_seconds: float = 10.0, cpu_threads: int = 1,
-                        workers: Sequence[str] = ("thread", "process")) -> dict:
-    """The same utterances without the second pass, then with it in each of ``workers``: the JSON object."""
+                        workers: Sequence[str] = ("thread", "process"), int8: bool | None = None) -> dict:
+    """The same utterances without the second pass, then with it in each of ``workers``: the JSON object.
+    ``int8``: ``engine.second_pass.int8`` (None: its default)."""
     entries, _ = read_eval_set(set_path)
     audio = [x for x, _ in load_entries(entries, 16000) if x.size <= max_seconds * 16000]
     rng = np.random.default_rng(0)
     pick = rng.choice(len(audio), size=streams * utterances, replace=False)
     clips = [[audio[j] for j in pick[i::streams]] for i in range(streams)]
     spc = SecondPassConfig(model=second_pass, cpu_threads=cpu_threads)
+    if int8 is not None:
+        spc = dataclasses.replace(spc, int8=int8)
     rec = Recognizer.from_checkpoint(default_model_path(), EngineConfig(device="cpu", second_pass=spc))
     rec.warm_up()
-    out = {"streams": streams, "utterances": streams * utterances, "second_pass": second_pass,
+    out = {"streams": streams, "utterances": streams * utterances, "second_pass": second_pass, "int8": spc.int8,
            "first_pass_only": run(rec, clips, None, spc)}
     for kind in workers:
         if kind == "process":

@@ -2,10 +2,11 @@
 
 * :class:`SecondPassWorker`: one thread decodes pending Finals (:class:`~.rescore.SecondPass`, or its
   :class:`~.process.SecondPassProcess` that runs the model in a child process), up to
-  ``max_batch`` per round, from a queue of at most ``max_queue`` segments.  :meth:`~SecondPassWorker.submit`
-  refuses when the queue is full, and a segment that waited more than ``max_wait_s`` is not decoded: both
-  give the first pass's Final with ``second_pass: "skipped_overload"`` (counted by the caller), never a lost
-  final.  The event loop and the engine's steps go on meanwhile; with the model in a child process they
+  ``max_batch`` per round, from a queue of at most ``max_queue`` segments, one after another, each
+  delivered as soon as it is decoded.  :meth:`~SecondPassWorker.submit`
+  refuses when the queue is full, and a segment that waited more than ``max_wait_s`` when its turn comes is
+  not decoded: both give the first pass's Final with ``second_pass: "skipped_overload"`` (counted by the
+  caller), never a lost final.  The event loop and the engine's steps go on meanwhile; with the model in a child process they
   share no interpreter lock with it either.
 * :class:`FinalGate` (sans-I/O): a stream's events after a pending Final wait behind it, so every client
   sees its segments' events in order (a Vosk client has no segment numbers); other streams pass freely.
@@ -82,14 +83,11 @@ class SecondPassWorker:
                     self._q.put(None)  # stop after this round
                     break
                 jobs.append(nxt)
-            now = self.clock()
-            late = [j for j in jobs if now - j.queued > self.max_wait_s]
-            fresh = [j for j in jobs if now - j.queued <= self.max_wait_s]
-            outs = self.second.apply_all([j.final for j in fresh])  # never raises: failures fall back
-            for j in late:
-                self._finish(j, fallback(j.final, OVERLOAD))
-            for j, out in zip(fresh, outs):
-                self._finish(j, out)
+            for j in jobs:  # each delivered as soon as it is decoded, not after the rest of its round
+                if self.clock() - j.queued > self.max_wait_s:
+                    self._finish(j, fallback(j.final, OVERLOAD))
+                else:
+                    self._finish(j, self.second.apply_all([j.final])[0])  # never raises: failures fall back
 
     def _finish(self, job: _Job, final: Final) -> None:
         try:

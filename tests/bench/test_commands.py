@@ -43,3 +43,13 @@ def test_a_shim_from_the_checkout_prints_the_commands_help():
     p = subprocess.run([sys.executable, str(BENCH / "trim_speech.py"), "--help"], capture_output=True, text=True,
                        timeout=60)
     assert p.returncode == 0 and "usage: streamd bench trim-speech" in p.stdout
+
+
+@pytest.mark.parametrize("flag, want", [([], None), (["--int8", "false"], False), (["--int8", "true"], True)])
+def test_second_pass_latency_passes_int8_through(monkeypatch, capsys, flag, want):
+    import streamd.bench.second_pass_latency as spl
+
+    seen = {}
+    monkeypatch.setattr(spl, "second_pass_latency", lambda *args: seen.setdefault("args", args) and {})
+    assert bench_main(["second-pass-latency", "--set", "x.jsonl", "--second-pass", "moonshine-base", *flag]) == 0
+    assert seen["args"][0:2] == ("x.jsonl", "moonshine-base") and seen["args"][-1] is want

@@ -41,3 +41,19 @@ def test_moonshine_second_pass_reads_the_samples():
         assert all(0 < w.conf < 1 and 0 < w.conf_raw <= 1 for w in words)
         assert all(f.start <= w.start <= w.end <= f.end for f in finals for w in f.words)
         assert [w.start for w in words] == sorted(w.start for w in words)
+
+
+def test_moonshine_int8_decoder_writes_the_float_models_words_on_the_samples():
+    from streamd.audio.resample import load_audio_at
+    from streamd.second_pass.calibration import load_second_pass
+
+    second = load_second_pass(SecondPassConfig(model="moonshine-base", int8=True))
+    assert second.model.int8  # the decoder's products in int8
+    plain = load_second_pass(SecondPassConfig(model="moonshine-base")).model
+    assert not plain.int8  # the default, and the teachers': float
+    samples = default_samples().parent
+    for name in ("lights.wav", "timer.wav"):
+        x = load_audio_at(samples / name, 16000)
+        fast, slow = second.model.recognize(x), plain.recognize(x)
+        assert fast.text == slow.text and fast.ids == slow.ids, name
+        assert all(abs(a.prob - b.prob) < 0.05 for a, b in zip(fast.words, slow.words))

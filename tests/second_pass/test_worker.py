@@ -48,6 +48,35 @@ def test_the_worker_decodes_in_rounds_and_reports_each_final():
     w.close()
 
 
+class _Turns(FakeRecognizer):
+    """Each call waits for the next of ``turns`` (an Event per call) before it answers."""
+
+    def __init__(self, turns):
+        super().__init__("second")
+        self.turns = list(turns)
+
+    def recognize(self, audio, hotwords=()):
+        if self.turns:
+            assert self.turns.pop(0).wait(10)
+        return super().recognize(audio, hotwords)
+
+
+def test_each_final_of_a_round_is_delivered_when_it_is_decoded():
+    turns = [threading.Event() for _ in range(3)]
+    w = SecondPassWorker(SecondPass(_Turns(turns)), max_queue=8, max_batch=4, max_wait_s=60)
+    done, wait = collect()
+    assert w.submit("a", pending(), done)  # taken alone; the worker waits in its decode
+    time.sleep(0.2)
+    assert w.submit("b", pending(), done) and w.submit("c", pending(), done)  # the next round: b and c
+    turns[0].set()
+    turns[1].set()
+    got = wait(2)  # b comes back while c is still being decoded
+    assert [k for k, _, _ in got] == ["a", "b"] and all(f.pass_no == 2 for _, f, _ in got)
+    turns[2].set()
+    assert [k for k, _, _ in wait(3)] == ["a", "b", "c"]
+    w.close()
+
+
 def test_a_full_queue_refuses_and_late_segments_keep_the_first_pass():
     model = FakeRecognizer("second")
     model.gate = threading.Event()

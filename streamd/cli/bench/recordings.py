@@ -54,6 +54,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--utterances", type=int, default=15, help="per client")
     p.add_argument("--max-seconds", type=float, default=10.0, help="longest utterance used")
     p.add_argument("--cpu-threads", type=int, default=1, help="the second model's threads")
+    p.add_argument("--int8", choices=("true", "false"), default=None,
+                   help="Moonshine's decoder in int8 (engine.second_pass.int8; default: that setting's default)")
     p.add_argument("--worker", nargs="+", choices=("thread", "process"), default=["thread", "process"],
                    help="where the second model runs (engine.second_pass.worker); several: one run each, side "
                         "by side after the first pass alone")
@@ -96,7 +98,8 @@ def _second_pass_latency(a: argparse.Namespace) -> int:
     from ...bench.second_pass_latency import second_pass_latency
 
     print(json.dumps(second_pass_latency(a.set, a.second_pass, a.streams, a.utterances, a.max_seconds,
-                                         a.cpu_threads, a.worker), indent=1))
+                                         a.cpu_threads, a.worker, None if a.int8 is None else a.int8 == "true"),
+                     indent=1))
     return 0
 
 
