@@ -249,10 +249,10 @@ class SecondPassConfig:
     validation sets but makes its finals later (p95 over 0.6 s with 4 streams on a 2-core CPU); 1, the
     default, keeps them within it (model card, "Second pass").  ``int8``: Moonshine's decoder multiplies
     in int8 on the model's own int8 weights (ONNX Runtime's ``MatMulNBits``, the activations rounded to
-    int8 per block of 32; made once in the model cache from the installed weights): 2.3x less CPU per
-    token, finals sooner, a few words different (synthetic dev 3 more errors, speechocean762 dev 2 fewer:
-    model card, "Second pass"); false, the default: the weights converted to float, as the teachers run
-    (Whisper is int8 either way).
+    int8 per block of 32; made once in the model cache from the installed weights; the default): 2.3x
+    less CPU per token, finals about twice as soon on a busy CPU, a few words different (synthetic dev 3
+    more errors, speechocean762 dev 2 fewer: model card, "Second pass"); false: the weights converted to
+    float, as the teachers run (Whisper is int8 either way).
     """
 
     model: str = SECOND_PASS_OFF
@@ -269,7 +269,7 @@ class SecondPassConfig:
     worker: str = "process"
     context_s: float = 10.0
     warp: float = 1.0
-    int8: bool = False
+    int8: bool = True
 
     def __post_init__(self) -> None:
         _check(isinstance(self.model, str) and self.model.strip() != "", "model",

@@ -116,6 +116,6 @@ def test_a_model_without_int8_weights_is_left_as_it_is(tmp_path):
 
 def test_int8_is_a_boolean_setting():
     from streamd.config import SecondPassConfig
-    assert SecondPassConfig().int8 is False and SecondPassConfig(int8=True).int8 is True
+    assert SecondPassConfig().int8 is True and SecondPassConfig(int8=False).int8 is False  # int8 by default
     with pytest.raises(ValueError, match="int8"):
         SecondPassConfig(int8="yes")

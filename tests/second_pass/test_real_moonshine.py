@@ -47,10 +47,10 @@ def test_moonshine_int8_decoder_writes_the_float_models_words_on_the_samples():
     from streamd.audio.resample import load_audio_at
     from streamd.second_pass.calibration import load_second_pass
 
-    second = load_second_pass(SecondPassConfig(model="moonshine-base", int8=True))
-    assert second.model.int8  # the decoder's products in int8
-    plain = load_second_pass(SecondPassConfig(model="moonshine-base")).model
-    assert not plain.int8  # the default, and the teachers': float
+    second = load_second_pass(SecondPassConfig(model="moonshine-base"))
+    assert second.model.int8  # the default: the decoder's products in int8
+    plain = load_second_pass(SecondPassConfig(model="moonshine-base", int8=False)).model
+    assert not plain.int8  # the teachers': float
     samples = default_samples().parent
     for name in ("lights.wav", "timer.wav"):
         x = load_audio_at(samples / name, 16000)
