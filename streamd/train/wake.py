@@ -75,7 +75,7 @@ class WakeTrainConfig:
     """Sizes of one training run (the defaults finish in about 10 min on 2 busy cores)."""
 
     tts_positives: int = 300        # TTS utterances of the keyword
-    copies: int = 5                 # placements (augmentations) of each
+    copies: int = 8                 # placements (augmentations) of each; copy c is the same whatever ``copies``
     tts_negatives: int = 300        # TTS confusables and sentences
     wide_negatives: int = 150       # TTS farther sound-alikes (wide_sound_alikes), on top of tts_negatives
     real_negatives: int = 6000      # real training-split files (speech and noise; all ~5300 of them)
