@@ -140,21 +140,22 @@ class Batching:
                             if len(places) > 1 else state, places))
             return out
 
+        def rows_and_state(kind: str, rows: list[int], method: str = "") -> tuple[torch.Tensor, Any]:
+            """The batch rows ``rows`` that hold a state of ``kind`` (as a tensor) and their batched state."""
+            return torch.tensor(rows, device=dev), self._assemble(parts(kind, rows, method), len(rows))
+
         batch = _Batch(ids, self._assemble(parts("enc", list(range(len(ids)))), len(ids)))
         by_method: dict[str, list[int]] = {}
         for row, st in enumerate(streams):
             by_method.setdefault(st.opts.method, []).append(row)
         for method, rows in by_method.items():
-            batch.groups[method] = (torch.tensor(rows, device=dev),
-                                    self._assemble(parts("search", rows, method), len(rows)))
+            batch.groups[method] = rows_and_state("search", rows, method)
         kws_rows = [row for row, st in enumerate(streams) if self.kws is not None and st.opts.keywords]
         if kws_rows:
-            batch.kws_rows, batch.kws = (torch.tensor(kws_rows, device=dev),
-                                         self._assemble(parts("kws", kws_rows), len(kws_rows)))
+            batch.kws_rows, batch.kws = rows_and_state("kws", kws_rows)
         wake_rows = [row for row, st in enumerate(streams) if st.wake is not None]
         if wake_rows:
-            batch.wake_rows, batch.wake = (torch.tensor(wake_rows, device=dev),
-                                           self._assemble(parts("wake", wake_rows), len(wake_rows)))
+            batch.wake_rows, batch.wake = rows_and_state("wake", wake_rows)
         left = {id(p): p for p in (self._leave_pool(st) for st in streams) if p is not None}  # the batch holds it now
         for pool in left.values():
             self._maybe_compact(pool)
