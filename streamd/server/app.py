@@ -21,9 +21,12 @@ The server package by purpose, from the bottom up (lower modules never import hi
 
 Threads and tasks
 -----------------
-* The event loop runs the websockets server (``websockets.asyncio.server``),
-  one handler task per connection, and one sender task per connection that
-  drains its bounded :class:`~.outbox.Outbox`.  It never calls the model.
+* The event loop runs the websockets server (``websockets.asyncio.server``, each connection a
+  :class:`~.wsconn.DirectConnection`: its messages go to its session from the socket's callback, with no
+  task wake-up per message), one handler task per connection, and one sender task per connection for
+  what its transport cannot take at once; the messages queued in its bounded :class:`~.outbox.Outbox`
+  during a turn of the loop are written at the next turn by one :class:`~.outbox.Flusher` for all of them.
+  It never calls the model.
 * ONE batching task (:class:`~.runner.Batcher`) owns the Recognizer.  Connections
   submit typed :mod:`.commands` (open / audio / samples / reset / finish / close)
   to its queue; whenever there is work it runs :meth:`~.runner.EngineRunner.cycle` in a
@@ -99,6 +102,18 @@ __all__ = ["App", "CycleResult", "EngineRunner", "Conn", "MicStream", "resolve_c
            "RESOURCE_ERRNOS", "ACCEPT_ERROR_LOG_SECONDS"]
 
 log = logging.getLogger("streamd.server")
+
+class _Targets(ChainMap):
+    """Every stream's route target by key, over the maps of its owners (a view: nothing is copied per cycle);
+    :meth:`get` in one pass (a ChainMap's looks twice), for the routing of every event."""
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        for m in self.maps:
+            t = m.get(key)
+            if t is not None:
+                return t
+        return default
+
 
 class App(EngineLanes, Shutdown, ConnTable):
     """One ``streamd serve`` instance: listeners, engine, connections, lifecycle.
@@ -258,7 +273,7 @@ class App(EngineLanes, Shutdown, ConnTable):
             maps.append(self.wyoming.streams)
         if self.fronts is not None:
             maps.append(self.fronts.targets)
-        return ChainMap(*maps)
+        return _Targets(*maps)
 
     def _cycle_done(self, res: CycleResult) -> None:
         """An engine cycle's results (either lane's batcher): routed to their streams, measured, and a lane whose
@@ -273,11 +288,12 @@ class App(EngineLanes, Shutdown, ConnTable):
     def _route(self, res: CycleResult) -> None:
         """A cycle's results to their targets: stream creations, engine events, acknowledgements, progress."""
         targets = self._targets()
+        target_of = targets.get
         for key, err in res.opened:
             if err is not None:
                 self._ended(key)
-            if key in targets:
-                targets[key].on_opened(err)
+            if (t := target_of(key)) is not None:
+                t.on_opened(err)
         for key, ev in res.events:
             if self.second_gate is not None:  # a stream's events wait behind its final's second pass
                 for k, e in self.second_gate.route(key, ev):
@@ -285,11 +301,11 @@ class App(EngineLanes, Shutdown, ConnTable):
             else:
                 self._deliver(key, ev, targets)
         for key, n in res.acks.items():
-            if key in targets:
-                targets[key].on_applied(n)
+            if (t := target_of(key)) is not None:
+                t.on_applied(n)
         for key, decoded in res.decoded.items():  # after the events: their results are queued first (flow)
-            if key in targets:
-                targets[key].on_progress(decoded)
+            if (t := target_of(key)) is not None:
+                t.on_progress(decoded)
 
     def _measure(self, res: CycleResult) -> None:
         """A cycle's steps: the metrics, the drain's throughput, and the capacity model's next step budget."""
@@ -311,12 +327,13 @@ class App(EngineLanes, Shutdown, ConnTable):
         """One engine event of stream ``key`` to its target (the admission sees the stream end with it)."""
         if isinstance(ev, Done) or (isinstance(ev, Error) and ev.fatal):
             self._ended(key)
+        target = targets.get(key)
         if isinstance(ev, WakeWord):
             self.metrics.wake_events.labels(ev.keyword).inc()
-        elif isinstance(ev, Partial) and key in targets:
-            self.metrics.backlog.labels(targets[key].stream_class).observe(ev.backlog)
-        if key in targets:
-            targets[key].on_event(ev)
+        elif isinstance(ev, Partial) and target is not None:
+            self.metrics.child(self.metrics.backlog, target.stream_class).observe(ev.backlog)
+        if target is not None:
+            target.on_event(ev)
 
     def broadcast(self, message: dict, droppable: bool = False) -> None:
         """A message for every ``/v1/events`` subscriber (those of the front processes too)."""

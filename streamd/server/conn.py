@@ -1,9 +1,10 @@
 """The connection side of ``streamd serve`` (event loop): one object per stream source.
 
 * :class:`Conn`: one websocket client (``/v1/stream``, ``/vosk``, or a ``/v1/events`` subscriber): its
-  sans-I/O protocol session (:mod:`.protocol`, :mod:`.vosk`), its bounded :class:`~.outbox.Outbox` and
-  the sender task that drains it, its read loop with the session's timers, and the translation of the
-  session's actions into engine :mod:`.commands`;
+  sans-I/O protocol session (:mod:`.protocol`, :mod:`.vosk`), its bounded :class:`~.outbox.Outbox` (written
+  once per turn of the event loop, and by the sender task when the transport is full), its messages handed
+  to the session as they are read (:class:`~.wsconn.DirectConnection`'s sink) with the session's timers and
+  flow control, and the translation of the session's actions into engine :mod:`.commands`;
 * :class:`MicStream` and :func:`run_mic`: the daemon's own microphone as one engine stream whose events
   go to every ``/v1/events`` subscriber.
 
@@ -22,14 +23,14 @@ from collections import deque
 from typing import TYPE_CHECKING, Any, Callable, Mapping, MutableMapping, Protocol, Sequence
 
 import numpy as np
-from websockets.asyncio.server import ServerConnection
+from websockets.asyncio.server import ServerConnection  # (a .wsconn.DirectConnection where the daemon serves)
 from websockets.exceptions import ConnectionClosed
 
 from ..events import Done, Error, Event, Partial
 from .commands import CloseStream, Command, FeedPcm, FeedSamples, FinishStream, OpenStream, ResetStream
 from .drain import cannot_finish_message, drain_plan, grace_over_message
 from .flow import FlowControl
-from .outbox import Outbox, wait_while
+from .outbox import Flusher, Outbox
 from .protocol import CLOSE_CODES, Action, Audio, Close, Finish, Open, Reset, Send, V1Session
 from .vosk import VoskSession
 
@@ -55,6 +56,7 @@ class ConnHost(Protocol):
     draining: bool
     mics: MutableMapping[int, MicStream]  # microphone streams not yet done
     mic_error: dict | None  # the microphone's error while it is failing: what a new /v1/events subscriber gets first
+    flusher: Flusher  # writes the connections' outboxes once per turn of the event loop (:class:`.outbox.Flusher`)
 
     def submit(self, cmd: Command) -> None: ...
 
@@ -82,6 +84,7 @@ class ConnTable:
         self.conns: dict[int, Conn] = {}
         self.conn_done: dict[int, asyncio.Event] = {}
         self.subscribers: set[Conn] = set()
+        self.flusher = Flusher()  # the connections' messages of each turn of the event loop, written at once
 
 
 class Conn:
@@ -92,7 +95,8 @@ class Conn:
         self.ws = ws
         self.key = key
         self.proto = proto
-        self.outbox = Outbox(app.config.limits.outbox_messages)
+        self.outbox = Outbox(app.config.limits.outbox_messages, self._write_now if hasattr(ws, "write_now") else None,
+                             self._delivered, getattr(app, "flusher", None))
         self.sender: asyncio.Task | None = None
         self.aborted = False
         self.decoded = 0.0  # stream seconds decoded so far (the latest partial's / final's end)
@@ -101,8 +105,11 @@ class Conn:
         self.token: str | None = info.token if info is not None else None
         self.arrivals: deque[tuple[float, float]] = deque()  # (audio seconds so far, arrival): partial lag
         self.flow = FlowControl.from_limits(app.config.limits)  # when its input is not read (.flow)
-        self.flow_changed = asyncio.Event()  # engine progress, or the connection aborted: look at the hold again
         self.held_seconds = 0.0  # time its input was not read by flow control
+        self._held_at: float | None = None  # since when flow control holds its input (monotonic), or None
+        self._input_over: asyncio.Future | None = None  # the read loop's end: set once the input is over
+        self._last = 0.0  # when the last client message arrived (monotonic; the idle timeout)
+        self._timer: asyncio.TimerHandle | None = None  # the read loop's one timer (:meth:`_arm`)
 
     @property
     def stream_class(self) -> str:
@@ -119,6 +126,11 @@ class Conn:
         except ConnectionClosed:
             return
 
+    def _write_now(self, text: str) -> bool:
+        """The outbox's direct path (:meth:`.outbox.Outbox.flush`, :meth:`.wsconn.DirectConnection.write_now`):
+        ``text`` in the socket now if the transport takes it (never after an abort)."""
+        return not self.aborted and self.ws.write_now(text)
+
     def _delivered(self) -> None:
         """Once every message queued so far is in the socket, the session's token bucket gets the decoded
         audio's seconds back (:meth:`.protocol.FlowFigures.delivered`; a client that does not read leaves its
@@ -127,39 +139,118 @@ class Conn:
             self.proto.delivered()
 
     async def read_loop(self) -> bool:
-        """Feed client messages to the session until its input closes; False if the client went away.
+        """Feed client messages to the session until its input closes; False if the client went away first.
+
+        The messages come from the connection's direct receive path (:class:`~.wsconn.DirectConnection`: its
+        ``sink``, :meth:`_receive`), in order, with no task wake-up per message; this coroutine only waits
+        for the input's end (eof, an error, a timeout, the engine's done, an abort, draining) or the
+        connection's.
 
         Two timers, both decided by the session: ``idle_timeout`` after the last message
         (``proto.timeout()``) and the session's own ``proto.deadline()`` (``proto.tick(now)``: the
-        minimum audio rate), whichever comes first.
+        minimum audio rate), whichever comes first: one timer per connection, set again only when it fires
+        (each message moves no timer: both deadlines only ever move later).
 
         Flow control (:mod:`.flow`): while more of the stream's audio waits to be decoded than the bound, the
-        next message is not read (TCP makes the client wait); that time counts neither as the client's
-        silence nor against its minimum audio rate."""
+        connection is not read (TCP makes the client wait; the messages it had already read wait in order);
+        engine progress reads it again (and a look every :data:`FLOW_POLL` seconds).  That time counts
+        neither as the client's silence nor against its minimum audio rate."""
         ws, proto = self.ws, self.proto
+        loop = asyncio.get_running_loop()
+        self._input_over = over = loop.create_future()
+        self._last = time.monotonic()
+        self.perform(proto.tick(self._last))  # starts the session's clock
+        if proto.input_closed or self.aborted:
+            return True
+        ws.set_sink(self._receive)
+        self._arm()
+        lost = asyncio.ensure_future(ws.wait_closed())
+        try:
+            await asyncio.wait({over, lost}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            lost.cancel()
+            self._end_input()
+        return proto.input_closed or self.aborted
+
+    def _receive(self, msg: str | bytes) -> None:
+        """One client message (the connection's sink): to the session, unless its input is over (then dropped,
+        as the handler's :func:`discard` does)."""
+        proto, over = self.proto, self._input_over
+        if over.done():  # the input is over (every way it ends sets it: :meth:`perform`, :meth:`abort`)
+            return
+        self._last = now = time.monotonic()
+        try:
+            self.perform(proto.receive(msg, now))
+        except Exception:  # noqa: BLE001 - a bug must not leave the connection half served
+            log.exception("connection %s: handling a client message failed", self.key)
+            self.abort("internal", "internal error while handling a message")
+            return
+        if self._held_at is None and not over.done() and self.flow.hold(proto.backlog):
+            self._held_at = now
+            self.ws.hold()
+            self._arm()  # the flow poll
+
+    def _end_input(self) -> None:
+        """The input is over (or the connection is): the read loop returns, its timer stops, a held connection
+        is read again (what it still sends is dropped)."""
+        over = self._input_over
+        if over is not None and not over.done():
+            over.set_result(None)
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._held_at is not None:
+            self._release()
+
+    def _arm(self) -> None:
+        """Set the connection's one timer for the earliest of its deadlines; while flow control holds it, for the
+        flow poll only (its clocks stand still meanwhile)."""
+        proto = self.proto
+        if self._input_over is None or self._input_over.done():
+            return
+        if self._held_at is not None:
+            ends = [time.monotonic() + FLOW_POLL]
+        else:
+            idle = self.app.config.limits.idle_timeout
+            ends = [t for t in (self._last + idle if idle else None, proto.deadline()) if t is not None]
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if ends:
+            self._timer = asyncio.get_running_loop().call_later(max(0.0, min(ends) - time.monotonic()),
+                                                                self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        proto = self.proto
+        if self._held_at is not None:
+            self._release()  # when flow control no longer holds it
+            if self._held_at is not None:
+                self._arm()
+                return
+        if proto.input_closed or self.aborted:
+            return
+        now = time.monotonic()
         idle = self.app.config.limits.idle_timeout
-        last = time.monotonic()
-        self.perform(proto.tick(last))  # starts the session's clock
-        while not proto.input_closed and not self.aborted:
-            if self.flow.hold(proto.backlog):
-                paused = await self._held()
-                last += paused
-                proto.pause(paused)
-                continue
-            ends = [t for t in (last + idle if idle else None, proto.deadline()) if t is not None]
-            wait = max(0.0, min(ends) - time.monotonic()) if ends else None
-            try:
-                async with asyncio.timeout(wait):  # a timer, not a task per message (wait_for's)
-                    msg = await ws.recv()
-            except TimeoutError:
-                now = time.monotonic()
-                self.perform(proto.timeout() if idle and now >= last + idle else proto.tick(now))
-                continue
-            except ConnectionClosed:
-                return False
-            last = time.monotonic()
-            self.perform(proto.receive(msg, last))
-        return True
+        ends = [t for t in (self._last + idle if idle else None, proto.deadline()) if t is not None]
+        if ends and now >= min(ends):
+            self.perform(proto.timeout() if idle and now >= self._last + idle else proto.tick(now))
+        self._arm()
+
+    def _release(self) -> None:
+        """Read a held connection again once flow control lets it (or it is aborted, or its input is over):
+        the time held is not the client's (its idle and minimum-rate clocks move on by as much)."""
+        proto = self.proto
+        if self.flow.hold(proto.backlog) and not self.aborted and not proto.input_closed:
+            return
+        waited = time.monotonic() - self._held_at
+        self._held_at = None
+        self.held_seconds += waited
+        self.app.metrics.flow_held.labels(self.stream_class).inc(waited)
+        self._last += waited
+        proto.pause(waited)
+        self.ws.release()  # the messages read before the hold go to the session now (it may hold again)
+        self._arm()  # the deadlines, moved on by the time held
 
     def send(self, message: dict, droppable: bool = False, when_behind: bool = False, last: bool = False) -> None:
         if message.get("type") == "error":
@@ -174,7 +265,6 @@ class Conn:
         if self.aborted:
             return
         self.aborted = True
-        self.flow_changed.set()
         log.warning("closing connection %s: %s", self.key, message)
         self.app.metrics.errors.labels(code).inc()
         if self.proto is not None:
@@ -183,19 +273,22 @@ class Conn:
         if self.sender is not None:
             self.sender.cancel()
         asyncio.get_running_loop().create_task(self.ws.close(CLOSE_CODES[code], code))
+        self._end_input()
 
     def perform(self, actions: list[Action]) -> None:
-        """Execute a protocol session's actions, in order."""
+        """Execute a protocol session's actions, in order.  A session's input closes with a Finish or a Close
+        action (eof, an error, done, draining): the read loop ends then."""
+        ended = False
         for a in actions:
             if self.aborted:
                 return
-            if isinstance(a, Send):
-                self.send(a.message, a.droppable, a.when_behind, a.last)
-            elif isinstance(a, Audio):
+            if isinstance(a, Audio):  # first: nearly every action is a client's audio
                 self.app.submit(FeedPcm(self.key, a.data, a.fmt, ack=a.ack))
                 now = time.monotonic()
                 self.app.admission.note_audio(self.key, self.proto.audio_seconds, now)
                 self.arrivals.append((self.proto.audio_seconds, now))
+            elif isinstance(a, Send):
+                self.send(a.message, a.droppable, a.when_behind, a.last)
             elif isinstance(a, Open):
                 refusal = self.app.admit(self.key, a.options, self.client, self.token)
                 if refusal is not None:  # at capacity, or this client's quota: the session ends here
@@ -206,9 +299,13 @@ class Conn:
                 self.app.submit(ResetStream(self.key))
             elif isinstance(a, Finish):
                 self.app.submit(FinishStream(self.key))
+                ended = True
             elif isinstance(a, Close):
                 self.outbox.close(a.code, a.reason)
                 self.app.submit(CloseStream(self.key))
+                ended = True
+        if ended:
+            self._end_input()
 
     # route targets for engine results
     def on_opened(self, error: str | None) -> None:
@@ -226,7 +323,8 @@ class Conn:
                 now = time.monotonic()
                 lag = now - self.arrivals[0][1]
                 self.app.admission.note_lag(self.key, lag, now)
-                self.app.metrics.partial_lag.labels(self.app.lane_of(self.key)).observe(lag)
+                metrics = self.app.metrics
+                metrics.child(metrics.partial_lag, self.app.lane_of(self.key)).observe(lag)
         self.perform(self.proto.event(ev))
 
     def on_applied(self, n: int) -> None:
@@ -239,17 +337,8 @@ class Conn:
         if self.proto is not None:
             self.proto.progress(decoded)
             self._delivered()
-        self.flow_changed.set()
-
-    async def _held(self) -> float:
-        """Wait while flow control holds this connection's input (until the engine has decoded enough of its
-        audio, it is aborted or its input closes); the seconds waited."""
-        proto = self.proto
-        waited = await wait_while(lambda: self.flow.hold(proto.backlog) and not self.aborted
-                                  and not proto.input_closed, self.flow_changed, FLOW_POLL)
-        self.held_seconds += waited
-        self.app.metrics.flow_held.labels(self.stream_class).inc(waited)
-        return waited
+        if self._held_at is not None:
+            self._release()
 
 
 async def drain_conns(conns: Mapping[int, Any], conn_done: Mapping[int, asyncio.Event], rate: float | None,

@@ -7,6 +7,8 @@ start with ``streamd_``; docs/protocol.md lists them.
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
@@ -20,6 +22,7 @@ class Metrics:
 
     def __init__(self) -> None:
         r = self.registry = CollectorRegistry()
+        self._children: dict[tuple[Any, str], Any] = {}  # (metric, label) -> its child (:meth:`child`)
         self.active_streams = Gauge("streamd_active_streams", "Live recognition streams (v1, vosk, mic)",
                                     registry=r)
         self.connections = Counter("streamd_connections", "Websocket connections accepted, by route",
@@ -74,6 +77,14 @@ class Metrics:
                                      registry=r)
         self.front_exits = Counter("streamd_front_process_exits", "Front processes that exited while the daemon "
                                    "was not stopping (each one replaced; its connections were lost)", registry=r)
+
+    def child(self, metric: Any, label: str) -> Any:
+        """``metric.labels(label)`` of a metric with one label, looked up once (the client library's lookup takes
+        a lock and checks the label every time: this is for the metrics updated per partial)."""
+        c = self._children.get((metric, label))
+        if c is None:
+            c = self._children[(metric, label)] = metric.labels(label)
+        return c
 
     def record_step(self, batch: int, seconds: float, audio_seconds: float) -> None:
         self.batch_size.observe(batch)

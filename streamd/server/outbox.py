@@ -9,7 +9,27 @@ from typing import Any, Awaitable, Callable
 
 from .protocol import Close
 
-__all__ = ["Outbox", "wait_while"]
+__all__ = ["Outbox", "Flusher", "wait_while"]
+
+
+class Flusher:
+    """The outboxes with messages put during this turn of the event loop, written once each at the next turn
+    (:meth:`Outbox.flush`): one callback for every connection's messages of a turn, instead of waking each
+    connection's sender task for each message.  Messages put in one turn coalesce exactly as they did while
+    they waited for the sender task."""
+
+    def __init__(self) -> None:
+        self._due: list[Outbox] = []
+
+    def due(self, box: "Outbox") -> None:
+        if not self._due:
+            asyncio.get_running_loop().call_soon(self._flush)
+        self._due.append(box)
+
+    def _flush(self) -> None:
+        due, self._due = self._due, []
+        for box in due:
+            box.flush()
 
 
 class Outbox:
@@ -23,10 +43,21 @@ class Outbox:
     full (the caller disconnects that client), except for a ``force``d message
     (a stream's last one), which may exceed the bound.  :meth:`close` queues
     the final close after everything already queued.
+
+    With a ``flusher`` (:class:`Flusher`) and the transport's direct path ``write_now(text)`` (True: the
+    message is in the socket; False: the transport cannot take it now), what is put during a turn of the
+    event loop is written at the next turn by :meth:`flush`, with no wake-up of the sender task; what the
+    transport cannot take then waits for the sender (:meth:`pump`), which waits for the transport.
+    ``written()`` after each message the flush wrote (as :meth:`pump`'s).
     """
 
-    def __init__(self, capacity: int):
+    def __init__(self, capacity: int, write_now: Callable[[str], bool] | None = None,
+                 written: Callable[[], Any] | None = None, flusher: Flusher | None = None):
         self.capacity = capacity
+        self.write_now = write_now if flusher is not None else None
+        self.written = written
+        self.flusher = flusher
+        self._flush_due = False
         self._items: deque[str] = deque()
         self._tail_droppable = False
         self._close: Close | None = None
@@ -54,8 +85,30 @@ class Outbox:
             return False
         self._items.append(text)
         self._tail_droppable = droppable
-        self._event.set()
+        if self.write_now is None:
+            self._event.set()
+        elif not self._flush_due:
+            self._flush_due = True
+            self.flusher.due(self)
         return True
+
+    def flush(self) -> None:
+        """Write what waits through ``write_now``, in order, until it is empty or the transport cannot take more
+        (then the sender task waits for the transport and writes the rest); nothing while the sender is
+        writing (it takes the rest after its message)."""
+        self._flush_due = False
+        items = self._items
+        if self.writing or self.write_now is None:
+            return
+        while items:
+            if not self.write_now(items[0]):
+                self._event.set()
+                return
+            items.popleft()
+            if not items:
+                self._tail_droppable = False
+            if self.written is not None:
+                self.written()
 
     def close(self, code: int, reason: str) -> None:
         if self._close is None:

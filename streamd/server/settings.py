@@ -20,6 +20,7 @@ from typing import Any, Callable, Mapping
 
 from ..config import AppConfig, ConfigError, TlsConfig, load_yaml
 from .auth import check_wyoming_auth, load_tokens
+from .wsconn import DirectConnection
 
 __all__ = ["resolve_config", "make_ssl_context", "websocket_options", "check_app_config", "check_device_available",
            "check_phrases", "check_ports_free", "mic_factory"]
@@ -91,11 +92,13 @@ def resolve_config(path: str | None, flags: Mapping[str, Any] | None = None,
 
 def websocket_options(cfg: AppConfig, ssl_ctx: ssl.SSLContext | None) -> dict[str, Any]:
     """The keyword arguments of ``websockets.asyncio.server.serve`` for the daemon's websocket ports (its own
-    process or a front process): message size, open and ping timeouts, close timeout, TLS."""
+    process or a front process): message size, open and ping timeouts, close timeout, TLS, and the connection
+    class (:class:`~.wsconn.DirectConnection`: messages handed to the session without a task per message)."""
     s, lim = cfg.server, cfg.limits
     return dict(max_size=max(2 * lim.max_message_bytes, 2 * lim.max_text_bytes),
                 open_timeout=lim.open_timeout or None, ping_interval=s.ping_interval or None,
-                ping_timeout=s.ping_timeout or None, close_timeout=s.close_timeout, compression=None, ssl=ssl_ctx)
+                ping_timeout=s.ping_timeout or None, close_timeout=s.close_timeout, compression=None, ssl=ssl_ctx,
+                create_connection=DirectConnection)
 
 
 def make_ssl_context(tls: TlsConfig) -> ssl.SSLContext | None:

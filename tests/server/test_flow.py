@@ -92,18 +92,38 @@ def test_session_backlog_and_credit():
 
 
 class FloodWs:
-    """A client that sends 0.1 s frames of audio without end; ``reads``: whether it reads what it is sent."""
+    """A client that sends 0.1 s frames of audio without end, one per turn of the event loop while the server
+    reads it (as :class:`~streamd.server.wsconn.DirectConnection` hands messages to the connection's sink, and
+    stops reading the socket on ``hold``); ``reads``: whether it reads what it is sent."""
 
     def __init__(self, reads: bool):
         self.reads = reads
         self.sent: list[str] = []
         self.closed_with = None
         self.frames = 0
+        self._reading = asyncio.Event()
+        self._reading.set()
+        self._closed = asyncio.Event()
+        self._flood: asyncio.Task | None = None
 
-    async def recv(self):
-        self.frames += 1
-        await asyncio.sleep(0)
-        return pcm16(random_audio(0.1, seed=self.frames % 50))
+    def set_sink(self, sink) -> None:
+        self._flood = asyncio.ensure_future(self._push(sink))
+
+    async def _push(self, sink) -> None:
+        while self.closed_with is None:
+            await self._reading.wait()
+            self.frames += 1
+            sink(pcm16(random_audio(0.1, seed=self.frames % 50)))
+            await asyncio.sleep(0)
+
+    def hold(self) -> None:
+        self._reading.clear()
+
+    def release(self) -> None:
+        self._reading.set()
+
+    async def wait_closed(self) -> None:
+        await self._closed.wait()
 
     async def send(self, text):
         if not self.reads:
@@ -112,6 +132,7 @@ class FloodWs:
 
     async def close(self, code=1000, reason=""):
         self.closed_with = (code, reason)
+        self._closed.set()
 
 
 def test_input_is_not_read_while_the_backlog_is_over_the_bound(ckpt):
@@ -143,6 +164,35 @@ def test_input_is_not_read_while_the_backlog_is_over_the_bound(ckpt):
             assert held and float(held[0].split()[-1]) > 1.0
             conn.abort("shutting_down", "test over")
             await loop
+
+    run(body())
+
+
+def test_a_held_connection_only_polls_and_its_deadlines_move_on(ckpt):
+    """Held past its idle timeout (no engine progress), a connection's one timer only makes the flow poll (it
+    does not fire again and again for the deadline that passed meanwhile); released, its idle timeout counts
+    from its last message plus the time held, and ends it once the client is silent."""
+    async def body():
+        async with make_app(ckpt, limits={"idle_timeout": 0.3}) as app:
+            proto = V1Session("x", app.config.limits, app.model_info)
+            ws = FloodWs(reads=True)
+            conn = Conn(app, ws, 99, proto)
+            app.submit = lambda cmd: None  # an engine that never decodes
+            fired = []
+            on_timer = conn._on_timer
+            conn._on_timer = lambda: (fired.append(proto.backlog), on_timer())
+            conn.start()
+            conn.perform(proto.receive('{"type": "start"}', time.monotonic()))
+            loop = asyncio.ensure_future(conn.read_loop())
+            await asyncio.sleep(1.5)  # held for five idle timeouts
+            assert not proto.closed and len(fired) <= 3, len(fired)
+            ws.closed_with = ("stopped", "")  # the client goes silent
+            conn.on_progress(proto.audio_seconds)  # decoded: read again, its clocks moved on by the time held
+            assert not proto.closed and conn.held_seconds > 1.0
+            await asyncio.wait_for(loop, 5)  # the idle timeout ends the input
+            await asyncio.sleep(0.05)
+            told = [json.loads(m) for m in ws.sent + list(conn.outbox._items)]
+            assert told[-1]["code"] == "idle_timeout"
 
     run(body())
 

@@ -7,7 +7,7 @@ import asyncio
 
 import numpy as np
 
-from streamd.server.outbox import Outbox
+from streamd.server.outbox import Flusher, Outbox
 from streamd.server.protocol import Close
 
 
@@ -48,3 +48,44 @@ def test_outbox_reference_random():
 
     for seed in range(3):
         asyncio.run(asyncio.wait_for(body(seed), 5))
+
+
+def test_outbox_flush_writes_a_turns_messages_at_the_next_turn():
+    """With a flusher and ``write_now``: what is put during a turn of the event loop coalesces as it did while
+    waiting for the sender, and is written at the next turn, in order, with ``written()`` after each; what the
+    transport refuses waits for the sender (``pump``), behind nothing and before everything put later."""
+    async def body():
+        written, sent, accept = [], [], [True]
+
+        def write_now(text):
+            if accept[0]:
+                written.append(text)
+            return accept[0]
+
+        box = Outbox(4, write_now, lambda: written.append("|"), Flusher())
+        assert box.put("p1", True) and box.put("f1") and box.put("p2", True) and box.put("p3", True)
+        assert written == [] and len(box) == 3 and box.dropped == 1 and not box.drained  # p3 replaced p2
+        await asyncio.sleep(0)
+        assert written == ["p1", "|", "f1", "|", "p3", "|"] and box.drained
+        accept[0] = False  # the transport's buffer is full: the sender writes them once it can
+        assert box.put("f2") and box.put("f3")
+        await asyncio.sleep(0)
+        assert written == ["p1", "|", "f1", "|", "p3", "|"] and len(box) == 2
+
+        async def write(text):
+            sent.append(text)
+
+        pump = asyncio.ensure_future(box.pump(write))
+        await asyncio.sleep(0.01)
+        assert sent == ["f2", "f3"] and box.drained
+        accept[0] = True
+        box.writing = True  # the sender is handing a message to the transport: the flush leaves the rest to it
+        assert box.put("f4")
+        await asyncio.sleep(0)
+        assert len(box) == 1 and written[-1] == "|"
+        box.writing = False
+        box.close(1000, "done")
+        assert box.put("late")  # ignored once closing
+        assert await pump == Close(1000, "done") and sent == ["f2", "f3", "f4"]
+
+    asyncio.run(asyncio.wait_for(body(), 5))
