@@ -208,3 +208,30 @@ def test_training_windows_are_gathered_without_copies():
     assert w.pos.tolist() == [3, 4] and w.neg.tolist() == [0, 20, 21] and w.real.tolist() == [False, True, True]
     assert torch.equal(w.gather(torch.tensor([4, 21]))[0], a[4:20])
     assert torch.equal(w.gather(torch.tensor([21]))[0], a[1:17])
+
+
+def test_each_positive_is_placed_copies_times_and_more_copies_only_add():
+    """``copies`` placements of every positive utterance, all of an utterance on one side of the held-out split;
+    placement c is the same whatever ``copies`` (more copies add placements, they do not redraw the first ones)."""
+    import torch
+
+    def emb(t):  # a stand-in for the speech embedding: one row per 1280 samples, + 15 rows (T + 15, 96)
+        x = t[0]
+        n = len(x) // W.EMB
+        rms = x[: n * W.EMB].reshape(n, W.EMB).abs().mean(1)
+        return torch.cat([torch.zeros(15), rms])[:, None].repeat(1, 96)[None]
+
+    g = np.random.default_rng(0)
+    pos = [np.sin(np.arange(8000) * 0.05 * (1 + k)).astype(np.float32) * 0.3 + 0.01 * g.standard_normal(8000)
+           .astype(np.float32) for k in range(12)]
+    held = [i for i in range(len(pos)) if W._held_out(f"pos-{i}")]
+    assert 0 < len(held) < len(pos)
+    d5 = W._embed(W.WakeTrainConfig(copies=5), emb, pos, [], [], None, [])
+    d8 = W._embed(W.WakeTrainConfig(copies=8), emb, pos, [], [], None, [])
+    assert len(d5.pos_held) == 5 * len(held) and len(d8.pos_held) == 8 * len(held)
+    for k in range(len(held)):  # the held-out placements of utterance held[k]: 5 (or 8) in a row
+        a5, a8 = d5.pos_held[5 * k:5 * k + 5], d8.pos_held[8 * k:8 * k + 8]
+        for (s5, p5), (s8, p8) in zip(a5, a8[:5]):
+            assert torch.equal(s5, s8) and np.array_equal(p5, p8)
+        assert len({(s.shape[0], round(float(s.sum()), 3)) for s, _ in a8}) == 8  # eight different placements
+    assert len(d8.train.pos) > len(d5.train.pos) > 0
