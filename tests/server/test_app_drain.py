@@ -4,7 +4,6 @@ refused, and under load every stream ends with done or shutting_down."""
 from __future__ import annotations
 
 import asyncio
-import base64
 import json
 import os
 import time
@@ -14,7 +13,7 @@ import pytest
 from websockets.asyncio.client import connect
 
 from helpers import random_audio
-from tests.server.wire import TIMEOUT, app_config, drain, pcm16, slowed, until
+from tests.server.wire import TIMEOUT, app_config, drain, pcm16, raw_client, slowed, until
 from streamd.engine import Recognizer
 from streamd.server.app import App
 
@@ -34,17 +33,6 @@ def ws_frame(opcode: int, payload: bytes) -> bytes:
     mask = os.urandom(4)
     body = (np.frombuffer(payload, np.uint8) ^ np.resize(np.frombuffer(mask, np.uint8), n)).tobytes()
     return head + mask + body
-
-
-async def raw_client(port, path):
-    """A websocket client that never answers the closing handshake."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    key = base64.b64encode(os.urandom(16)).decode()
-    writer.write(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                 f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n".encode())
-    head = await reader.readuntil(b"\r\n\r\n")
-    assert head.startswith(b"HTTP/1.1 101")
-    return reader, writer
 
 
 async def http_status(port, path):

@@ -6,8 +6,6 @@ does, and writes a message at once when it can."""
 from __future__ import annotations
 
 import asyncio
-import base64
-import os
 import struct
 
 from websockets.asyncio.client import connect
@@ -15,7 +13,7 @@ from websockets.asyncio.server import serve
 
 from streamd.bench.stress.crowd import client_frame
 from streamd.server.wsconn import DirectConnection
-from tests.server.wire import run, until
+from tests.server.wire import raw_client, run, until
 
 
 async def _server(handler):
@@ -78,16 +76,6 @@ def test_hold_and_release_keep_every_message_in_order():
     run(body())
 
 
-async def _raw_client(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    key = base64.b64encode(os.urandom(16)).decode()
-    writer.write(f"GET / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
-                 f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n".encode())
-    head = await reader.readuntil(b"\r\n\r\n")
-    assert head.startswith(b"HTTP/1.1 101")
-    return reader, writer
-
-
 def test_text_that_is_not_utf8_closes_with_1007():
     async def body():
         got = []
@@ -98,7 +86,7 @@ def test_text_that_is_not_utf8_closes_with_1007():
 
         async with await _server(handler) as srv:
             port = srv.sockets[0].getsockname()[1]
-            reader, writer = await _raw_client(port)
+            reader, writer = await raw_client(port)
             writer.write(client_frame(1, b"ok") + client_frame(1, b"\xff\xfe"))
             head = await asyncio.wait_for(reader.readexactly(2), 5)
             assert head[0] & 0x0F == 8  # a close frame

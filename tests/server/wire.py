@@ -5,7 +5,9 @@ local websocket server and a self-signed certificate."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
+import os
 import time
 from pathlib import Path
 
@@ -202,3 +204,15 @@ def offline_finals(rec, x):
     rec.accept_audio(sid, x)
     rec.finish(sid)
     return [e.text for e in rec.drain() if isinstance(e, Final)]
+
+
+async def raw_client(port: int, path: str = "/") -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A bare websocket client: the opening handshake on a raw socket, then nothing the test does not write
+    itself (it never answers a closing handshake)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    key = base64.b64encode(os.urandom(16)).decode()
+    writer.write(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                 f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n\r\n".encode())
+    head = await reader.readuntil(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 101")
+    return reader, writer
