@@ -205,20 +205,21 @@ class Conn:
     def _arm(self) -> None:
         """Set the connection's one timer for the earliest of its deadlines; while flow control holds it, for the
         flow poll only (its clocks stand still meanwhile)."""
-        proto = self.proto
         if self._input_over is None or self._input_over.done():
             return
-        if self._held_at is not None:
-            ends = [time.monotonic() + FLOW_POLL]
-        else:
-            idle = self.app.config.limits.idle_timeout
-            ends = [t for t in (self._last + idle if idle else None, proto.deadline()) if t is not None]
+        ends = [time.monotonic() + FLOW_POLL] if self._held_at is not None else self._deadlines()
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
         if ends:
             self._timer = asyncio.get_running_loop().call_later(max(0.0, min(ends) - time.monotonic()),
                                                                 self._on_timer)
+
+    def _deadlines(self) -> list[float]:
+        """The read loop's deadlines (monotonic): ``idle_timeout`` after the last message (when set) and the
+        session's own (:meth:`.protocol.V1Session.deadline`, when it has one)."""
+        idle = self.app.config.limits.idle_timeout
+        return [t for t in (self._last + idle if idle else None, self.proto.deadline()) if t is not None]
 
     def _on_timer(self) -> None:
         self._timer = None
@@ -232,7 +233,7 @@ class Conn:
             return
         now = time.monotonic()
         idle = self.app.config.limits.idle_timeout
-        ends = [t for t in (self._last + idle if idle else None, proto.deadline()) if t is not None]
+        ends = self._deadlines()
         if ends and now >= min(ends):
             self.perform(proto.timeout() if idle and now >= self._last + idle else proto.tick(now))
         self._arm()
