@@ -357,7 +357,6 @@ def _moonshine_onnx(src: Path, cache: Path, ort, onnx) -> Path:
         return dest
     cache.mkdir(parents=True, exist_ok=True)
     raw = dest.with_name(f".{dest.stem}.{os.getpid()}.raw.onnx")
-    tmp = dest.with_name(f".{dest.stem}.{os.getpid()}.tmp.onnx")
     try:
         so = ort.SessionOptions()
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
@@ -369,13 +368,24 @@ def _moonshine_onnx(src: Path, cache: Path, ort, onnx) -> Path:
             for a in node.attribute:
                 if a.type == onnx.AttributeProto.GRAPH and not a.g.name:
                     a.g.name = f"{node.name or node.op_type}_{a.name}"
+        _save_onnx_atomic(onnx, model, dest)
+    finally:
+        if raw.exists():
+            raw.unlink()
+    return dest
+
+
+def _save_onnx_atomic(onnx, model, dest: Path) -> None:
+    """Save ONNX ``model`` as ``dest`` through a temporary file in the same folder, then rename: a reader (another
+    process assembling the same model) never sees a partial file."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_name(f".{dest.stem}.{os.getpid()}.tmp.onnx")
+    try:
         onnx.save(model, str(tmp))
         os.replace(tmp, dest)
     finally:
-        for p in (raw, tmp):
-            if p.exists():
-                p.unlink()
-    return dest
+        if tmp.exists():
+            tmp.unlink()
 
 
 INT8_BLOCK = 32
@@ -489,14 +499,7 @@ def _moonshine_int8(src: Path, cache: Path, onnx) -> Path:
     main.initializer.extend(keep)
     if not any(o.domain == "com.microsoft" for o in model.opset_import):
         model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
-    cache.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(f".{dest.stem}.{os.getpid()}.tmp.onnx")
-    try:
-        onnx.save(model, str(tmp))
-        os.replace(tmp, dest)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
+    _save_onnx_atomic(onnx, model, dest)
     return dest
 
 
