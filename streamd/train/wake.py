@@ -72,7 +72,7 @@ REFRACTORY_S = 1.0
 
 @dataclass(frozen=True)
 class WakeTrainConfig:
-    """Sizes of one training run (the defaults: about 7 min of CPU, 11-17 min wall on 2 busy cores)."""
+    """Sizes of one training run (the defaults: 2.5 min wall on the idle 2-core machine, 11-17 min at load 4-6)."""
 
     tts_positives: int = 300        # TTS utterances of the keyword
     copies: int = 8                 # placements (augmentations) of each; copy c is the same whatever ``copies``
