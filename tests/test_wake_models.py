@@ -49,6 +49,9 @@ def wake_files(tmp_path_factory):
 
 
 def _rec(ckpt, paths, **kws):
+    """The engine with the wake models, its embedding in float32 unless ``embedding_precision`` says (the
+    offline reference below computes in float32; bfloat16's closeness: tests/model/test_speech_embedding.py)."""
+    kws.setdefault("embedding_precision", "float32")
     cfg = from_dict(EngineConfig, {"num_threads": 1, "kws": {"wake_models": paths, **kws}})
     return Recognizer(load_checkpoint(ckpt, "cpu"), cfg)
 
@@ -96,6 +99,15 @@ def test_engine_equals_offline_scores_and_detections(tiny_ckpt, wake_files):
     assert sum(isinstance(e, WakeWord) and e.keyword in KW for e in events) > 0
     assert all(0 < e.score <= 1 for e in events if isinstance(e, WakeWord))
     assert {m["keyword"] for m in rec.model_info["wake_models"]} == {"hey jarvis", "computer"}
+
+
+def test_embedding_precision_reaches_the_engine(tiny_ckpt, wake_files):
+    for precision, dtype in (("bfloat16", torch.bfloat16), ("float32", torch.float32)):
+        rec = _rec(tiny_ckpt, wake_files, embedding_precision=precision)
+        assert rec.wake_scorer.embedding.compute_dtype == dtype
+        ids, events = _run(rec, [_audio(3, 1)])
+        assert any(isinstance(e, Done) and e.stream == ids[0] for e in events)
+        assert all(0 < e.score <= 1 for e in events if isinstance(e, WakeWord))
 
 
 def test_suppressed_firings_are_counted(tiny_ckpt, wake_files):

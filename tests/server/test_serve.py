@@ -56,7 +56,8 @@ def test_sigterm_drains_and_exits_zero(tiny_ckpt, tmp_path, fronts):
                 got.append((await loop.sock_recv(notify, 4096)).decode())
             async with connect(f"ws://127.0.0.1:{port}/v1/stream") as ws:
                 await ws.send('{"type": "start"}')
-                assert json.loads(await ws.recv())["type"] == "ready"
+                first = json.loads(await ws.recv())
+                assert first["type"] == "ready", first
                 for i in range(0, len(x), 3200):
                     await ws.send(x[i:i + 3200])
                 while json.loads(await ws.recv())["type"] != "partial":
