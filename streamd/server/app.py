@@ -395,6 +395,7 @@ class App(EngineLanes, Shutdown, ConnTable):
         self.loading = False
         if self.fronts is not None:
             self.fronts.share_state()
+            await self.fronts.wait_ready()
         if s.wyoming_port is not None:  # opens with the model loaded: describe answers at once
             from .wyoming_io import WyomingServer
 

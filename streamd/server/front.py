@@ -185,6 +185,8 @@ class FrontHost(ConnTable):
 
     def _state(self, loading: bool, draining: bool, streams: int, mine: int, over: Refusal | None,
                model_info: dict, mic_error: dict | None) -> None:
+        if self.loading and not loading:
+            self.link.put(("ready",))  # the engine process says READY=1 once every front has this
         self.loading, self.model_info, self.mic_error = loading, model_info, mic_error
         self.draining = self.draining or draining
         self.others = max(0, streams - mine)

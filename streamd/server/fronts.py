@@ -9,7 +9,9 @@ engine, the admission, the metrics and the systemd notify protocol.
   (:meth:`~.app.App.admit`: a refusal goes back to the front as the session's error); each admitted stream
   is a :class:`RemoteTarget` of the daemon's routing, which sends its results back to its front;
 * every :data:`~.front.STATE_EVERY` seconds each front gets the shared state (loading, draining, the
-  daemon's stream count, the capacity rule for a greedy stream, the model, the microphone's error);
+  daemon's stream count, the capacity rule for a greedy stream, the model, the microphone's error); the
+  daemon says READY=1 only once every front has the state with the model loaded (:meth:`Fronts.wait_ready`),
+  so no front refuses a stream as ``loading`` after it;
 * ``GET /metrics`` (answered by a front) is every process's registry summed (:func:`merge_families`);
 * a front that exits while the daemon is not stopping is logged as an error, counted
   (``streamd_front_process_exits_total``), its streams are closed in the engine, and a new front takes its
@@ -86,6 +88,7 @@ class FrontProcess:
     conns: int = 0
     pid: int | None = None
     up: asyncio.Event = field(default_factory=asyncio.Event)
+    ready: asyncio.Event = field(default_factory=asyncio.Event)  # it has the state with the model loaded
     drained: asyncio.Event = field(default_factory=asyncio.Event)
     reader: asyncio.Task | None = None
 
@@ -180,6 +183,20 @@ class Fronts:
             raise RuntimeError(f"front process {dead[0].index} did not start (exit code "
                                f"{dead[0].process.exitcode}); see the log above")
 
+    async def wait_ready(self) -> None:
+        """Until every front has the shared state with the model loaded (so none still refuses a stream as
+        ``loading`` once the daemon says READY=1); a front that does not answer within ``START_TIMEOUT`` is
+        logged, not waited for."""
+        procs = list(self.procs.values())
+        waits = [asyncio.ensure_future(fp.ready.wait()) for fp in procs]
+        _, pending = await asyncio.wait(waits, timeout=START_TIMEOUT)
+        for w in pending:
+            w.cancel()
+        for fp in procs:
+            if not fp.ready.is_set():
+                log.warning("front process %d (pid %s) has not taken the loaded model's state within %g s",
+                            fp.index, fp.pid, START_TIMEOUT)
+
     async def _read(self, fp: FrontProcess) -> None:
         async for batch in fp.link.batches():
             try:
@@ -268,6 +285,8 @@ class Fronts:
             elif kind == "up":
                 fp.pid = rec[1]
                 fp.up.set()
+            elif kind == "ready":
+                fp.ready.set()
             elif kind == "drained":
                 fp.drained.set()
         self._tasks = [t for t in self._tasks if not t.done()]

@@ -225,3 +225,22 @@ def test_a_remote_target_sends_results_to_its_front_without_the_second_pass_samp
     assert link.records[0] == ("opened", 7, None, "light")
     sent = link.records[1][2]
     assert sent.audio is None and sent == final  # (audio is not compared)
+
+
+def test_ready_only_once_every_front_has_the_loaded_state():
+    """The daemon's start returns (and says READY=1) only after every front took the state with the model
+    loaded: a stream opened at once on any front is served, not refused as ``loading``."""
+    async def body():
+        app = null_app(server={"front_processes": 2})
+        await app.start()
+        try:
+            assert all(fp.ready.is_set() for fp in app.fronts.procs.values()) and len(app.fronts.procs) == 2
+            async def first(port):
+                async with connect(f"ws://127.0.0.1:{port}/v1/stream") as ws:
+                    await ws.send('{"type": "start"}')
+                    return json.loads(await ws.recv())
+            return await asyncio.gather(*(first(app.port) for _ in range(8)))
+        finally:
+            await app.shutdown()
+
+    assert [m["type"] for m in run(body())] == ["ready"] * 8
