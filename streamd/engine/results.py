@@ -151,8 +151,13 @@ class Results:
         """Make the stream's shown hypothesis ``shown[:keep] + (tokens, frames, confs)``; only the part past
         what it already holds is re-read (``keep`` grows to the common prefix)."""
         sh = st.shown
-        tokens, frames, confs = list(tokens), list(frames), list(confs)
         n = len(sh.tokens)
+        if keep == n:  # the held hypothesis grows (or stays)
+            if tokens:
+                st.cal_valid = min(st.cal_valid, sh.update(tokens, frames, confs, keep))
+                st.stale = True
+            return
+        tokens, frames, confs = list(tokens), list(frames), list(confs)
         if keep + len(tokens) == n and sh.tokens[keep:] == tokens and sh.frames[keep:] == frames \
                 and sh.confs[keep:] == confs:
             return  # unchanged
@@ -176,18 +181,17 @@ class Results:
         if st.stale:
             st.stale = False
             sh = st.shown
-            hyp = HypOut(tuple(sh.tokens), tuple(sh.frames), tuple(sh.confs))
             if st.carry is not None and st.carry.tokens:
                 # endpointing off, after a pause: the joined hypothesis, read whole (the same again when the
                 # pause only moved the words into the carry: then the same text and words)
-                hyp = self._joined(st, hyp)
+                hyp = self._joined(st, HypOut(tuple(sh.tokens), tuple(sh.frames), tuple(sh.confs)))
                 if st.partial is not None and st.partial[2:] == (hyp.tokens, hyp.frames, hyp.confs):
                     return st.partial
                 st.partial = (self.tokens.decode(hyp.tokens), self._words(hyp), hyp.tokens, hyp.frames, hyp.confs)
             else:
                 st.cal[st.cal_valid:] = self._calibrated(sh.words[st.cal_valid:])
                 st.cal_valid = len(st.cal)
-                st.partial = (sh.text, tuple(st.cal), hyp.tokens, hyp.frames, hyp.confs)
+                st.partial = (sh.text, tuple(st.cal), tuple(sh.tokens), tuple(sh.frames), tuple(sh.confs))
         return st.partial
 
     def _results(self, batch: _Batch) -> list[Event]:
