@@ -7,6 +7,7 @@ its tokens' (:func:`streamd.decode.confidence.aggregate`).  Word boundaries are 
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Sequence
 
@@ -34,6 +35,18 @@ def token_roles(table: TokenTable) -> tuple[int, ...]:
         return BOUNDARY if tok == sep else PART
 
     return tuple(role(i, t) for i, t in enumerate(table.tokens))
+
+
+@functools.lru_cache(maxsize=8)
+def _token_sets(table: TokenTable) -> tuple[tuple[int, ...], frozenset[int], frozenset[int]]:
+    """(roles, not_parts, not_growth) of a table, derived once per table (a WordBuilder per stream reads them):
+    :func:`token_roles`; the ids that are no part of a word; and those an update cannot simply append to the
+    open word and the text: not_parts and the ids whose piece holds white space (text joins words by single
+    spaces)."""
+    roles = token_roles(table)
+    not_parts = frozenset(i for i, r in enumerate(roles) if r != PART)
+    spaced = frozenset(i for i, p in enumerate(table._pieces) if any(c.isspace() for c in p))  # noqa: SLF001
+    return roles, not_parts, not_parts | spaced
 
 
 def _check_args(frame_shift_s: float, aggregation: str) -> None:
@@ -121,13 +134,8 @@ class WordBuilder:
     def __init__(self, table: TokenTable, frame_shift_s: float, aggregation: str):
         _check_args(frame_shift_s, aggregation)
         self.table, self.frame_shift_s, self.aggregation = table, frame_shift_s, aggregation
-        self._roles = token_roles(table)
-        self._not_parts = frozenset(i for i, r in enumerate(self._roles) if r != PART)
+        self._roles, self._not_parts, self._not_growth = _token_sets(table)
         self._pieces = table._pieces  # noqa: SLF001 - the table's own decode pieces (one rule for text)
-        # tokens an update cannot simply append to the open word and the text: the ones that are no part of
-        # a word, and pieces holding white space (text joins words by single spaces)
-        self._not_growth = self._not_parts | frozenset(i for i, p in enumerate(self._pieces)
-                                                       if any(c.isspace() for c in p))
         self.tokens: list[int] = []
         self.frames: list[int] = []
         self.confs: list[float] = []
