@@ -103,8 +103,8 @@ class Results:
             lengths = buf.lengths.gather(1, slots[:, None])[:, 0]
             shown = [(j, streams[row]) for j, row in enumerate(rl) if streams[row].shown is not None]
             summary = [lengths, search.trailing_blanks(state).to(lengths.dtype)]
-            if shown and not search.append_only:  # which best hypotheses differ from the last shown
-                summary.append(self._best_changed(batch, method, buf, slots, lengths).to(lengths.dtype))
+            if shown and not search.append_only:  # which best hypotheses differ from the last shown, and where
+                summary += [x.to(lengths.dtype) for x in self._best_changed(batch, method, buf, slots, lengths)]
             host = torch.stack(summary).cpu().numpy()
             n, tb = host[0], host[1]
             n_all[rl], tb_all[rl] = n, tb
@@ -118,7 +118,7 @@ class Results:
                 keep = np.where(new[moved] > known[moved], known[moved], 0)  # shorter: a new segment
             else:
                 moved = np.flatnonzero(host[2][js])
-                keep = np.zeros(len(moved), np.int64)
+                keep = host[3][js[moved]]  # the tokens before the first change are shown already
             if not moved.size:
                 continue
             width = int((n[js[moved]] - keep).max())
@@ -131,20 +131,25 @@ class Results:
         return n_all, tb_all
 
     @staticmethod
-    def _best_changed(batch: _Batch, method: str, buf: HypBuffer, slots: Tensor, lengths: Tensor) -> Tensor:
-        """(R,) bool: rows whose best hypothesis (tokens, frames or confs) differs from the one recorded in
-        ``batch.shown`` at the last call (all rows without a record); records the current ones."""
+    def _best_changed(batch: _Batch, method: str, buf: HypBuffer, slots: Tensor, lengths: Tensor
+                      ) -> tuple[Tensor, Tensor]:
+        """Rows whose best hypothesis (tokens, frames or confs) differs from the one recorded in ``batch.shown``
+        at the last call: (R,) bool (all rows without a record), and (R,) int64 how many of its first tokens
+        are the same (0 without a record); records the current ones."""
         rows = torch.arange(slots.shape[0], device=slots.device)
         live = torch.arange(buf.capacity, device=slots.device) < lengths[:, None]  # (R, L)
         now = (lengths, *(x[rows, slots].masked_fill(~live, 0) for x in (buf.tokens, buf.frames, buf.confs)))
         before = batch.shown.get(method)
         batch.shown[method] = now
         if before is None or before[0].shape != lengths.shape:
-            return torch.ones_like(lengths, dtype=torch.bool)
+            return torch.ones_like(lengths, dtype=torch.bool), torch.zeros_like(lengths)
         width = max(before[1].shape[1], now[1].shape[1])
         pad = [torch.nn.functional.pad(x, (0, width - x.shape[1])) for x in (*before[1:], *now[1:])]
-        return (before[0] != lengths) | (pad[0] != pad[3]).any(1) | (pad[1] != pad[4]).any(1) \
-            | (pad[2] != pad[5]).any(1)
+        diff = (pad[0] != pad[3]) | (pad[1] != pad[4]) | (pad[2] != pad[5])  # (R, W)
+        # past the shorter length both are zero-padded, so the prefix ends there at the latest
+        first = torch.where(diff.any(1), diff.int().argmax(1), width)
+        same = torch.minimum(first, torch.minimum(before[0], lengths))
+        return (before[0] != lengths) | diff.any(1), same
 
     @staticmethod
     def _show(st: _Stream, tokens: Sequence[int], frames: Sequence[int], confs: Sequence[float], keep: int) -> None:
