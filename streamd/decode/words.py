@@ -220,9 +220,11 @@ class WordBuilder:
         self._cur_confs += confs
         how = self.aggregation
         if shown is not None and how in ("min", "max", "prod"):
-            conf = float(shown.conf)
-            vals = list(map(float, confs))
-            conf = min(conf, *vals) if how == "min" else max(conf, *vals) if how == "max" else math.prod(vals, start=conf)
+            conf, vals = float(shown.conf), list(map(float, confs))
+            if how == "prod":
+                conf = math.prod(vals, start=conf)
+            else:
+                conf = min(conf, *vals) if how == "min" else max(conf, *vals)
             word = Word(word=shown.word + "".join(texts).replace(WORD_PREFIX, ""), start=shown.start,
                         end=(int(self.frames[-1]) + 1) * self.frame_shift_s, conf=conf)
         else:
