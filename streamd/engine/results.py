@@ -76,6 +76,22 @@ class Results:
         probs = self.calibration.apply([w.conf for w in words]).tolist()
         return [dataclasses.replace(w, conf=p, conf_raw=w.conf) for w, p in zip(words, probs)]
 
+    def _calibrate_partials(self, streams: list[_Stream]) -> None:
+        """Bring the calibrated words (:attr:`_Stream.cal`) of the next partials of ``streams`` (with partials)
+        up to date with one calibration call for the batch: what :meth:`_partial_of` does one stream at a time
+        (its call then finds nothing left to calibrate)."""
+        if self.calibration is None:
+            return
+        todo = [st for st in streams if st.stale and st.cal_valid < len(st.shown.words)
+                and not (st.carry is not None and st.carry.tokens)]
+        if not todo:
+            return
+        words = [st.shown.words[st.cal_valid:] for st in todo]
+        cal = iter(self._calibrated([w for ws in words for w in ws]))
+        for st, ws in zip(todo, words):
+            st.cal[st.cal_valid:] = [next(cal) for _ in ws]
+            st.cal_valid = len(st.cal)
+
     def _refresh(self, batch: _Batch, streams: list[_Stream]) -> tuple[np.ndarray, np.ndarray]:
         """Tokens (B,) and trailing blank frames (B,) of every row's best hypothesis, as int64 host arrays;
         brings the host copy of the best hypothesis (:attr:`_Stream.shown`) of streams with partials up to date.
@@ -204,12 +220,13 @@ class Results:
         events: list[Event] = []
         streams = [self._streams[i] for i in batch.ids]
         n, trailing = self._refresh(batch, streams)
+        ends = [st.finished and st.fbank.frames_ready() == 0 for st in streams]  # no audio left: the stream ends
+        self._calibrate_partials([st for st, done in zip(streams, ends) if st.shown is not None and not done])
         seg_frames = np.fromiter((st.frames_done - st.search_start for st in streams), np.int64, len(streams))
         rules = self.endpointer.check_arrays(trailing, seg_frames, n)
         close: list[tuple[int, str]] = []
         fs = self.frame_shift_s
-        for st, rule in zip(streams, rules):
-            done = st.finished and st.fbank.frames_ready() == 0
+        for st, rule, done in zip(streams, rules, ends):
             if st.shown is not None and not done:
                 text, words, tokens, frames, confs = self._partial_of(st)
                 events.append(Partial(st.id, st.segment, text, words, tokens, frames, confs, st.segment_start * fs,
