@@ -91,7 +91,7 @@ def _round(rec: Recognizer, clips: list[np.ndarray], streams: int) -> tuple[floa
 
 
 def wake_cost(streams: int = 32, models: int = 10, seconds: float = 8.0, rounds: int = 5,
-              device: str = "cpu", members: int = 1) -> None:
+              device: str = "cpu", members: int = 1, precision: str = "auto") -> None:
     """Rounds alternating between the recognizers without and with ``models`` wake models; a JSON line per
     round, then the medians."""
     loaded = load_checkpoint(str(default_model_path()), "cpu")
@@ -102,7 +102,8 @@ def wake_cost(streams: int = 32, models: int = 10, seconds: float = 8.0, rounds:
         p = tmp / f"m{i}.wake.pt"
         save_wake_model(p, f"keyword {chr(97 + i)}", 0.99, WakeHead(32, members=members), {})
         paths.append(str(p))
-    recs = {name: Recognizer(loaded, EngineConfig(device=device, kws=KwsConfig(wake_models=tuple(wm))))
+    recs = {name: Recognizer(loaded, EngineConfig(device=device, kws=KwsConfig(wake_models=tuple(wm),
+                                                                               embedding_precision=precision)))
             for name, wm in (("base", ()), ("wake", paths))}
     for r in recs.values():
         r.warm_up()

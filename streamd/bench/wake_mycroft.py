@@ -64,7 +64,7 @@ def write_halves(shared: Path, sets_dir: Path) -> None:
                 f.writelines(json.dumps(o) + "\n" for o in v)
 
 
-def _score(models: list, oww: Any, peers: list, sets_dir: Path) -> tuple[dict, dict]:
+def _score(models: list, oww: Any, peers: list, sets_dir: Path, precision: str = "auto") -> tuple[dict, dict]:
     """Per half: the trained models' figures and the peers' (negatives; negatives plus every wake clip)."""
     from ..evaluation.sets import load_entries, read_eval_set
     from ..evaluation.wake import score_tracks, wake_model_figures
@@ -79,7 +79,7 @@ def _score(models: list, oww: Any, peers: list, sets_dir: Path) -> tuple[dict, d
         secs = [len(x) / r for x, r in audio]
         if models:
             t0 = time.time()
-            tracks = score_tracks(WakeScorer(models), audio)
+            tracks = score_tracks(WakeScorer(models, precision=precision), audio)
             res[half] = (ents, tracks, secs, wake_model_figures(models, ents, tracks, secs, 1.0, 0.08))
             print(half, "scored", round(sum(secs)), "s audio in", round(time.time() - t0), "s", file=sys.stderr)
         if peers:
@@ -159,7 +159,7 @@ def _peers_table(peers: list, peer_res: dict, sets_dir: Path) -> None:
 
 
 def wake_mycroft(model_paths: Sequence[str], oww: Sequence[str] | None = None, shared: Path | None = None,
-                 sets_dir: Path = SETS) -> None:
+                 sets_dir: Path = SETS, precision: str = "auto") -> None:
     """Score the trained models (and, ``oww`` not None, openWakeWord's: none given, the four bundled wake
     phrases) on both halves; print the figures and the tables, write the JSON under ``sets_dir``."""
     import torch
@@ -180,7 +180,7 @@ def wake_mycroft(model_paths: Sequence[str], oww: Sequence[str] | None = None, s
             oww = [str(d / f"{n}_v0.1.onnx") for n in OWW_BUNDLED]
         peers = [PeerWakeModel(oww_keyword(p), p) for p in oww]
         scorer = OwwScorer(list(oww))
-    res, peer_res = _score(models, scorer, peers, sets_dir)
+    res, peer_res = _score(models, scorer, peers, sets_dir, precision)
     if models:
         _models_table(models, res, sets_dir)
     if peers:

@@ -99,7 +99,8 @@ def _run_keywords(args: argparse.Namespace, model: str, options: EvalOptions) ->
     report = run_keywords(model, args.sets, cfg, options, args.keywords or None)
     if wake_models:
         from ..evaluation.wake import run_wake_models
-        report["wake_models"] = run_wake_models(wake_models, args.sets, options, cfg.kws.refractory_s)
+        report["wake_models"] = run_wake_models(wake_models, args.sets, options, cfg.kws.refractory_s,
+                                                 cfg.kws.embedding_precision)
     if args.peer_wake_model:
         from ..evaluation.oww import run_peer_wake_models
         report["peer_wake_models"] = run_peer_wake_models(args.peer_wake_model, args.sets, options,

@@ -15,6 +15,7 @@ from .checks import _check, _one_of, _positive, check_device
 # runtime wake-word scores: the transducer keyword search's, and the CTC head's (streamd.decode.ctc_keyword_search)
 TRANSDUCER_SCORES = ("llr", "prob")
 WAKE_SCORES = TRANSDUCER_SCORES + ("ctc",)
+EMBEDDING_PRECISIONS = ("auto", "float32", "bfloat16")  # the speech embedding's arithmetic (KwsConfig)
 
 
 
@@ -108,7 +109,9 @@ class KwsConfig:
     before it is reported (a better path for the same word often completes a frame or two later).
     ``wake_models``: files of trained wake models (``streamd wake train``, :mod:`streamd.model.wake`) scored
     on Google's speech embedding in the same batched step, each with its own threshold; ``refractory_s``
-    applies to them too.
+    applies to them too.  ``embedding_precision``: the speech embedding's arithmetic, ``auto`` (bfloat16 on
+    a CPU with AMX tiles, float32 elsewhere), ``float32`` or ``bfloat16``
+    (:func:`streamd.model.speech_embedding.compute_dtype`).
     ``enabled`` false turns every kind off.
     Deprecated, accepted and checked but without effect since the keyword-constrained search (issue 21):
     ``wake_boost`` (was the beam search's per-token boost) and ``wake_beam`` (its hypotheses per stream).
@@ -127,8 +130,10 @@ class KwsConfig:
     wake_beam: int = 4  # deprecated: no effect
     trailing_blanks: int = 2
     wake_models: tuple[str, ...] = ()
+    embedding_precision: str = "auto"
 
     def __post_init__(self) -> None:
+        _one_of(self.embedding_precision, EMBEDDING_PRECISIONS, "embedding_precision")
         models = self.wake_models
         if isinstance(models, str):
             models = [m for m in models.split(",") if m.strip()]

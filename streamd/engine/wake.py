@@ -40,7 +40,7 @@ class WakeModels:
             if m.keyword.casefold() in head:
                 raise ValueError(f"kws.wake_models: {m.path} spots {m.keyword!r}, the model's own KWS keyword "
                                  "(its events would come twice)")
-        self.wake_scorer = WakeScorer(models, device=self.device)
+        self.wake_scorer = WakeScorer(models, device=self.device, precision=kcfg.embedding_precision)
         wcfg = dataclasses.replace(kcfg, thresholds={m.keyword: m.threshold for m in models}, smoothing_frames=1,
                                    wake_words=(), wake_models=())
         self.wake_detector = KwsDetector(self.wake_scorer.keywords, wcfg, self.wake_scorer.frame_shift_s)

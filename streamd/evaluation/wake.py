@@ -106,9 +106,10 @@ def wake_model_figures(models: Sequence[WakeModel], entries: Sequence[EvalEntry]
 
 def evaluate_wake_models(models: Sequence[WakeModel], entries: Sequence[EvalEntry],
                          audio: Sequence[tuple[np.ndarray, int]], refractory_s: float = 1.0,
-                         device: str = "cpu") -> dict:
-    """Score every file with every model (one embedding per file) and report :func:`wake_model_figures`."""
-    scorer = WakeScorer(models, device=device)
+                         device: str = "cpu", precision: str = "auto") -> dict:
+    """Score every file with every model (one embedding per file, computing as ``precision`` says) and report
+    :func:`wake_model_figures`."""
+    scorer = WakeScorer(models, device=device, precision=precision)
     t0 = time.perf_counter()
     tracks = score_tracks(scorer, audio)
     secs = [len(x) / r for x, r in audio]
@@ -117,7 +118,8 @@ def evaluate_wake_models(models: Sequence[WakeModel], entries: Sequence[EvalEntr
     return {"per_model": figs, "score_seconds": round(wall, 3), "audio_seconds": round(sum(secs), 3)}
 
 
-def run_wake_models(paths: Sequence[str], sets: Sequence[str], options, refractory_s: float) -> dict:
+def run_wake_models(paths: Sequence[str], sets: Sequence[str], options, refractory_s: float,
+                    precision: str = "auto") -> dict:
     """``streamd eval --keywords ... --wake-model FILE...``: the trained models' figures on the same sets
     (positives and negatives by :func:`wake_model_figures`'s roles); ``options``: the run's
     :class:`~.options.EvalOptions` (``limit``)."""
@@ -131,4 +133,4 @@ def run_wake_models(paths: Sequence[str], sets: Sequence[str], options, refracto
         except (OSError, ValueError) as e:
             raise ValueError(f"--wake-model[{i}]: {e}") from None
     entries = [e for s in sets for e in read_eval_set(s, options.limit)[0]]
-    return evaluate_wake_models(models, entries, load_entries(entries, None), refractory_s)
+    return evaluate_wake_models(models, entries, load_entries(entries, None), refractory_s, precision=precision)

@@ -27,7 +27,7 @@ from typing import Any, Sequence
 import torch
 from torch import Tensor, nn
 
-from streamd.model.speech_embedding import (DIM, FRAME_SHIFT_S, HOP, STRIDE_FRAMES, WIN, WINDOW_FRAMES,
+from streamd.model.speech_embedding import (DIM, compute_dtype, FRAME_SHIFT_S, HOP, STRIDE_FRAMES, WIN, WINDOW_FRAMES,
                                             EmbeddingStream, SpeechEmbedding, load_speech_embedding)
 
 __all__ = ["WAKE_FORMAT", "WINDOW", "PREFIX_SAMPLES", "TAIL_SAMPLES", "WakeHead", "WakeModel", "WakeStream", "WakeScorer",
@@ -138,13 +138,13 @@ class WakeScorer:
     """The speech embedding and K wake heads (batched over streams and models).
 
     models: the K wake models (distinct keywords).  embedding: a loaded :class:`SpeechEmbedding` (default:
-    the shipped weights on ``device``).
+    the shipped weights on ``device``, computing as ``precision`` says: :func:`compute_dtype`).
     """
 
     frame_shift_s = FRAME_SHIFT_S
 
     def __init__(self, models: Sequence[WakeModel], embedding: SpeechEmbedding | None = None,
-                 device: torch.device | str = "cpu") -> None:
+                 device: torch.device | str = "cpu", precision: str = "float32") -> None:
         models = list(models)
         if not models:
             raise ValueError("WakeScorer: need at least one wake model")
@@ -154,7 +154,8 @@ class WakeScorer:
         self.models = models
         self.keywords = tuple(names)
         self.thresholds = {m.keyword: m.threshold for m in models}
-        self.embedding = embedding if embedding is not None else load_speech_embedding(device=device)
+        self.embedding = (embedding if embedding is not None else
+                          load_speech_embedding(device=device, dtype=compute_dtype(precision, device)))
         dev = self.embedding.mel_matrix.device
         self.device = dev
         self._stack(dev)

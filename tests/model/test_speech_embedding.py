@@ -9,8 +9,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from streamd.config import ConfigError
+from streamd.config.decoding import KwsConfig
 from streamd.model.speech_embedding import (_LAYERS, DIM, FRAME_SHIFT_S, HOP, N_FFT, STRIDE_FRAMES, WIN,
-                                            WINDOW_FRAMES, default_embedding_path, load_speech_embedding)
+                                            WINDOW_FRAMES, compute_dtype, default_embedding_path,
+                                            load_speech_embedding)
 
 
 @pytest.fixture(scope="module")
@@ -149,6 +152,32 @@ def test_streaming_equals_offline(emb):
         assert got[i].shape == off[i].shape
         assert torch.allclose(got[i], off[i], atol=1e-4)
         assert states[i].emitted == off.shape[1]
+
+
+def test_bfloat16_network_stays_close_to_float32(emb):
+    """The bfloat16 network (the default on CPUs with AMX tiles) gives float32 embeddings within a few
+    percent of float32 arithmetic's, offline and streaming alike, and streaming equals its own offline."""
+    low = load_speech_embedding(dtype=torch.bfloat16)
+    assert low.compute_dtype == torch.bfloat16 and low.convs["conv3"].weight.dtype == torch.bfloat16
+    x = _audio(3, 24000, seed=7)
+    ref, off = emb(x), low(x)
+    assert off.dtype == torch.float32 and off.shape == ref.shape
+    assert float((off - ref).norm() / ref.norm()) < 0.02
+    got, _ = _stream(low, x, seed=9)
+    for i in range(3):
+        assert got[i].dtype == torch.float32
+        assert float((got[i] - off[i]).norm() / off[i].norm()) < 0.02
+
+
+def test_precision_setting():
+    assert compute_dtype("float32") == torch.float32 and compute_dtype("bfloat16") == torch.bfloat16
+    assert compute_dtype("auto", "cuda") == torch.float32  # a GPU has the time; only AMX CPUs get bfloat16
+    amx = getattr(torch.cpu, "_is_amx_tile_supported", lambda: False)()
+    assert compute_dtype("auto", "cpu") == (torch.bfloat16 if amx else torch.float32)
+    with pytest.raises(ValueError, match="auto, float32, bfloat16"):
+        compute_dtype("int8")
+    with pytest.raises(ConfigError, match="embedding_precision"):
+        KwsConfig(embedding_precision="fp16")
 
 
 def test_stream_rejects_bad_chunks(emb):

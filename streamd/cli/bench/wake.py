@@ -17,6 +17,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--members", type=int, default=1, help="nets in each wake model's head")
     p.add_argument("--device", default="cpu")
+    _precision_arg(p)
     p.set_defaults(run=_wake_cost)
 
     p = sub.add_parser("wake-hey-stream", help='"hey stream": the model\'s KWS head against a trained wake model, '
@@ -32,13 +33,21 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("models", nargs="*", metavar="MODEL.wake.pt", help="trained wake models (streamd wake train)")
     p.add_argument("--oww", nargs="*", metavar="MODEL.onnx", help="openWakeWord models as peers (no file: the four "
                    "wake-phrase models of its package)")
+    _precision_arg(p)
     p.set_defaults(run=_wake_mycroft)
+
+
+def _precision_arg(p: argparse.ArgumentParser) -> None:
+    from ...config.decoding import EMBEDDING_PRECISIONS
+
+    p.add_argument("--precision", choices=EMBEDDING_PRECISIONS, default="auto",
+                   help="the speech embedding's arithmetic (engine.kws.embedding_precision; default auto)")
 
 
 def _wake_cost(a: argparse.Namespace) -> int:
     from ...bench.wake import wake_cost
 
-    wake_cost(a.streams, a.models, a.seconds, a.rounds, a.device, a.members)
+    wake_cost(a.streams, a.models, a.seconds, a.rounds, a.device, a.members, a.precision)
     return 0
 
 
@@ -52,5 +61,5 @@ def _wake_hey_stream(a: argparse.Namespace) -> int:
 def _wake_mycroft(a: argparse.Namespace) -> int:
     from ...bench.wake_mycroft import wake_mycroft
 
-    wake_mycroft(a.models, a.oww)
+    wake_mycroft(a.models, a.oww, precision=a.precision)
     return 0
