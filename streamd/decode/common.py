@@ -144,6 +144,12 @@ class BlankConfAcc:
     def select(self, rows: Tensor) -> "BlankConfAcc":
         return BlankConfAcc(*(x[rows] for x in (self.sum, self.logsum, self.min, self.max, self.count)))
 
+    def put(self, rows: Tensor, other: "BlankConfAcc") -> "BlankConfAcc":
+        """Copy with the streams rows (B',) int64 replaced by other's B' streams."""
+        return BlankConfAcc(*(x.index_copy(0, rows, y) for x, y in
+                              zip((self.sum, self.logsum, self.min, self.max, self.count),
+                                  (other.sum, other.logsum, other.min, other.max, other.count))))
+
     def widen(self, k: int) -> "BlankConfAcc":
         """Pad the K axis to k slots with empty accumulators."""
         def pad(x: Tensor, v: float) -> Tensor:

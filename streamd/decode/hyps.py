@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["HypBuffer", "HypOut", "HypTrail"]
+__all__ = ["HypBuffer", "HypOut", "HypTrail", "HypTrailRows"]
 
 
 @dataclass(frozen=True)
@@ -216,6 +216,10 @@ class HypTrail:
         self._rounds[-1] = (parent, (mask, tokens, frames, confs))
         self.lengths = self.lengths + mask.long()
 
+    def rows(self, rows: Tensor) -> "HypTrailRows":
+        """A round of the streams ``rows`` (B',) int64 only, recorded on this trail (see :class:`HypTrailRows`)."""
+        return HypTrailRows(self, rows)
+
     def materialize(self) -> HypBuffer:
         """The buffer after every recorded round (the start buffer is left unchanged); capacity for the
         appended tokens must have been reserved on the start buffer."""
@@ -235,3 +239,41 @@ class HypTrail:
         for mask, tokens, frames, confs in reversed(chain):
             buf.append(mask, tokens, frames, confs)
         return buf
+
+
+class HypTrailRows:
+    """One round of a sub-batch of streams, recorded on the whole batch's :class:`HypTrail`.
+
+    It offers the trail's ``follow``, ``append`` and ``lengths`` in the sub-batch's terms ((B', K) tensors);
+    the streams outside ``rows`` keep their hypotheses in place (the identity parent) and get no token, as if
+    the round had not run for them.  Each call writes one (B, K) round onto the trail, so :meth:`HypTrail.
+    materialize` is unchanged.
+
+    rows: (B',) int64 the sub-batch's streams (indices into the trail's B axis).
+    """
+
+    def __init__(self, trail: HypTrail, rows: Tensor) -> None:
+        self.trail, self.rows = trail, rows
+
+    @property
+    def lengths(self) -> Tensor:
+        """(B', K) int64 tokens of each of the sub-batch's current hypotheses."""
+        return self.trail.lengths[self.rows]
+
+    def _whole(self, x: Tensor, fill: Tensor) -> Tensor:
+        return fill.index_copy(0, self.rows, x.to(fill.dtype))
+
+    def follow(self, parent: Tensor) -> None:
+        """As :meth:`HypTrail.follow`, parent (B', K) int64 for the sub-batch (K: the trail's)."""
+        b, k = self.trail.lengths.shape
+        ident = torch.arange(k, device=parent.device).repeat(b, 1)
+        self.trail.follow(self._whole(parent, ident))
+
+    def append(self, mask: Tensor, tokens: Tensor, frames: Tensor, confs: Tensor) -> None:
+        """As :meth:`HypTrail.append`, every argument (B', K) for the sub-batch."""
+        b, k = self.trail.lengths.shape
+        dev = mask.device
+        self.trail.append(self._whole(mask, torch.zeros(b, k, dtype=torch.bool, device=dev)),
+                          self._whole(tokens, torch.zeros(b, k, dtype=tokens.dtype, device=dev)),
+                          self._whole(frames, torch.zeros(b, k, dtype=frames.dtype, device=dev)),
+                          self._whole(confs, torch.zeros(b, k, dtype=confs.dtype, device=dev)))

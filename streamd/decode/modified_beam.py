@@ -17,7 +17,9 @@ rounds; tokens of round S end the frame (the cap).  Merging needs the same
 sequence and the same frame status.  A fine-grained vocabulary (characters,
 40 ms frames) often needs two symbols on one frame; one-symbol search must
 then drop or delay them, which makes it worse than greedy search.  On CPU
-the rounds stop once every hypothesis has consumed the frame.
+the rounds stop once every hypothesis has consumed the frame, and in a
+large batch a later round runs only on the streams that still have a
+hypothesis in the frame (``COMPACT_BELOW``, ``COMPACT_MIN_STREAMS``).
 
 Streams may have different beams:
 hypotheses are laid out on a (B, K = max beam) grid whose unused slots score
@@ -71,7 +73,7 @@ from ..model.decoder import DecoderState
 from ..model.transducer import Transducer
 from .context_graph import ContextGraph, GraphSet
 from .common import HASH_START, BlankConfAcc, Measure, check_step_inputs, hash_extend, initial_decoder
-from .hyps import HypBuffer, HypOut, HypTrail
+from .hyps import HypBuffer, HypOut, HypTrail, HypTrailRows
 from .lm import NgramLM
 
 __all__ = ["BeamState", "ModifiedBeamSearch"]
@@ -126,6 +128,34 @@ class BeamState:
         return BeamState(self.beams[rows], self.scores[rows], self.hashes[rows], self.dec_state.select(flat),
                          self.dec_p[rows], self.hyps.select_streams(rows), self.trailing[rows], self.acc.select(rows),
                          self.lm_state[rows], *ctx, self.matches[rows] if self.matches is not None else None)
+
+    def round_rows(self, rows: Tensor) -> "BeamState":
+        """Sub-batch of what an expansion round reads and writes, for the streams rows (B',) int64: as
+        :meth:`select` but sharing the token buffer (a round records its tokens on a
+        :class:`~streamd.decode.hyps.HypTrail`, not in ``hyps``); :meth:`put_rows` writes it back."""
+        k = self.k
+        flat = (rows[:, None] * k + torch.arange(k, device=rows.device)).reshape(-1)
+        ctx = (self.ctx, self.ctx_part[rows], self.ctx_state[rows]) if self.ctx is not None else (None, None, None)
+        return BeamState(self.beams[rows], self.scores[rows], self.hashes[rows], self.dec_state.select(flat),
+                         self.dec_p[rows], self.hyps, self.trailing[rows], self.acc.select(rows),
+                         self.lm_state[rows], *ctx, self.matches[rows] if self.matches is not None else None)
+
+    def put_rows(self, rows: Tensor, sub: "BeamState") -> None:
+        """The per-hypothesis parts of the streams rows (B',) int64 replaced by sub's (from :meth:`round_rows`
+        after a round); new tensors, so a caller's state sharing the old ones stays untouched."""
+        k = self.k
+        flat = (rows[:, None] * k + torch.arange(k, device=rows.device)).reshape(-1)
+        self.scores = self.scores.index_copy(0, rows, sub.scores)
+        self.hashes = self.hashes.index_copy(0, rows, sub.hashes)
+        self.dec_state = self.dec_state.scatter(flat, sub.dec_state)
+        self.dec_p = self.dec_p.index_copy(0, rows, sub.dec_p)
+        self.trailing = self.trailing.index_copy(0, rows, sub.trailing)
+        self.acc = self.acc.put(rows, sub.acc)
+        self.lm_state = self.lm_state.index_copy(0, rows, sub.lm_state)
+        if self.ctx is not None:
+            self.ctx_state = self.ctx_state.index_copy(0, rows, sub.ctx_state)
+        if self.matches is not None:
+            self.matches = self.matches.index_copy(0, rows, sub.matches)
 
     def widen(self, k: int) -> "BeamState":
         """Same hypotheses on a wider grid of k >= K slots (new slots unused, scored -inf)."""
@@ -198,6 +228,14 @@ class ModifiedBeamSearch:
     lm, lm_weight, lm_bonus: shallow fusion with a token n-gram (same vocabulary as the model), its
     weight and a per-token bonus.
     """
+
+    COMPACT_BELOW = 0.6
+    COMPACT_MIN_STREAMS = 256
+    """A round after a frame's first runs on the streams that still have a hypothesis in the frame only (the
+    others index-selected out and their results scattered back) when they are at most ``COMPACT_BELOW`` of a
+    batch of at least ``COMPACT_MIN_STREAMS`` (CPU path; ``sync_free`` runs every round on the whole batch).
+    Measured with the shipped model (docs/benchmarks.md): 64 streams gain nothing (the selects cost what the
+    round saves), 1024 streams a few percent of the search."""
 
     reads = "enc_p"
     several = True
@@ -306,14 +344,29 @@ class ModifiedBeamSearch:
             # streams past their length start the frame done: their hypotheses are only carried
             done = (t >= lengths)[:, None].expand(b, k)  # (B, K)
             for r in range(self.max_symbols):
-                if r > 0 and not self.sync_free and not bool((~done & (state.scores > NEG_INF)).any()):
-                    break  # every hypothesis has consumed the frame
-                done = self._round(state, trail, enc_p[:, t], frame_offset + t, done, rank_ok, ar_k,
-                                   last=r == self.max_symbols - 1)
+                last = r == self.max_symbols - 1
+                rows = None  # (B',) the streams the round runs on (None: all)
+                if r > 0 and not self.sync_free:
+                    live = (~done & (state.scores > NEG_INF)).any(dim=1)  # (B,) streams still in the frame
+                    n_live = int(live.sum())
+                    if n_live == 0:
+                        break  # every hypothesis has consumed the frame
+                    if b >= self.COMPACT_MIN_STREAMS and n_live <= b * self.COMPACT_BELOW:
+                        rows = live.nonzero()[:, 0]
+                if rows is None:
+                    done = self._round(state, trail, enc_p[:, t], frame_offset + t, done, rank_ok, ar_k, last)
+                    continue
+                # for a stream whose hypotheses all consumed the frame the round would only sort them by score:
+                # the same hypotheses, so it runs on the others only
+                sub = state.round_rows(rows)
+                sub_done = self._round(sub, trail.rows(rows), enc_p[rows, t], frame_offset[rows] + t, done[rows],
+                                       rank_ok[rows], ar_k, last)
+                state.put_rows(rows, sub)
+                done = done.index_copy(0, rows, sub_done)
         state.hyps = trail.materialize()
         return state
 
-    def _round(self, state: BeamState, trail: HypTrail, enc_t: Tensor, frame: Tensor, done: Tensor,
+    def _round(self, state: BeamState, trail: HypTrail | HypTrailRows, enc_t: Tensor, frame: Tensor, done: Tensor,
                rank_ok: Tensor, ar_k: Tensor, last: bool) -> Tensor:
         """One expansion round of one frame, in place on ``state`` (its hypotheses' tokens on ``trail``);
         returns the new ``done``.
@@ -388,7 +441,7 @@ class ModifiedBeamSearch:
         conf = self.measure(logp) if self.measure is not None else torch.ones(b, k, device=logp.device)  # (B, K)
         return conf.gather(1, c.parent)
 
-    def _follow_parents(self, state: BeamState, trail: HypTrail, c: _Choice, frame: Tensor
+    def _follow_parents(self, state: BeamState, trail: HypTrail | HypTrailRows, c: _Choice, frame: Tensor
                         ) -> tuple[DecoderState, Tensor]:
         """Every per-hypothesis part of ``state`` taken from the chosen candidates' parents (the LM, hotword
         and match states advanced by their tokens); returns the parents' decoder state and projection."""
@@ -412,7 +465,8 @@ class ModifiedBeamSearch:
         dec_p = state.dec_p.gather(1, parent[:, :, None].expand(-1, -1, state.dec_p.shape[-1]))
         return dec_state, dec_p
 
-    def _append(self, state: BeamState, trail: HypTrail, c: _Choice, pconf: Tensor | None, frame: Tensor) -> None:
+    def _append(self, state: BeamState, trail: HypTrail | HypTrailRows, c: _Choice, pconf: Tensor | None,
+                frame: Tensor) -> None:
         """The emitted tokens onto their hypotheses, with their confidence (blank frames folded in unless
         excluded); the trailing-blank counts."""
         b, k = c.parent.shape

@@ -7,6 +7,8 @@ its tokens' (:func:`streamd.decode.confidence.aggregate`).  Word boundaries are 
 
 from __future__ import annotations
 
+import functools
+import math
 from typing import Sequence
 
 from streamd.decode.confidence import AGGREGATIONS, aggregate
@@ -33,6 +35,18 @@ def token_roles(table: TokenTable) -> tuple[int, ...]:
         return BOUNDARY if tok == sep else PART
 
     return tuple(role(i, t) for i, t in enumerate(table.tokens))
+
+
+@functools.lru_cache(maxsize=8)
+def _token_sets(table: TokenTable) -> tuple[tuple[int, ...], frozenset[int], frozenset[int]]:
+    """(roles, not_parts, not_growth) of a table, derived once per table (a WordBuilder per stream reads them):
+    :func:`token_roles`; the ids that are no part of a word; and those an update cannot simply append to the
+    open word and the text: not_parts and the ids whose piece holds white space (text joins words by single
+    spaces)."""
+    roles = token_roles(table)
+    not_parts = frozenset(i for i, r in enumerate(roles) if r != PART)
+    spaced = frozenset(i for i, p in enumerate(table._pieces) if any(c.isspace() for c in p))  # noqa: SLF001
+    return roles, not_parts, not_parts | spaced
 
 
 def _check_args(frame_shift_s: float, aggregation: str) -> None:
@@ -120,8 +134,7 @@ class WordBuilder:
     def __init__(self, table: TokenTable, frame_shift_s: float, aggregation: str):
         _check_args(frame_shift_s, aggregation)
         self.table, self.frame_shift_s, self.aggregation = table, frame_shift_s, aggregation
-        self._roles = token_roles(table)
-        self._not_parts = frozenset(i for i, r in enumerate(self._roles) if r != PART)
+        self._roles, self._not_parts, self._not_growth = _token_sets(table)
         self._pieces = table._pieces  # noqa: SLF001 - the table's own decode pieces (one rule for text)
         self.tokens: list[int] = []
         self.frames: list[int] = []
@@ -137,6 +150,7 @@ class WordBuilder:
         self._cur_confs: list[float] = []
         self._base = -1
         self._open_shown = False
+        self._gap = False  # the pieces end with white space (the next word's text starts after a space)
 
     def clear(self) -> None:
         """Forget the hypothesis (a new segment)."""
@@ -150,6 +164,8 @@ class WordBuilder:
         if not len(tokens) == len(frames) == len(confs):
             raise ValueError(f"tokens, frames and confs must have equal lengths, got "
                              f"{len(tokens)}, {len(frames)}, {len(confs)}")
+        if keep == len(self.tokens) and self._not_growth.isdisjoint(tokens):
+            return self._grow(tokens, frames, confs)
         if self._open_shown:
             self.words.pop()
             self._open_shown = False
@@ -174,7 +190,52 @@ class WordBuilder:
         pieces = self._pieces
         self._raw += [pieces[t] for t in tokens]
         self._scan(first)
-        self.text = " ".join("".join(self._raw).split())
+        raw = "".join(self._raw)
+        self.text = " ".join(raw.split())
+        self._gap = raw[-1:].isspace()
+        return unchanged
+
+    def _grow(self, tokens: Sequence[int], frames: Sequence[int], confs: Sequence[float]) -> int:
+        """:meth:`update` for tokens appended to the open word (none in ``_not_growth``): the text grows by their
+        pieces and the open word by their texts and confidences; nothing before them is read again (min, max and
+        prod aggregate the word's confidences from its last value: the same left-to-right result)."""
+        shown = self.words.pop() if self._open_shown else None  # the open word as it stood
+        self._open_shown = False
+        unchanged = len(self.words)
+        if not tokens:
+            if shown is not None:
+                self.words.append(shown)
+                self._open_shown = True
+            return unchanged
+        n = len(self.tokens)
+        self.tokens += tokens
+        self.frames += frames
+        self.confs += confs
+        pieces = self._pieces
+        new = [pieces[t] for t in tokens]
+        self._raw += new
+        self._cur += range(n, len(self.tokens))
+        texts = [self.table.tokens[t] for t in tokens]
+        self._cur_text += texts
+        self._cur_confs += confs
+        how = self.aggregation
+        if shown is not None and how in ("min", "max", "prod"):
+            conf, vals = float(shown.conf), list(map(float, confs))
+            if how == "prod":
+                conf = math.prod(vals, start=conf)
+            else:
+                conf = min(conf, *vals) if how == "min" else max(conf, *vals)
+            word = Word(word=shown.word + "".join(texts).replace(WORD_PREFIX, ""), start=shown.start,
+                        end=(int(self.frames[-1]) + 1) * self.frame_shift_s, conf=conf)
+        else:
+            word = self._word()
+        if word is not None:
+            self.words.append(word)
+            self._open_shown = True
+        grown = "".join(new)
+        if grown:  # no white space in it: it continues the last word, or starts one after a gap
+            self.text = f"{self.text} {grown}" if self._gap and self.text else self.text + grown
+            self._gap = False
         return unchanged
 
     def _word(self) -> Word | None:

@@ -75,6 +75,7 @@ class Finals:
         events: list[Event] = []
         reset_rows: list[int] = []
         ended: list[int] = []
+        nbests = self._nbests(batch, [sid for sid, reason in close if reason != "pause"])
         for sid, reason in close:
             st = self._streams[sid]
             st.search_start = st.frames_done
@@ -90,7 +91,7 @@ class Finals:
             text = self.tokens.decode(hyp.tokens)
             st.reset_at = None
             if text or reason in ("eos", "reset"):
-                alts, scores = self._alternatives(batch, sid, sub_text)
+                alts, scores = self._alternatives(sid, sub_text, nbests)
                 if st.carry is not None and st.carry.tokens:  # n-best of the part after the last pause
                     head = self.tokens.decode(st.carry.tokens)
                     alts = tuple(t for t in (f"{head} {a}".strip() for a in alts) if t != text)
@@ -153,12 +154,28 @@ class Finals:
         return HypOut(c.tokens + mid + hyp.tokens, c.frames + hyp.frames[:len(mid)] + hyp.frames,
                       c.confs + (1.0,) * len(mid) + hyp.confs, c.score + hyp.score)
 
-    def _alternatives(self, batch: _Batch, sid: int, text: str) -> tuple[tuple[str, ...], tuple[float, ...]]:
-        method = self._streams[sid].opts.method
-        if not self.searches[method].several:
+    def _nbests(self, batch: _Batch, sids: list[int]) -> dict[int, list[HypOut]]:
+        """Each stream's n-best as complete segments (up to its beam, best first), for the streams ``sids`` of
+        the batch whose search keeps several hypotheses: one ``nbest`` call per method, not one per stream."""
+        out: dict[int, list[HypOut]] = {}
+        for method, (rows, state) in batch.groups.items():
+            search = self.searches[method]
+            if not search.several:
+                continue
+            pos = {row: j for j, row in enumerate(rows.tolist())}
+            mine = [(sid, pos[batch.ids.index(sid)]) for sid in sids if batch.ids.index(sid) in pos]
+            if not mine:
+                continue
+            beams = [self._streams[sid].opts.beam for sid, _ in mine]
+            sub = state.select(torch.tensor([j for _, j in mine], device=self.device))
+            for (sid, _), beam, nb in zip(mine, beams, search.nbest(sub, max(beams), final=True)):
+                out[sid] = nb[:beam]  # the best ``beam`` of the valid ones, as nbest(.., beam) gives them
+        return out
+
+    def _alternatives(self, sid: int, text: str, nbests: dict[int, list[HypOut]]
+                      ) -> tuple[tuple[str, ...], tuple[float, ...]]:
+        """A Final's alternatives and scores from the stream's n-best (:meth:`_nbests`; none for a search with
+        one hypothesis)."""
+        if sid not in nbests:
             return (), ()
-        rows, state = batch.groups[method]
-        j = rows.tolist().index(batch.ids.index(sid))
-        nb = self.searches[method].nbest(state.select(torch.tensor([j], device=self.device)),
-                                        self._streams[sid].opts.beam, final=True)[0]
-        return distinct_alternatives(text, [(self.tokens.decode(h.tokens), float(h.score)) for h in nb])
+        return distinct_alternatives(text, [(self.tokens.decode(h.tokens), float(h.score)) for h in nbests[sid]])

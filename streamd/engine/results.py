@@ -76,6 +76,22 @@ class Results:
         probs = self.calibration.apply([w.conf for w in words]).tolist()
         return [dataclasses.replace(w, conf=p, conf_raw=w.conf) for w, p in zip(words, probs)]
 
+    def _calibrate_partials(self, streams: list[_Stream]) -> None:
+        """Bring the calibrated words (:attr:`_Stream.cal`) of the next partials of ``streams`` (with partials)
+        up to date with one calibration call for the batch: what :meth:`_partial_of` does one stream at a time
+        (its call then finds nothing left to calibrate)."""
+        if self.calibration is None:
+            return
+        todo = [st for st in streams if st.stale and st.cal_valid < len(st.shown.words)
+                and not (st.carry is not None and st.carry.tokens)]
+        if not todo:
+            return
+        words = [st.shown.words[st.cal_valid:] for st in todo]
+        cal = iter(self._calibrated([w for ws in words for w in ws]))
+        for st, ws in zip(todo, words):
+            st.cal[st.cal_valid:] = [next(cal) for _ in ws]
+            st.cal_valid = len(st.cal)
+
     def _refresh(self, batch: _Batch, streams: list[_Stream]) -> tuple[np.ndarray, np.ndarray]:
         """Tokens (B,) and trailing blank frames (B,) of every row's best hypothesis, as int64 host arrays;
         brings the host copy of the best hypothesis (:attr:`_Stream.shown`) of streams with partials up to date.
@@ -103,8 +119,8 @@ class Results:
             lengths = buf.lengths.gather(1, slots[:, None])[:, 0]
             shown = [(j, streams[row]) for j, row in enumerate(rl) if streams[row].shown is not None]
             summary = [lengths, search.trailing_blanks(state).to(lengths.dtype)]
-            if shown and not search.append_only:  # which best hypotheses differ from the last shown
-                summary.append(self._best_changed(batch, method, buf, slots, lengths).to(lengths.dtype))
+            if shown and not search.append_only:  # which best hypotheses differ from the last shown, and where
+                summary += [x.to(lengths.dtype) for x in self._best_changed(batch, method, buf, slots, lengths)]
             host = torch.stack(summary).cpu().numpy()
             n, tb = host[0], host[1]
             n_all[rl], tb_all[rl] = n, tb
@@ -118,7 +134,7 @@ class Results:
                 keep = np.where(new[moved] > known[moved], known[moved], 0)  # shorter: a new segment
             else:
                 moved = np.flatnonzero(host[2][js])
-                keep = np.zeros(len(moved), np.int64)
+                keep = host[3][js[moved]]  # the tokens before the first change are shown already
             if not moved.size:
                 continue
             width = int((n[js[moved]] - keep).max())
@@ -131,28 +147,38 @@ class Results:
         return n_all, tb_all
 
     @staticmethod
-    def _best_changed(batch: _Batch, method: str, buf: HypBuffer, slots: Tensor, lengths: Tensor) -> Tensor:
-        """(R,) bool: rows whose best hypothesis (tokens, frames or confs) differs from the one recorded in
-        ``batch.shown`` at the last call (all rows without a record); records the current ones."""
+    def _best_changed(batch: _Batch, method: str, buf: HypBuffer, slots: Tensor, lengths: Tensor
+                      ) -> tuple[Tensor, Tensor]:
+        """Rows whose best hypothesis (tokens, frames or confs) differs from the one recorded in ``batch.shown``
+        at the last call: (R,) bool (all rows without a record), and (R,) int64 how many of its first tokens
+        are the same (0 without a record); records the current ones."""
         rows = torch.arange(slots.shape[0], device=slots.device)
         live = torch.arange(buf.capacity, device=slots.device) < lengths[:, None]  # (R, L)
         now = (lengths, *(x[rows, slots].masked_fill(~live, 0) for x in (buf.tokens, buf.frames, buf.confs)))
         before = batch.shown.get(method)
         batch.shown[method] = now
         if before is None or before[0].shape != lengths.shape:
-            return torch.ones_like(lengths, dtype=torch.bool)
+            return torch.ones_like(lengths, dtype=torch.bool), torch.zeros_like(lengths)
         width = max(before[1].shape[1], now[1].shape[1])
         pad = [torch.nn.functional.pad(x, (0, width - x.shape[1])) for x in (*before[1:], *now[1:])]
-        return (before[0] != lengths) | (pad[0] != pad[3]).any(1) | (pad[1] != pad[4]).any(1) \
-            | (pad[2] != pad[5]).any(1)
+        diff = (pad[0] != pad[3]) | (pad[1] != pad[4]) | (pad[2] != pad[5])  # (R, W)
+        # past the shorter length both are zero-padded, so the prefix ends there at the latest
+        first = torch.where(diff.any(1), diff.int().argmax(1), width)
+        same = torch.minimum(first, torch.minimum(before[0], lengths))
+        return (before[0] != lengths) | diff.any(1), same
 
     @staticmethod
     def _show(st: _Stream, tokens: Sequence[int], frames: Sequence[int], confs: Sequence[float], keep: int) -> None:
         """Make the stream's shown hypothesis ``shown[:keep] + (tokens, frames, confs)``; only the part past
         what it already holds is re-read (``keep`` grows to the common prefix)."""
         sh = st.shown
-        tokens, frames, confs = list(tokens), list(frames), list(confs)
         n = len(sh.tokens)
+        if keep == n:  # the held hypothesis grows (or stays)
+            if tokens:
+                st.cal_valid = min(st.cal_valid, sh.update(tokens, frames, confs, keep))
+                st.stale = True
+            return
+        tokens, frames, confs = list(tokens), list(frames), list(confs)
         if keep + len(tokens) == n and sh.tokens[keep:] == tokens and sh.frames[keep:] == frames \
                 and sh.confs[keep:] == confs:
             return  # unchanged
@@ -176,18 +202,17 @@ class Results:
         if st.stale:
             st.stale = False
             sh = st.shown
-            hyp = HypOut(tuple(sh.tokens), tuple(sh.frames), tuple(sh.confs))
             if st.carry is not None and st.carry.tokens:
                 # endpointing off, after a pause: the joined hypothesis, read whole (the same again when the
                 # pause only moved the words into the carry: then the same text and words)
-                hyp = self._joined(st, hyp)
+                hyp = self._joined(st, HypOut(tuple(sh.tokens), tuple(sh.frames), tuple(sh.confs)))
                 if st.partial is not None and st.partial[2:] == (hyp.tokens, hyp.frames, hyp.confs):
                     return st.partial
                 st.partial = (self.tokens.decode(hyp.tokens), self._words(hyp), hyp.tokens, hyp.frames, hyp.confs)
             else:
                 st.cal[st.cal_valid:] = self._calibrated(sh.words[st.cal_valid:])
                 st.cal_valid = len(st.cal)
-                st.partial = (sh.text, tuple(st.cal), hyp.tokens, hyp.frames, hyp.confs)
+                st.partial = (sh.text, tuple(st.cal), tuple(sh.tokens), tuple(sh.frames), tuple(sh.confs))
         return st.partial
 
     def _results(self, batch: _Batch) -> list[Event]:
@@ -195,12 +220,13 @@ class Results:
         events: list[Event] = []
         streams = [self._streams[i] for i in batch.ids]
         n, trailing = self._refresh(batch, streams)
+        ends = [st.finished and st.fbank.frames_ready() == 0 for st in streams]  # no audio left: the stream ends
+        self._calibrate_partials([st for st, done in zip(streams, ends) if st.shown is not None and not done])
         seg_frames = np.fromiter((st.frames_done - st.search_start for st in streams), np.int64, len(streams))
         rules = self.endpointer.check_arrays(trailing, seg_frames, n)
         close: list[tuple[int, str]] = []
         fs = self.frame_shift_s
-        for st, rule in zip(streams, rules):
-            done = st.finished and st.fbank.frames_ready() == 0
+        for st, rule, done in zip(streams, rules, ends):
             if st.shown is not None and not done:
                 text, words, tokens, frames, confs = self._partial_of(st)
                 events.append(Partial(st.id, st.segment, text, words, tokens, frames, confs, st.segment_start * fs,

@@ -183,3 +183,37 @@ def test_trail_equals_gathering_and_appending_round_by_round(seed):
     assert as_lists(out) == as_lists(ref)
     assert as_lists(start) == before  # the start buffer is left unchanged
     assert HypTrail(start).materialize() is start  # nothing recorded: nothing copied
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_trail_rows_record_a_sub_batch_round(seed):
+    """HypTrailRows: a round of some streams only, recorded on the whole batch's trail, equals HypBuffer.gather
+    and HypBuffer.append on those streams, the others' hypotheses left in place without a token."""
+    from streamd.decode.hyps import HypTrail
+
+    g = torch.Generator().manual_seed(seed)
+    rng = random.Random(seed)
+    b, k = 5, 3
+    start = HypBuffer.empty(b, k, capacity=4)
+    start.append(torch.rand(b, k, generator=g) < 0.6, torch.randint(0, 30, (b, k), generator=g),
+                 torch.randint(0, 9, (b, k), generator=g), torch.rand(b, k, generator=g))
+    start.reserve(int(start.lengths.max()) + 8)
+    ref = start.copy()
+    trail = HypTrail(start)
+    for r in range(8):
+        rows = torch.tensor(sorted(rng.sample(range(b), rng.randint(1, b))))
+        ident = torch.arange(k).repeat(b, 1)
+        parent = ident.clone()
+        parent[rows] = torch.randint(0, k, (len(rows), k), generator=g)
+        mask = torch.zeros(b, k, dtype=torch.bool)
+        mask[rows] = torch.rand(len(rows), k, generator=g) < 0.5
+        toks = torch.randint(0, 30, (b, k), generator=g)
+        confs = torch.rand(b, k, generator=g)
+        ref = ref.gather(parent)
+        ref.append(mask, toks, torch.full((b, k), 10 + r), confs)
+        sub = trail.rows(rows)
+        sub.follow(parent[rows])
+        assert torch.equal(sub.lengths, ref.lengths[rows] - mask[rows].long())  # parents' lengths
+        sub.append(mask[rows], toks[rows], torch.full((len(rows), k), 10 + r), confs[rows])
+        assert torch.equal(trail.lengths, ref.lengths)
+    assert as_lists(trail.materialize()) == as_lists(ref)

@@ -10,7 +10,7 @@ import pytest
 
 from streamd.decode.confidence import aggregate
 from streamd.tokens import TokenTable
-from streamd.decode.words import WordBuilder, tokens_to_words
+from streamd.decode.words import PART, WordBuilder, token_roles, tokens_to_words
 from streamd.events import Word
 
 
@@ -112,6 +112,35 @@ def test_word_builder_matches_whole_hypothesis(chars: TokenTable, bpe: TokenTabl
                 assert wb.words[:unchanged] == before[:unchanged]
             wb.clear()
             assert (wb.text, wb.words, wb.tokens) == ("", [], [])
+
+
+def test_word_builder_growing_words_match_whole_hypothesis(chars: TokenTable, bpe: TokenTable) -> None:
+    """Long runs of tokens inside a word (the path that appends to the open word and the text) between
+    boundaries, blanks and cut-backs: text and words equal the whole hypothesis' after every edit."""
+    for seed in range(30):
+        rng = random.Random(seed)
+        for table in (chars, bpe, TokenTable(("<blk>", " ", "▁", "a", "b"))):
+            roles = token_roles(table)
+            parts = [i for i, r in enumerate(roles) if r == PART]
+            how = rng.choice(["min", "mean", "max", "prod"])
+            wb = WordBuilder(table, 0.04, how)
+            ids: list[int] = []
+            frames: list[int] = []
+            confs: list[float] = []
+            for _ in range(40):
+                keep = len(ids) if rng.random() < 0.85 else rng.randint(0, len(ids))
+                n = rng.randint(0, 4)
+                new = [rng.choice(parts) if rng.random() < 0.9 else rng.randrange(len(table)) for _ in range(n)]
+                start = frames[keep - 1] if keep else 0
+                new_frames = sorted(start + rng.randrange(5) for _ in range(n))
+                new_confs = [rng.random() for _ in range(n)]
+                before = list(wb.words)
+                unchanged = wb.update(new, new_frames, new_confs, keep)
+                ids, frames, confs = ids[:keep] + new, frames[:keep] + new_frames, confs[:keep] + new_confs
+                assert (wb.tokens, wb.frames, wb.confs) == (ids, frames, confs)
+                assert wb.text == table.decode(ids), (seed, table.kind)
+                assert wb.words == tokens_to_words(table, ids, frames, confs, 0.04, how), (seed, table.kind)
+                assert wb.words[:unchanged] == before[:unchanged]
 
 
 def test_word_builder_errors(chars: TokenTable) -> None:
