@@ -85,6 +85,30 @@ def test_words_errors(chars: TokenTable) -> None:
         tokens_to_words(chars, [99], [0], [0.5], 0.04, "min")
 
 
+def _random_edits(wb: WordBuilder, table: TokenTable, how: str, rng: random.Random, steps: int, grow: float,
+                  most: int, draw) -> None:
+    """``steps`` random edits of ``wb``'s hypothesis (with probability ``grow`` only growing, else cut back to a
+    random prefix first; up to ``most`` new tokens, each ``draw()``); after each, its tokens, text and words
+    equal the whole hypothesis' and the words it reports unchanged are."""
+    ids: list[int] = []
+    frames: list[int] = []
+    confs: list[float] = []
+    for _ in range(steps):
+        keep = len(ids) if rng.random() < grow else rng.randint(0, len(ids))
+        n = rng.randint(0, most)
+        new = [draw() for _ in range(n)]
+        start = frames[keep - 1] if keep else 0
+        new_frames = sorted(start + rng.randrange(5) for _ in range(n))
+        new_confs = [rng.random() for _ in range(n)]
+        before = list(wb.words)
+        unchanged = wb.update(new, new_frames, new_confs, keep)
+        ids, frames, confs = ids[:keep] + new, frames[:keep] + new_frames, confs[:keep] + new_confs
+        assert (wb.tokens, wb.frames, wb.confs) == (ids, frames, confs)
+        assert wb.text == table.decode(ids), table.kind
+        assert wb.words == tokens_to_words(table, ids, frames, confs, 0.04, how), table.kind
+        assert wb.words[:unchanged] == before[:unchanged]
+
+
 def test_word_builder_matches_whole_hypothesis(chars: TokenTable, bpe: TokenTable) -> None:
     """The incremental text and words equal decode() and tokens_to_words() of the whole hypothesis after every
     edit: growing at the end (greedy), and cutting back to a random common prefix then growing (beam)."""
@@ -93,23 +117,7 @@ def test_word_builder_matches_whole_hypothesis(chars: TokenTable, bpe: TokenTabl
         for table in (chars, bpe, TokenTable(("<blk>", " ", "▁", "a", "b"))):
             how = rng.choice(["min", "mean", "max", "prod"])
             wb = WordBuilder(table, 0.04, how)
-            ids: list[int] = []
-            frames: list[int] = []
-            confs: list[float] = []
-            for _ in range(25):
-                keep = len(ids) if rng.random() < 0.6 else rng.randint(0, len(ids))
-                n = rng.randint(0, 6)
-                new = [rng.randrange(len(table)) for _ in range(n)]
-                start = frames[keep - 1] if keep else 0
-                new_frames = sorted(start + rng.randrange(5) for _ in range(n))
-                new_confs = [rng.random() for _ in range(n)]
-                before = list(wb.words)
-                unchanged = wb.update(new, new_frames, new_confs, keep)
-                ids, frames, confs = ids[:keep] + new, frames[:keep] + new_frames, confs[:keep] + new_confs
-                assert (wb.tokens, wb.frames, wb.confs) == (ids, frames, confs)
-                assert wb.text == table.decode(ids), (seed, table.kind)
-                assert wb.words == tokens_to_words(table, ids, frames, confs, 0.04, how), (seed, table.kind)
-                assert wb.words[:unchanged] == before[:unchanged]
+            _random_edits(wb, table, how, rng, 25, 0.6, 6, lambda: rng.randrange(len(table)))
             wb.clear()
             assert (wb.text, wb.words, wb.tokens) == ("", [], [])
 
@@ -124,23 +132,8 @@ def test_word_builder_growing_words_match_whole_hypothesis(chars: TokenTable, bp
             parts = [i for i, r in enumerate(roles) if r == PART]
             how = rng.choice(["min", "mean", "max", "prod"])
             wb = WordBuilder(table, 0.04, how)
-            ids: list[int] = []
-            frames: list[int] = []
-            confs: list[float] = []
-            for _ in range(40):
-                keep = len(ids) if rng.random() < 0.85 else rng.randint(0, len(ids))
-                n = rng.randint(0, 4)
-                new = [rng.choice(parts) if rng.random() < 0.9 else rng.randrange(len(table)) for _ in range(n)]
-                start = frames[keep - 1] if keep else 0
-                new_frames = sorted(start + rng.randrange(5) for _ in range(n))
-                new_confs = [rng.random() for _ in range(n)]
-                before = list(wb.words)
-                unchanged = wb.update(new, new_frames, new_confs, keep)
-                ids, frames, confs = ids[:keep] + new, frames[:keep] + new_frames, confs[:keep] + new_confs
-                assert (wb.tokens, wb.frames, wb.confs) == (ids, frames, confs)
-                assert wb.text == table.decode(ids), (seed, table.kind)
-                assert wb.words == tokens_to_words(table, ids, frames, confs, 0.04, how), (seed, table.kind)
-                assert wb.words[:unchanged] == before[:unchanged]
+            _random_edits(wb, table, how, rng, 40, 0.85, 4,
+                          lambda: rng.choice(parts) if rng.random() < 0.9 else rng.randrange(len(table)))
 
 
 def test_word_builder_errors(chars: TokenTable) -> None:
