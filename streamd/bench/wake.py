@@ -4,7 +4,7 @@
 ``wake-cost``: the cost of trained wake models in the engine step, side by side in one process.
 
     OMP_NUM_THREADS=1 streamd bench wake-cost [--streams 32] [--models 10] [--seconds 8] [--rounds 5]
-                                              [--members 1] [--device cpu]
+                                              [--members 1] [--device cpu] [--precision auto]
 
 Two recognizers on the shipped model (greedy, endpointing on): one without wake models, one with
 ``--models`` wake models (heads of the shipped shape, hidden 32, ``--members`` nets each, random weights: the

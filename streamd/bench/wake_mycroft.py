@@ -2,6 +2,9 @@
 figures on the test half.
 
     OMP_NUM_THREADS=1 streamd bench wake-mycroft athena.wake.pt amelia.wake.pt ... [--oww [MODEL.onnx ...]]
+                                                 [--precision auto|float32|bfloat16]
+
+``--precision``: the speech embedding's arithmetic (as ``engine.kws.embedding_precision``).
 
 Halves by the parity of the SHA-1 of each file's name (the split of docs/benchmarks.md, "Runtime wake
 words"); positives: ``../shared/real/mycroft`` wake clips (the shared folder: ``$STREAMD_SHARED``, else ``../shared``
