@@ -120,34 +120,34 @@ class BeamState:
     def k(self) -> int:
         return self.scores.shape[1]
 
+    def _slots(self, rows: Tensor) -> Tensor:
+        """(B' K,) int64 flat indices of the hypotheses of the streams rows (B',) (the decoder state's rows)."""
+        return (rows[:, None] * self.k + torch.arange(self.k, device=rows.device)).reshape(-1)
+
+    def _sub(self, rows: Tensor, hyps: HypBuffer) -> "BeamState":
+        """Sub-batch of the streams rows (B',) int64 holding the token buffer ``hyps``."""
+        ctx = (self.ctx, self.ctx_part[rows], self.ctx_state[rows]) if self.ctx is not None else (None, None, None)
+        return BeamState(self.beams[rows], self.scores[rows], self.hashes[rows],
+                         self.dec_state.select(self._slots(rows)), self.dec_p[rows], hyps, self.trailing[rows],
+                         self.acc.select(rows), self.lm_state[rows], *ctx,
+                         self.matches[rows] if self.matches is not None else None)
+
     def select(self, rows: Tensor) -> "BeamState":
         """Sub-batch: rows (B',) int64."""
-        k = self.k
-        flat = (rows[:, None] * k + torch.arange(k, device=rows.device)).reshape(-1)
-        ctx = (self.ctx, self.ctx_part[rows], self.ctx_state[rows]) if self.ctx is not None else (None, None, None)
-        return BeamState(self.beams[rows], self.scores[rows], self.hashes[rows], self.dec_state.select(flat),
-                         self.dec_p[rows], self.hyps.select_streams(rows), self.trailing[rows], self.acc.select(rows),
-                         self.lm_state[rows], *ctx, self.matches[rows] if self.matches is not None else None)
+        return self._sub(rows, self.hyps.select_streams(rows))
 
     def round_rows(self, rows: Tensor) -> "BeamState":
         """Sub-batch of what an expansion round reads and writes, for the streams rows (B',) int64: as
         :meth:`select` but sharing the token buffer (a round records its tokens on a
         :class:`~streamd.decode.hyps.HypTrail`, not in ``hyps``); :meth:`put_rows` writes it back."""
-        k = self.k
-        flat = (rows[:, None] * k + torch.arange(k, device=rows.device)).reshape(-1)
-        ctx = (self.ctx, self.ctx_part[rows], self.ctx_state[rows]) if self.ctx is not None else (None, None, None)
-        return BeamState(self.beams[rows], self.scores[rows], self.hashes[rows], self.dec_state.select(flat),
-                         self.dec_p[rows], self.hyps, self.trailing[rows], self.acc.select(rows),
-                         self.lm_state[rows], *ctx, self.matches[rows] if self.matches is not None else None)
+        return self._sub(rows, self.hyps)
 
     def put_rows(self, rows: Tensor, sub: "BeamState") -> None:
         """The per-hypothesis parts of the streams rows (B',) int64 replaced by sub's (from :meth:`round_rows`
         after a round); new tensors, so a caller's state sharing the old ones stays untouched."""
-        k = self.k
-        flat = (rows[:, None] * k + torch.arange(k, device=rows.device)).reshape(-1)
         self.scores = self.scores.index_copy(0, rows, sub.scores)
         self.hashes = self.hashes.index_copy(0, rows, sub.hashes)
-        self.dec_state = self.dec_state.scatter(flat, sub.dec_state)
+        self.dec_state = self.dec_state.scatter(self._slots(rows), sub.dec_state)
         self.dec_p = self.dec_p.index_copy(0, rows, sub.dec_p)
         self.trailing = self.trailing.index_copy(0, rows, sub.trailing)
         self.acc = self.acc.put(rows, sub.acc)
