@@ -93,6 +93,16 @@ class FrontProcess:
     reader: asyncio.Task | None = None
 
 
+async def _wait_all(events: list[asyncio.Event]) -> None:
+    """Until every event is set, or :data:`START_TIMEOUT` seconds (the caller looks which are)."""
+    waits = [asyncio.ensure_future(e.wait()) for e in events]
+    if not waits:
+        return
+    _, pending = await asyncio.wait(waits, timeout=START_TIMEOUT)
+    for w in pending:
+        w.cancel()
+
+
 def merge_families(groups: Iterable[Iterable[Metric]]) -> list[Metric]:
     """Metric families of several processes' registries as one: each sample (name and labels) summed over the
     processes (counters, histograms, and the gauges only one process sets), a ``_created`` sample the
@@ -174,10 +184,7 @@ class Fronts:
         return fp
 
     async def _wait_up(self, procs: list[FrontProcess]) -> None:
-        waits = [asyncio.ensure_future(fp.up.wait()) for fp in procs]
-        done, pending = await asyncio.wait(waits, timeout=START_TIMEOUT)
-        for w in pending:
-            w.cancel()
+        await _wait_all([fp.up for fp in procs])
         dead = [fp for fp in procs if not fp.up.is_set()]
         if dead:
             raise RuntimeError(f"front process {dead[0].index} did not start (exit code "
@@ -188,10 +195,7 @@ class Fronts:
         ``loading`` once the daemon says READY=1); a front that does not answer within ``START_TIMEOUT`` is
         logged, not waited for."""
         procs = list(self.procs.values())
-        waits = [asyncio.ensure_future(fp.ready.wait()) for fp in procs]
-        _, pending = await asyncio.wait(waits, timeout=START_TIMEOUT)
-        for w in pending:
-            w.cancel()
+        await _wait_all([fp.ready for fp in procs])
         for fp in procs:
             if not fp.ready.is_set():
                 log.warning("front process %d (pid %s) has not taken the loaded model's state within %g s",
