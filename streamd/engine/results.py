@@ -78,10 +78,7 @@ class Results:
 
     def _calibrate_partials(self, streams: list[_Stream]) -> None:
         """Bring the calibrated words (:attr:`_Stream.cal`) of the next partials of ``streams`` (with partials)
-        up to date with one calibration call for the batch: what :meth:`_partial_of` does one stream at a time
-        (its call then finds nothing left to calibrate)."""
-        if self.calibration is None:
-            return
+        up to date, one calibration call for the batch (:meth:`_partial_of` reads them)."""
         todo = [st for st in streams if st.stale and st.cal_valid < len(st.shown.words)
                 and not (st.carry is not None and st.carry.tokens)]
         if not todo:
@@ -198,7 +195,8 @@ class Results:
     def _partial_of(self, st: _Stream) -> tuple[str, tuple[Word, ...], tuple[int, ...], tuple[int, ...],
                                                    tuple[float, ...]]:
         """(text, words, tokens, frames, confs) of the stream's next Partial: its shown hypothesis, after what
-        was carried over its pauses (:meth:`_joined`)."""
+        was carried over its pauses (:meth:`_joined`); its calibrated words as :meth:`_calibrate_partials` left
+        them."""
         if st.stale:
             st.stale = False
             sh = st.shown
@@ -210,8 +208,6 @@ class Results:
                     return st.partial
                 st.partial = (self.tokens.decode(hyp.tokens), self._words(hyp), hyp.tokens, hyp.frames, hyp.confs)
             else:
-                st.cal[st.cal_valid:] = self._calibrated(sh.words[st.cal_valid:])
-                st.cal_valid = len(st.cal)
                 st.partial = (sh.text, tuple(st.cal), tuple(sh.tokens), tuple(sh.frames), tuple(sh.confs))
         return st.partial
 
