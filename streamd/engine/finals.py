@@ -162,8 +162,8 @@ class Finals:
             search = self.searches[method]
             if not search.several:
                 continue
-            pos = {row: j for j, row in enumerate(rows.tolist())}
-            mine = [(sid, pos[batch.ids.index(sid)]) for sid in sids if batch.ids.index(sid) in pos]
+            pos = {batch.ids[row]: j for j, row in enumerate(rows.tolist())}  # stream id -> its row in the group
+            mine = [(sid, pos[sid]) for sid in sids if sid in pos]
             if not mine:
                 continue
             beams = [self._streams[sid].opts.beam for sid, _ in mine]
