@@ -33,10 +33,16 @@ def wake_main(argv: Sequence[str] | None = None) -> int:
     t.add_argument("--tts-negatives", type=int, default=d.tts_negatives)
     t.add_argument("--wide-negatives", type=int, default=d.wide_negatives,
                    help="farther TTS sound-alikes (up to half the phonemes changed), on top of --tts-negatives")
+    t.add_argument("--rhyme-share", type=float, default=d.rhyme_share,
+                   help="share of the farther sound-alikes drawn first among those that keep the word's rhyme "
+                        "('hey savant' -> 'hey vermont'), 0..1")
     t.add_argument("--real-negatives", type=int, default=d.real_negatives)
     t.add_argument("--epochs", type=int, default=d.epochs)
     t.add_argument("--hard-negatives", type=int, default=d.hard_negatives,
                    help="a second round with this many top-scoring negative windows added (0: one round)")
+    t.add_argument("--draws", type=int, default=d.draws,
+                   help="draw the TTS data this many times (other seeds) and train --members nets on each; "
+                        "the head averages all of them")
     t.add_argument("--members", type=int, default=d.members,
                    help="nets in the head, trained from seeds SEED, SEED + 1, ...; their logits are averaged")
     t.add_argument("--target-fa-per-h", type=float, default=d.target_fa_per_h)
@@ -45,13 +51,15 @@ def wake_main(argv: Sequence[str] | None = None) -> int:
                    help="do not keep the real negatives' embeddings on disk (default: $XDG_CACHE_HOME/streamd)")
     t.add_argument("--workers", type=int, default=d.workers)
     a = ap.parse_args(argv)
-    for name in ("tts_positives", "copies", "tts_negatives", "epochs", "workers", "members"):
+    for name in ("tts_positives", "copies", "tts_negatives", "epochs", "workers", "members", "draws"):
         if getattr(a, name) < 1:
             ap.error(f"--{name.replace('_', '-')} must be >= 1")
     if a.real_negatives < 0 or a.hard_negatives < 0 or a.wide_negatives < 0 or not a.target_fa_per_h > 0:
         ap.error("--real-negatives, --hard-negatives and --wide-negatives must be >= 0 and --target-fa-per-h > 0")
+    if not 0.0 <= a.rhyme_share <= 1.0:
+        ap.error("--rhyme-share must be within 0..1")
     cfg = WakeTrainConfig(tts_positives=a.tts_positives, copies=a.copies, tts_negatives=a.tts_negatives,
-                          wide_negatives=a.wide_negatives, members=a.members, real_negatives=a.real_negatives, epochs=a.epochs,
+                          wide_negatives=a.wide_negatives, rhyme_share=a.rhyme_share, members=a.members, draws=a.draws, real_negatives=a.real_negatives, epochs=a.epochs,
                           hard_negatives=a.hard_negatives, cache=not a.no_cache, target_fa_per_h=a.target_fa_per_h,
                           seed=a.seed, workers=a.workers)
     if a.out is not None and len(a.keyword) > 1:

@@ -16,7 +16,8 @@ Data, all made or read here (nothing downloaded), seeded by ``seed``:
    away, "hey savant" -> "hey levant", "chatterbox" -> "chapter box", from the CMU dictionary that festival
    installs; plain sentences of :class:`streamd.train.text.TextGenerator`; ``wide_negatives`` farther
    sound-alikes (:func:`wide_sound_alikes`: same syllable count, more than ~35 % and up to half of a word's
-   phonemes changed, "hey savant" -> "hey vermont")), the parts of each positive
+   phonemes changed, "hey savant" -> "hey vermont"; up to ``rhyme_share`` of them keep the replaced word's
+   rhyme, its last vowel and what follows, "hey savant" -> "hey dupont")), the parts of each positive
    placement before the keyword is half said, and all the real speech and noise of the training splits
    (:data:`REAL_SPLITS`, ~4.8 h: never ``mycroft``, never a dev split; a real clip whose transcript holds the
    keyword is left out).  The real files' embeddings are kept on disk (:func:`real_cache_file`).
@@ -27,8 +28,11 @@ Data, all made or read here (nothing downloaded), seeded by ``seed``:
    epochs, each on every positive and synthetic negative window and a quarter of the real negative windows;
    then **hard-negative mining**: the 3000 training negative windows the first head scores highest are added
    three times and a fresh head of ``members`` nets is trained (each net from its own seed, ``seed``,
-   ``seed + 1``, ...; the head's logit is the mean of theirs).  25 % of the negative files (by hash of the
-   name) and of the positive TTS utterances are held out.
+   ``seed + 1``, ...).  25 % of the negative files (by hash of the name) and of the positive TTS utterances
+   are held out.  Steps 1, 3 and 4 run ``draws`` times, each draw with its own seed (:func:`_draw_seed`): new
+   TTS voices, texts and placements (the real negatives are the same files); the head holds the nets of every
+   draw and its logit is the mean of theirs (bagging: what a run learns depends on which voices and placements
+   its draw holds, and the draws' nets average that out).
 5. The threshold is the lowest logit whose detections (the detector's rule: score >= threshold, refractory
    1 s) on the held-out **real** negatives (~1.2 h) stay at or below ``target_fa_per_h``; then the last layer
    of each net is **calibrated** (:func:`_calibrate`): its score is 0.5 at that threshold and 0.95 at the median
@@ -39,6 +43,7 @@ Data, all made or read here (nothing downloaded), seeded by ``seed``:
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -78,6 +83,7 @@ class WakeTrainConfig:
     copies: int = 8                 # placements (augmentations) of each; copy c is the same whatever ``copies``
     tts_negatives: int = 300        # TTS confusables and sentences
     wide_negatives: int = 150       # TTS farther sound-alikes (wide_sound_alikes), on top of tts_negatives
+    rhyme_share: float = 0.5        # of them, at most this share keeping the replaced word's rhyme first
     real_negatives: int = 6000      # real training-split files (speech and noise; all ~5300 of them)
     hidden: int = 32
     epochs: int = 8
@@ -86,7 +92,8 @@ class WakeTrainConfig:
     real_share: float = 0.25        # share of the real negative windows drawn each epoch
     hard_negatives: int = 3000      # a second round with this many top-scoring negatives added (0: one round)
     hard_repeat: int = 3
-    members: int = 3                # nets in the head (seeds seed, seed + 1, ...), their logits averaged
+    members: int = 1                # nets per draw (seeds seed, seed + 1, ...); the head averages every net
+    draws: int = 3                  # TTS data drawn this many times (seeds: _draw_seed), members trained on each
     target_fa_per_h: float = 0.5
     cache: bool = True              # keep the real negatives' embeddings on disk (real_cache_file)
     seed: int = 0
@@ -272,17 +279,28 @@ def _near_budget(n: int) -> int:
     return max(1, round(NEAR_SHARE * n))
 
 
-def wide_sound_alikes(keyword: str, lexicon: dict[str, tuple[str, ...]], rng: np.random.Generator, n: int
-                      ) -> list[str]:
+def _rhyme(phones: Sequence[str]) -> tuple[str, ...]:
+    """A word's rhyme: its last vowel and the phonemes after it ("savant" -> ``ah n t``; () without a vowel)."""
+    last = [i for i, p in enumerate(phones) if p in _VOWEL_PHONES]
+    return tuple(phones[last[-1]:]) if last else ()
+
+
+def wide_sound_alikes(keyword: str, lexicon: dict[str, tuple[str, ...]], rng: np.random.Generator, n: int,
+                      rhyme_share: float = 0.0) -> list[str]:
     """Up to ``n`` farther sound-alikes than :func:`sound_alikes` ("hey savant" -> "hey vermont"): the keyword
     with one word replaced by a dictionary word (or two) of the same number of syllables whose phonemes are more
     than the near budget (~35 %) and at most half of them (at least one edit more than the near budget) away;
     only words of at least :data:`WIDE_MIN_PHONES` phonemes are replaced; never a word that holds the keyword's
-    word.  Drawn at random (``rng``), not nearest first, so that the
-    farther shapes are spread over the whole band; the same rule for every keyword."""
+    word.  Drawn at random (``rng``), not nearest first, so that the farther shapes are spread over the whole
+    band; the same rule for every keyword.  ``rhyme_share``: up to that share of the ``n`` are drawn first from
+    the candidates that keep the replaced word's rhyme (:func:`_rhyme`: "hey savant" -> "hey dupont"): they
+    differ from the keyword only before its last vowel, the part a detector that listens to the word's end
+    misses."""
+    if not 0.0 <= rhyme_share <= 1.0:
+        raise ValueError(f"rhyme_share must be within [0, 1], got {rhyme_share}")
     words = keyword.split()
     by_len = _by_length(lexicon)
-    cands: list[str] = []
+    cands: dict[str, bool] = {}  # phrase -> keeps the rhyme
     for i, w in enumerate(words):
         p = _pronounce(w, lexicon)
         if not p or len(p) < WIDE_MIN_PHONES:
@@ -290,11 +308,11 @@ def wide_sound_alikes(keyword: str, lexicon: dict[str, tuple[str, ...]], rng: np
         lo = _near_budget(len(p))
         hi = max(lo + 1, int(WIDE_SHARE * len(p)))
         syl = _syllables(p)
-        subs: list[str] = []
+        subs: list[tuple[str, tuple[str, ...]]] = []
         for L in range(len(p) - hi, len(p) + hi + 1):
             for v, q in by_len.get(L, ()):
                 if _syllables(q) == syl and v != w and lo < _edit(p, q) <= hi and not _contains(q, p):
-                    subs.append(v)
+                    subs.append((v, q))
         for k in range(2, len(p) - 1):  # two words for one: each half within 2 edits
             halves = []
             for part in (p[:k], p[k:]):
@@ -305,11 +323,17 @@ def wide_sound_alikes(keyword: str, lexicon: dict[str, tuple[str, ...]], rng: np
                 for rv, rq in halves[1]:
                     q = lq + rq
                     if _syllables(q) == syl and lo < _edit(p, q) <= hi:
-                        subs.append(f"{lv} {rv}")
-        cands += [" ".join(words[:i] + [v] + words[i + 1:]) for v in subs]
+                        subs.append((f"{lv} {rv}", q))
+        rh = _rhyme(p)
+        for v, q in subs:
+            phrase = " ".join(words[:i] + [v] + words[i + 1:])
+            cands[phrase] = cands.get(phrase, False) or _rhyme(q) == rh
     key = keyword.casefold()
-    cands = sorted({c for c in cands if c.casefold() != key})
-    return [cands[j] for j in rng.permutation(len(cands))[:n]]
+    order = sorted(c for c in cands if c.casefold() != key)
+    order = [order[j] for j in rng.permutation(len(order))]
+    first = [c for c in order if cands[c]][: int(rhyme_share * n)]
+    taken = set(first)
+    return (first + [c for c in order if c not in taken])[:n]
 
 
 # ---------------------------------------------------------------------- audio
@@ -523,19 +547,30 @@ def train_wake_model(keyword: str, out: str | Path | None = None, cfg: WakeTrain
     voices = list_voices()
     if not voices:
         raise RuntimeError("no TTS voices: install espeak-ng, flite, festival or piper-tts (see streamd.train.tts)")
-    rng = np.random.default_rng([cfg.seed, 0x57414B45])
-    torch.manual_seed(cfg.seed)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        pos_tts, neg_tts = _synthesize(kw, cfg, rng, voices)
-        t_tts = time.monotonic() - t_start
-        real, emb, noise, rirs = _read_real(kw, cfg, log)
-        data = _embed(cfg, emb, pos_tts, neg_tts, real, noise, rirs)
-        head = WakeHead(cfg.hidden)
-        _fit(head, data.train, cfg, log)
-        if cfg.hard_negatives or cfg.members > 1:
-            head = _fit_members(head, data.train, cfg, log)
+        real = emb = noise = rirs = None
+        heads, data, t_tts, n_neg_tts = [], _Embedded(), 0.0, 0
+        for k in range(cfg.draws):
+            dc = dataclasses.replace(cfg, seed=_draw_seed(cfg.seed, k))
+            if cfg.draws > 1:
+                log(f"draw {k + 1} of {cfg.draws} (seed {dc.seed})")
+            torch.manual_seed(dc.seed)
+            t0 = time.monotonic()
+            pos_tts, neg_tts = _synthesize(kw, dc, np.random.default_rng([dc.seed, 0x57414B45]), voices)
+            t_tts += time.monotonic() - t0
+            n_neg_tts += sum(x is not None for x in neg_tts)
+            if real is None:  # the real negatives, rooms and noise are those of the first draw for every draw
+                real, emb, noise, rirs = _read_real(kw, cfg, log)
+            d = _embed(dc, emb, pos_tts, neg_tts, real, noise, rirs)
+            head = WakeHead(cfg.hidden)
+            _fit(head, d.train, dc, log)
+            if cfg.hard_negatives or cfg.members > 1:
+                head = _fit_members(head, d.train, dc, log)
+            heads.append(head)
+            data.merge(d)  # its held-out data; the training windows are dropped with d
+        head = WakeHead.average(heads).eval() if len(heads) > 1 else heads[0]
         thr, det, pos_max, at, tts_at, top = _threshold(head, data, cfg)
         hours = data.held_secs / 3600
         elapsed = time.monotonic() - t_start
@@ -548,10 +583,10 @@ def train_wake_model(keyword: str, out: str | Path | None = None, cfg: WakeTrain
                          "top_negative_score": round(top, 6),
                          "confusable_tts": {"files": len(data.held_tts), "hours": round(data.held_tts_secs / 3600, 3),
                                             "fa_per_h_at_threshold": tts_at[2]}},
-            "data": {"tts_positives": data.n_pos_ok, "copies": cfg.copies,
-                     "tts_negatives": sum(x is not None for x in neg_tts),
-                     "real_negative_files": len(real), "train_negative_hours": round(data.train_neg_secs / 3600, 3),
-                     "train_windows": {"positive": len(data.train.pos), "negative": len(data.train.neg)},
+            "data": {"tts_positives": data.n_pos_ok, "copies": cfg.copies, "draws": cfg.draws,
+                     "tts_negatives": n_neg_tts,
+                     "real_negative_files": len(real), "train_negative_hours": round((data.train_tts_secs + data.train_real_secs) / 3600, 3),
+                     "train_windows": {"positive": data.train_windows[0], "negative": data.train_windows[1]},
                      "sources": ["tts: " + ", ".join(sorted({v.engine for v in voices}))]
                      + [f"real/{sub}/{prefix}".rstrip("/") for sub, prefix in REAL_SPLITS],
                      "voices": len(voices), "rooms": "pyroomacoustics" if rirs else "synthetic"},
@@ -568,6 +603,11 @@ def train_wake_model(keyword: str, out: str | Path | None = None, cfg: WakeTrain
         torch.set_num_threads(threads)
 
 
+def _draw_seed(seed: int, k: int) -> int:
+    """The seed of draw ``k`` of a run seeded ``seed`` (draw 0: ``seed`` itself, so one draw is the run of old)."""
+    return seed + 7919 * k
+
+
 def _texts(kw: str, cfg: WakeTrainConfig, rng: np.random.Generator) -> tuple[list[str], list[str]]:
     """What step 1 speaks: (positive texts, negative texts): the confusables, near sound-alikes and sentences
     (``cfg.tts_negatives``), then ``cfg.wide_negatives`` farther sound-alikes (:func:`wide_sound_alikes`)."""
@@ -582,7 +622,7 @@ def _texts(kw: str, cfg: WakeTrainConfig, rng: np.random.Generator) -> tuple[lis
     pos_texts = [kw if rng.random() < 0.6 else kw.replace(" ", ", ", 1) + ("!" if rng.random() < 0.3 else "")
                  for _ in range(cfg.tts_positives)]
     if lex and cfg.wide_negatives:
-        neg_texts += wide_sound_alikes(kw, lex, rng, cfg.wide_negatives)
+        neg_texts += wide_sound_alikes(kw, lex, rng, cfg.wide_negatives, cfg.rhyme_share)
     return pos_texts, neg_texts
 
 
@@ -703,8 +743,22 @@ class _Embedded:
     held_tts: list = field(default_factory=list)
     held_secs: float = 0.0
     held_tts_secs: float = 0.0
-    train_neg_secs: float = 0.0
+    train_tts_secs: float = 0.0   # training negatives: TTS seconds (every draw's) and real seconds (once)
+    train_real_secs: float = 0.0
     n_pos_ok: int = 0
+    train_windows: tuple[int, int] = (0, 0)  # (positive, negative) training windows of every merged draw
+
+    def merge(self, d: "_Embedded") -> None:
+        """Add another draw's held-out data and counts (the real negatives, the same files in every draw, once);
+        its training windows are only counted."""
+        self.pos_held += d.pos_held
+        self.held_tts += d.held_tts
+        self.held_tts_secs += d.held_tts_secs
+        if not self.held_neg:
+            self.held_neg, self.held_secs, self.train_real_secs = d.held_neg, d.held_secs, d.train_real_secs
+        self.train_tts_secs += d.train_tts_secs
+        self.n_pos_ok += d.n_pos_ok
+        self.train_windows = (self.train_windows[0] + len(d.train.pos), self.train_windows[1] + len(d.train.neg))
 
 
 def _sequence(emb, x: np.ndarray) -> torch.Tensor:
@@ -746,7 +800,7 @@ def _embed(cfg: WakeTrainConfig, emb: Any, pos_tts: list, neg_tts: list, real: l
             d.held_tts_secs += len(x) / RATE
         else:
             d.train.add(seq)
-            d.train_neg_secs += len(x) / RATE
+            d.train_tts_secs += len(x) / RATE
         bar.update()
     for path, name in real:
         seq, secs = _REAL_CACHE[_file_key(path)]
@@ -755,7 +809,7 @@ def _embed(cfg: WakeTrainConfig, emb: Any, pos_tts: list, neg_tts: list, real: l
             d.held_secs += secs
         else:
             d.train.add(seq, real=True)
-            d.train_neg_secs += secs
+            d.train_real_secs += secs
     d.train.finish()
     return d
 

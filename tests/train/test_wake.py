@@ -80,7 +80,7 @@ def test_train_end_to_end(tmp_path, monkeypatch):
     out = tmp_path / "m.wake.pt"
     args = ["train", "hey jarvis", "--tts-positives", "4", "--copies", "1", "--tts-negatives", "4",
             "--real-negatives", "3", "--epochs", "1", "--workers", "1", "--hard-negatives", "5"]
-    rc = wake_main(args + ["--out", str(out), "--members", "1", "--wide-negatives", "0"])
+    rc = wake_main(args + ["--out", str(out), "--members", "1", "--wide-negatives", "0", "--draws", "1"])
     assert rc == 0
     m = load_wake_model(out)
     assert m.keyword == "hey jarvis" and m.threshold == 0.5  # calibrated: 0.5 at the chosen threshold
@@ -92,12 +92,29 @@ def test_train_end_to_end(tmp_path, monkeypatch):
     assert cache.is_file() and str(cache).startswith(str(tmp_path / "cache"))
     before = cache.stat().st_mtime_ns
     W._REAL_CACHE.clear()
-    assert wake_main(args + ["--out", str(tmp_path / "m2.wake.pt"), "--members", "2", "--wide-negatives", "2"]) == 0
+    assert wake_main(args + ["--out", str(tmp_path / "m2.wake.pt"), "--members", "2", "--wide-negatives", "2",
+                             "--draws", "2"]) == 0
     assert cache.stat().st_mtime_ns == before  # nothing new to embed: the cache was not rewritten
     m2 = load_wake_model(tmp_path / "m2.wake.pt")
     assert m2.info["data"]["real_negative_files"] == m.info["data"]["real_negative_files"]
-    assert m2.head.members == 2 and m.head.members == 1
-    assert m2.info["data"]["tts_negatives"] > m.info["data"]["tts_negatives"]  # the wide sound-alikes joined
+    assert m2.head.members == 4 and m.head.members == 1      # two nets on each of two draws of the TTS data
+    assert m2.info["data"]["draws"] == 2 and m.info["data"]["draws"] == 1
+    # two draws of 4 + 2 wide sound-alikes against one of 4: the wide sound-alikes joined, the draws add up
+    assert m2.info["data"]["tts_negatives"] > 2 * m.info["data"]["tts_negatives"]
+    assert m2.info["data"]["tts_positives"] == 2 * m.info["data"]["tts_positives"]
+
+
+def test_draws_merge_their_held_out_data_and_count_the_real_negatives_once():
+    a, b = W._Embedded(), W._Embedded()
+    for k, d in enumerate((a, b)):
+        d.train.finish()
+        d.pos_held, d.held_tts, d.held_neg = [("p", k)], [f"t{k}"], ["real"]
+        d.held_secs, d.held_tts_secs, d.train_tts_secs, d.train_real_secs, d.n_pos_ok = 60.0, 2.0, 3.0, 100.0, 5
+    m = W._Embedded()
+    m.merge(a); m.merge(b)
+    assert m.pos_held == [("p", 0), ("p", 1)] and m.held_tts == ["t0", "t1"] and m.held_neg == ["real"]
+    assert (m.held_secs, m.held_tts_secs, m.train_tts_secs, m.train_real_secs, m.n_pos_ok) == (60.0, 4.0, 6.0, 100.0, 10)
+    assert W._draw_seed(5, 0) == 5 and len({W._draw_seed(5, k) for k in range(4)}) == 4
 
 
 def test_cli_rejects_bad_arguments(capsys):
@@ -145,6 +162,26 @@ def test_wide_sound_alikes_lie_beyond_the_near_ones_with_the_same_syllables():
     assert not any(p.startswith(("day", "say")) for p in out)
     assert sorted(W.wide_sound_alikes("hey savant", lex, np.random.default_rng(1), 50)) == sorted(out)
     assert len(W.wide_sound_alikes("hey savant", lex, np.random.default_rng(0), 2)) == 2
+
+
+def test_wide_sound_alikes_draw_the_rhyming_ones_first_up_to_their_share():
+    lex = {"hey": ("hh", "ey"), "savant": ("s", "ah", "v", "aa", "n", "t")}
+    rhyming = {"vermont": ("v", "er", "m", "aa", "n", "t"), "durant": ("d", "er", "r", "aa", "n", "t"),
+               "bouffant": ("b", "uw", "f", "aa", "n", "t")}         # wide, and they end in "aa n t"
+    other = {"servants": ("s", "er", "v", "ah", "n", "t", "s"), "sermon": ("s", "er", "m", "ah", "n"),
+             "sabbath": ("s", "ae", "b", "ah", "th"), "solvent": ("s", "aa", "l", "v", "ah", "n", "t")}
+    lex.update(rhyming); lex.update(other)
+    assert W._rhyme(lex["savant"]) == ("aa", "n", "t") and W._rhyme(("hh",)) == ()
+    plain = W.wide_sound_alikes("hey savant", lex, np.random.default_rng(0), 50)
+    for seed in range(5):
+        out = W.wide_sound_alikes("hey savant", lex, np.random.default_rng(seed), 4, rhyme_share=0.5)
+        assert len(out) == 4 and all(p.split()[1] in rhyming for p in out[:2])
+        full = W.wide_sound_alikes("hey savant", lex, np.random.default_rng(seed), 50, rhyme_share=1.0)
+        assert {p.split()[1] for p in full[:3]} == set(rhyming) and sorted(full) == sorted(plain)
+    # share 0 is the plain random draw
+    assert W.wide_sound_alikes("hey savant", lex, np.random.default_rng(0), 50, rhyme_share=0.0) == plain
+    with pytest.raises(ValueError, match="rhyme_share"):
+        W.wide_sound_alikes("hey savant", lex, np.random.default_rng(0), 4, rhyme_share=1.5)
 
 
 def test_read_lexicon_both_forms(tmp_path):
