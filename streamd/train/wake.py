@@ -77,7 +77,8 @@ REFRACTORY_S = 1.0
 
 @dataclass(frozen=True)
 class WakeTrainConfig:
-    """Sizes of one training run (the defaults: 2.5 min wall on the idle 2-core machine, 11-17 min at load 4-6)."""
+    """Sizes of one training run (the defaults: 8.3 min wall on the idle 2-core machine, 13-18 min with another
+    training beside it)."""
 
     tts_positives: int = 300        # TTS utterances of the keyword
     copies: int = 8                 # placements (augmentations) of each; copy c is the same whatever ``copies``
