@@ -44,7 +44,7 @@ def wake_main(argv: Sequence[str] | None = None) -> int:
                    help="draw the TTS data this many times (other seeds) and train --members nets on each; "
                         "the head averages all of them")
     t.add_argument("--members", type=int, default=d.members,
-                   help="nets in the head, trained from seeds SEED, SEED + 1, ...; their logits are averaged")
+                   help="nets trained on each draw, from seeds SEED, SEED + 1, ... (the head averages every net)")
     t.add_argument("--target-fa-per-h", type=float, default=d.target_fa_per_h)
     t.add_argument("--seed", type=int, default=d.seed)
     t.add_argument("--no-cache", action="store_true",
@@ -59,7 +59,8 @@ def wake_main(argv: Sequence[str] | None = None) -> int:
     if not 0.0 <= a.rhyme_share <= 1.0:
         ap.error("--rhyme-share must be within 0..1")
     cfg = WakeTrainConfig(tts_positives=a.tts_positives, copies=a.copies, tts_negatives=a.tts_negatives,
-                          wide_negatives=a.wide_negatives, rhyme_share=a.rhyme_share, members=a.members, draws=a.draws, real_negatives=a.real_negatives, epochs=a.epochs,
+                          wide_negatives=a.wide_negatives, rhyme_share=a.rhyme_share, members=a.members,
+                          draws=a.draws, real_negatives=a.real_negatives, epochs=a.epochs,
                           hard_negatives=a.hard_negatives, cache=not a.no_cache, target_fa_per_h=a.target_fa_per_h,
                           seed=a.seed, workers=a.workers)
     if a.out is not None and len(a.keyword) > 1:

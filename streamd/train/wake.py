@@ -605,7 +605,7 @@ def train_wake_model(keyword: str, out: str | Path | None = None, cfg: WakeTrain
 
 
 def _draw_seed(seed: int, k: int) -> int:
-    """The seed of draw ``k`` of a run seeded ``seed`` (draw 0: ``seed`` itself, so one draw is the run of old)."""
+    """The seed of draw ``k`` of a run seeded ``seed`` (draw 0 uses ``seed`` itself: ``draws=1`` is one plain run)."""
     return seed + 7919 * k
 
 

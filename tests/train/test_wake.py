@@ -121,6 +121,10 @@ def test_cli_rejects_bad_arguments(capsys):
     with pytest.raises(SystemExit):
         wake_main(["train", "a", "b", "--out", "x.pt"])
     assert "--out names one file" in capsys.readouterr().err
+    for bad, msg in ((["--rhyme-share", "1.5"], "--rhyme-share"), (["--draws", "0"], "--draws")):
+        with pytest.raises(SystemExit):
+            wake_main(["train", "hey jarvis"] + bad)
+        assert msg in capsys.readouterr().err
     assert wake_main(["train", "hey 7"]) == 2
 
 
