@@ -562,7 +562,9 @@ def train_wake_model(keyword: str, out: str | Path | None = None, cfg: WakeTrain
             pos_tts, neg_tts = _synthesize(kw, dc, np.random.default_rng([dc.seed, 0x57414B45]), voices)
             t_tts += time.monotonic() - t0
             n_neg_tts += sum(x is not None for x in neg_tts)
-            if real is None:  # the real negatives, rooms and noise are those of the first draw for every draw
+            # the real negatives, rooms and noise, the same for every draw, read after the first draw's TTS:
+            # reading them draws from torch's generator, which the nets' initialization then follows
+            if real is None:
                 real, emb, noise, rirs = _read_real(kw, cfg, log)
             d = _embed(dc, emb, pos_tts, neg_tts, real, noise, rirs)
             head = WakeHead(cfg.hidden)
@@ -586,7 +588,8 @@ def train_wake_model(keyword: str, out: str | Path | None = None, cfg: WakeTrain
                                             "fa_per_h_at_threshold": tts_at[2]}},
             "data": {"tts_positives": data.n_pos_ok, "copies": cfg.copies, "draws": cfg.draws,
                      "tts_negatives": n_neg_tts,
-                     "real_negative_files": len(real), "train_negative_hours": round((data.train_tts_secs + data.train_real_secs) / 3600, 3),
+                     "real_negative_files": len(real),
+                     "train_negative_hours": round((data.train_tts_secs + data.train_real_secs) / 3600, 3),
                      "train_windows": {"positive": data.train_windows[0], "negative": data.train_windows[1]},
                      "sources": ["tts: " + ", ".join(sorted({v.engine for v in voices}))]
                      + [f"real/{sub}/{prefix}".rstrip("/") for sub, prefix in REAL_SPLITS],
@@ -750,13 +753,12 @@ class _Embedded:
     train_windows: tuple[int, int] = (0, 0)  # (positive, negative) training windows of every merged draw
 
     def merge(self, d: "_Embedded") -> None:
-        """Add another draw's held-out data and counts (the real negatives, the same files in every draw, once);
-        its training windows are only counted."""
+        """Add another draw's held-out data and counts; the real negatives are the same files in every draw, so
+        they are taken as they are, not added; the draw's training windows are only counted."""
         self.pos_held += d.pos_held
         self.held_tts += d.held_tts
         self.held_tts_secs += d.held_tts_secs
-        if not self.held_neg:
-            self.held_neg, self.held_secs, self.train_real_secs = d.held_neg, d.held_secs, d.train_real_secs
+        self.held_neg, self.held_secs, self.train_real_secs = d.held_neg, d.held_secs, d.train_real_secs
         self.train_tts_secs += d.train_tts_secs
         self.n_pos_ok += d.n_pos_ok
         self.train_windows = (self.train_windows[0] + len(d.train.pos), self.train_windows[1] + len(d.train.neg))
