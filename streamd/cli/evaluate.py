@@ -184,7 +184,8 @@ def calibrate_parser() -> argparse.ArgumentParser:
     ap.add_argument("--out", help="where the calibrated copy of the checkpoint goes (may be --model); with "
                                   "--second-pass: where its calibration goes (default: the shipped "
                                   "streamd/assets/second_pass.calibration.json for a name, the model folder's "
-                                  "streamd.calibration.json for a path)")
+                                  "streamd.calibration.json for a folder, NAME.calibration.json beside an adapter "
+                                  "file NAME.adapter.npz)")
     ap.add_argument("--kind", choices=(*CALIBRATION_KINDS, SECOND_PASS_FEATURES),
                     help="calibration stored: isotonic (the default) or logistic; with --second-pass also "
                          "features (its default: a logistic model of the word probability, the first pass's "

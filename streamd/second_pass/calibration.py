@@ -6,7 +6,8 @@ faster-whisper's ``mean`` for Whisper) ranks words but is not P(word right).  ``
 the first pass also wrote, and the others) on training / validation sets (never dev) and stores it:
 
 * for a registered name, in ``streamd/assets/second_pass.calibration.json`` (``{name: calibration}``);
-* for a model folder, in ``<folder>/streamd.calibration.json`` (one calibration).
+* for a model folder, in ``<folder>/streamd.calibration.json`` (one calibration);
+* for a Moonshine adapter file ``NAME.adapter.npz``, in ``NAME.calibration.json`` beside it.
 
 The stored maps record the measure as ``max_prob`` (the chosen token's probability), alpha 1, and the
 model's aggregation; a calibration fitted for another aggregation is not applied (a warning is logged).
@@ -24,7 +25,7 @@ from streamd.decode.calibration import CalibrationError
 from streamd.paths import ASSETS
 
 from .confidence import SecondPassCalibration
-from .models import load_recognizer
+from .models import ADAPTER_SUFFIX, load_recognizer
 from .rescore import SecondPass
 
 __all__ = ["ASSET", "FOLDER_FILE", "calibration_path", "read_calibration", "write_calibration", "load_second_pass", "engine_hotwords", "second_pass_for"]
@@ -40,6 +41,8 @@ def calibration_path(model: str) -> tuple[Path, str | None]:
     d = Path(model)
     if d.is_dir():
         return d / FOLDER_FILE, None
+    if d.name.endswith(ADAPTER_SUFFIX) and d.is_file():
+        return d.with_name(d.name[:-len(ADAPTER_SUFFIX)] + ".calibration.json"), None
     return ASSET, model
 
 

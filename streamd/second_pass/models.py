@@ -18,6 +18,13 @@ moonshine-base    Useful Sensors Moonshine base (English),    onnxruntime, onnx,
                   ONNX Runtime, greedy
 ================  ==========================================  ===========================================
 
+``moonshine-base-so762`` is Moonshine base with the low-rank weight changes of
+``streamd/assets/moonshine-base-so762.adapter.npz`` (fine-tuned by ``streamd adapt``
+on speechocean762's train split, the speakers of its validation split held
+out: non-native adults and children), made once in the cache from the
+installed weights (:func:`adapted_moonshine_dir`); any ``NAME.adapter.npz``
+made by ``streamd adapt`` loads the same way by its path.
+
 :data:`TEACHERS` is the registry, name -> :class:`TeacherSpec`, in order of
 expected accuracy (published LibriSpeech test-clean / test-other WER:
 Moonshine base 3.2 / 8.2 %, Whisper base 5.0 / 12.4 %, Whisper tiny.en
@@ -47,6 +54,8 @@ from pathlib import Path
 from typing import Callable, Protocol, Sequence, runtime_checkable
 
 import numpy as np
+
+from streamd.paths import ASSETS
 
 __all__ = ["Teacher", "TeacherSpec", "TeacherUnavailable", "TEACHERS", "load_teacher", "teacher_names",
            "WhisperTeacher", "MoonshineTeacher", "MoonshineTokenizer", "whisper_base_dir", "cache_root", "RATE",
@@ -311,6 +320,7 @@ class MoonshineTokenizer:
         if len(pieces) < 259 or pieces[1] != b"<s>" or pieces[2] != b"</s>":
             raise ValueError("tokenizer.bin: not a Moonshine vocabulary (expected <unk>, <s>, </s>, 256 bytes, ...)")
         self.pieces = pieces
+        self._ids = {p: i for i, p in enumerate(pieces) if i >= 259}  # piece -> id, for encode
 
     @classmethod
     def from_file(cls, path: str | os.PathLike) -> MoonshineTokenizer:
@@ -318,6 +328,24 @@ class MoonshineTokenizer:
 
     def __len__(self) -> int:
         return len(self.pieces)
+
+    def encode(self, text: str) -> list[int]:
+        """Text -> ids (no BOS / EOS), as SentencePiece's BPE does it: a word boundary (U+2581) before the text
+        and for each space, then, starting from single characters, the adjacent pair whose joined piece has
+        the lowest id (the earliest merge) is joined until none is in the vocabulary; a character with no
+        piece becomes its UTF-8 bytes (ids 3-258)."""
+        syms = [c.encode() for c in "\u2581" + text.replace(" ", "\u2581")]
+        while len(syms) > 1:
+            best = min(((self._ids[syms[j] + syms[j + 1]], j) for j in range(len(syms) - 1)
+                        if syms[j] + syms[j + 1] in self._ids), default=None)
+            if best is None:
+                break
+            j = best[1]
+            syms[j:j + 2] = [syms[j] + syms[j + 1]]
+        ids: list[int] = []
+        for sym in syms:
+            ids.extend([self._ids[sym]] if sym in self._ids else [3 + b for b in sym])
+        return ids
 
     def decode(self, ids: Sequence[int]) -> str:
         """Ids (special tokens dropped) -> text; bytes joined first so byte-fallback sequences form characters."""
@@ -524,8 +552,9 @@ class MoonshineTeacher:
     ``moonshine-cpp``: with the ``onnx`` package installed those are converted once to
     ONNX in ``<cache>/moonshine-base`` (see :func:`_moonshine_onnx`); without
     it they run as they are, with the same results, several times slower.
+    ``work_dir`` (default ``<cache>/moonshine-base``) is where converted files are written.
     ``int8``: the decoder's matrix products run in int8 on the model's own int8
-    weights (:func:`_moonshine_int8`, made once in the same folder; needs the
+    weights (:func:`_moonshine_int8`, made once in that folder; needs the
     ``onnx`` package): about 2.3x less CPU per token, the token probabilities moved
     a little by the activations' rounding (a few words differ); ``self.int8`` says
     whether it applied.
@@ -535,7 +564,8 @@ class MoonshineTeacher:
     TOKENS_PER_SECOND = 6.5
 
     def __init__(self, name: str = "moonshine-base", model_dir: str | os.PathLike | None = None,
-                 cpu_threads: int = 2, cache: Path | None = None, int8: bool = False) -> None:
+                 cpu_threads: int = 2, cache: Path | None = None, int8: bool = False,
+                 work_dir: Path | None = None) -> None:
         ort = _need("onnxruntime", name, ("onnxruntime", "moonshine-cpp"))
         d = Path(model_dir) if model_dir is not None else _moonshine_dir()
         self.name = name
@@ -543,7 +573,7 @@ class MoonshineTeacher:
             import onnx
         except ImportError:
             onnx = None
-        folder = (cache or cache_root()) / "moonshine-base"
+        folder = work_dir or (cache or cache_root()) / "moonshine-base"
         files = [d / "encoder_model.onnx", d / "decoder_model_merged.onnx"]
         if not all(f.is_file() for f in files):  # the .ort files of moonshine-cpp: converted once to ONNX
             files = [d / "encoder_model.ort", d / "decoder_model_merged.ort"]
@@ -651,6 +681,74 @@ class MoonshineTeacher:
         return ids, probs
 
 
+# --------------------------------------------------------------------------- adapted Moonshine
+
+#: Moonshine models made from the installed Moonshine base and an adapter file shipped in ``streamd/assets``
+#: (:mod:`streamd.second_pass.adapter`): name -> adapter file name.
+ADAPTED_MOONSHINE = {"moonshine-base-so762": "moonshine-base-so762.adapter.npz"}
+
+_MOONSHINE_FILES = ("encoder_model", "decoder_model_merged")
+
+
+ADAPTER_SUFFIX = ".adapter.npz"
+
+
+def adapted_moonshine_dir(adapter_file: str | os.PathLike, cache: Path | None = None) -> Path:
+    """The folder of the Moonshine model that ``adapter_file`` (:mod:`streamd.second_pass.adapter`) makes from
+    the installed Moonshine base, made once in the cache.
+
+    The installed ``moonshine-cpp`` model files are converted to ONNX (:func:`_moonshine_onnx`, shared with
+    ``moonshine-base``), the adapter's weight changes applied (:func:`streamd.second_pass.adapter.apply_adapter`)
+    and the two models and the tokenizer written to ``<cache>/<adapter name>-<adapter digest>`` (atomically;
+    reused when present), so a changed adapter never meets a stale model.  The adapter must have been made
+    against the installed files (their sizes are recorded in it): ValueError otherwise.
+    """
+    pkgs = ("onnxruntime", "onnx", "moonshine-cpp")
+    path = Path(adapter_file)
+    name = path.name[:-len(ADAPTER_SUFFIX)] if path.name.endswith(ADAPTER_SUFFIX) else path.stem
+    ort = _need("onnxruntime", name, pkgs)
+    onnx = _need("onnx", name, pkgs)
+    from .adapter import apply_adapter, load_adapter
+
+    adapter = load_adapter(path)
+    src = _moonshine_dir()
+    made = {f"{m}.ort": (src / f"{m}.ort").stat().st_size for m in _MOONSHINE_FILES}
+    if adapter.base != "moonshine-base" or adapter.meta.get("files") != made:
+        raise ValueError(f"{path}: the adapter was made for {adapter.base} files {adapter.meta.get('files')}; "
+                         f"installed: {made}")
+    root = cache or cache_root()
+    out = root / f"{name}-{adapter.digest}"
+    out.mkdir(parents=True, exist_ok=True)
+    changed: set[str] = set()
+    for m in _MOONSHINE_FILES:
+        dest = out / f"{m}.onnx"
+        base = _moonshine_onnx(src / f"{m}.ort", root / "moonshine-base", ort, onnx)
+        if not dest.is_file():
+            changed.update(apply_adapter(base, adapter, dest, onnx))
+        else:
+            changed.update(adapter.deltas)  # made (and checked) by an earlier call
+    if changed != set(adapter.deltas):
+        for m in _MOONSHINE_FILES:
+            (out / f"{m}.onnx").unlink(missing_ok=True)
+        raise ValueError(f"{path}: the adapter names weights the model does not have: "
+                         f"{sorted(set(adapter.deltas) - changed)[:5]}")
+    tok = out / "tokenizer.bin"
+    if not (tok.is_file() and tok.stat().st_size == (src / "tokenizer.bin").stat().st_size):
+        _copy_atomic([src / "tokenizer.bin"], tok)
+    return out
+
+
+def _adapted_moonshine(name_or_file: str, cpu_threads: int, int8: bool = False) -> MoonshineTeacher:
+    """A registered adapted model (:data:`ADAPTED_MOONSHINE`) or an adapter file's, as a :class:`MoonshineTeacher`."""
+    if name_or_file in ADAPTED_MOONSHINE:
+        name, path = name_or_file, ASSETS / ADAPTED_MOONSHINE[name_or_file]
+    else:
+        path = Path(name_or_file)
+        name = path.name[:-len(ADAPTER_SUFFIX)]
+    d = adapted_moonshine_dir(path)
+    return MoonshineTeacher(name, model_dir=d, cpu_threads=cpu_threads, int8=int8, work_dir=d)
+
+
 # --------------------------------------------------------------------------- registry
 
 
@@ -697,9 +795,10 @@ def load_teacher(name: str, cpu_threads: int = 2) -> Teacher:
 
 def load_recognizer(name_or_path: str, cpu_threads: int = 1, beam_size: int = 1, int8: bool = False
                     ) -> WordRecognizer:
-    """A :class:`WordRecognizer` by registry name (:data:`TEACHERS`) or by folder: a CTranslate2 Whisper model
-    (``model.bin``; faster-whisper) or a Moonshine ONNX model (``tokenizer.bin`` with ``encoder_model`` and
-    ``decoder_model_merged`` as ``.onnx`` or ``.ort``).  ``beam_size`` is Whisper's (Moonshine is greedy);
+    """A :class:`WordRecognizer` by registry name (:data:`TEACHERS`, :data:`ADAPTED_MOONSHINE`), by folder (a
+    CTranslate2 Whisper model, ``model.bin``, run by faster-whisper, or a Moonshine ONNX model, ``tokenizer.bin``
+    with ``encoder_model`` and ``decoder_model_merged`` as ``.onnx`` or ``.ort``) or by a Moonshine adapter file
+    (``NAME.adapter.npz``, :func:`adapted_moonshine_dir`).  ``beam_size`` is Whisper's (Moonshine is greedy);
     ``int8``: Moonshine's decoder multiplies in int8 (:class:`MoonshineTeacher`; Whisper runs in int8 always).
 
     Nothing is downloaded: a name needs its pip packages (:class:`TeacherUnavailable` names them), a path its
@@ -711,14 +810,19 @@ def load_recognizer(name_or_path: str, cpu_threads: int = 1, beam_size: int = 1,
         raise ValueError(f"beam_size must be an integer >= 1, got {beam_size!r}")
     if name_or_path == "moonshine-base":
         return MoonshineTeacher("moonshine-base", cpu_threads=cpu_threads, int8=int8)
+    if name_or_path in ADAPTED_MOONSHINE:
+        return _adapted_moonshine(name_or_path, cpu_threads, int8)
     if name_or_path == "whisper-base":
         return WhisperTeacher("whisper-base", whisper_base_dir(), cpu_threads=cpu_threads, beam_size=beam_size)
     if name_or_path == "whisper-tiny.en":
         return WhisperTeacher("whisper-tiny.en", _whisper_tiny_en_dir(), cpu_threads=cpu_threads,
                               beam_size=beam_size)
     d = Path(name_or_path)
+    if name_or_path.endswith(ADAPTER_SUFFIX) and d.is_file():
+        return _adapted_moonshine(name_or_path, cpu_threads, int8)
     if not d.is_dir():
-        raise ValueError(f"second-pass model {name_or_path!r}: neither a known name ({', '.join(teacher_names())}) "
+        raise ValueError(f"second-pass model {name_or_path!r}: neither a known name "
+                         f"({', '.join([*ADAPTED_MOONSHINE, *teacher_names()])}) "
                          "nor a folder")
     if (d / "model.bin").is_file():
         return WhisperTeacher(d.name, d, cpu_threads=cpu_threads, beam_size=beam_size)
