@@ -9,7 +9,7 @@ take plain arguments (functions, dataclasses) and import nothing from this packa
 * :mod:`.model_info` ``model-info PATH``: what a checkpoint holds;
 * :mod:`.mic`        ``mic``: live transcription of the microphone in-process (:mod:`streamd.mic`);
 * :mod:`.serve`      ``serve``, ``check-config``: the daemon (:mod:`streamd.server.serve`);
-* :mod:`.train`      ``train``, ``pretrain``, ``average``, ``lm``;
+* :mod:`.train`      ``train``, ``pretrain``, ``average``, ``lm``, ``adapt``;
 * :mod:`.data`       ``data``, ``synth``, ``augment``, ``label``;
 * :mod:`.evaluate`   ``eval``, ``calibrate``;
 * :mod:`.wake`       ``wake`` (``train``, ``convert-embedding``);
@@ -47,6 +47,8 @@ DELEGATED = {
     "calibrate": ("streamd.cli.evaluate", "calibrate_main", "fit the word-confidence calibration (P(word correct)) "
                                                             "on validation sets and store it in a copy of the model"),
     "lm": ("streamd.cli.train", "lm_main", "train the token n-gram for modified_beam shallow fusion"),
+    "adapt": ("streamd.cli.train", "adapt_main", "fine-tune Moonshine (the second pass) on transcribed speech into "
+                                                 "a small adapter file"),
     "bench": ("streamd.cli.bench", "bench_main", "benchmarks: bench engine (streams in real time, latency, batching "
                                                  "gain), bench server (a daemon under websocket clients), bench "
                                                  "stress, bench peers, ... (streamd bench --help lists them)"),

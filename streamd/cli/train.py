@@ -1,7 +1,9 @@
-"""``streamd train``, ``streamd pretrain``, ``streamd average``, ``streamd lm``: the training commands' parsers.
+"""``streamd train``, ``streamd pretrain``, ``streamd average``, ``streamd lm``, ``streamd adapt``: the training
+commands' parsers.
 
 The work is in the library: :func:`streamd.train.trainer.train`, :func:`streamd.train.pretrain.pretrain`,
-:func:`streamd.train.average.write_averaged_checkpoint`, :func:`streamd.train.lm.train_lm`.
+:func:`streamd.train.average.write_averaged_checkpoint`, :func:`streamd.train.lm.train_lm`,
+:func:`streamd.train.adapt.adapt`.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import threading
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-__all__ = ["train_main", "pretrain_main", "average_main", "lm_main", "run_config_command"]
+__all__ = ["train_main", "pretrain_main", "average_main", "lm_main", "adapt_main", "run_config_command"]
 
 
 def run_config_command(argv: Sequence[str] | None, prog: str, description: str, config_help: str, example: str,
@@ -147,4 +149,76 @@ def lm_main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, OSError) as e:
         print(f"streamd lm: {e}", file=sys.stderr)
         return 2
+    return 0
+
+
+def adapt_main(argv: Sequence[str] | None = None) -> int:
+    """``streamd adapt --set MANIFEST [--set ...] --out FILE.adapter.npz [--rank R --epochs E ...]``."""
+    from ..train.adapt import AdaptOptions
+
+    d = AdaptOptions()
+    p = argparse.ArgumentParser(
+        prog="streamd adapt",
+        description="Fine-tune the installed Moonshine base (the second pass) on transcribed speech into a small "
+                    "low-rank adapter file; use it with --second-pass FILE.adapter.npz (docs/cli.md).")
+    p.add_argument("--set", action="append", required=True, metavar="MANIFEST",
+                   help="JSON lines with audio and text (spoken words); repeat to add sets")
+    p.add_argument("--out", required=True, help="the adapter file to write (NAME.adapter.npz)")
+    p.add_argument("--rank", type=int, default=d.rank, help=f"rank of each weight change (default {d.rank})")
+    p.add_argument("--epochs", type=float, default=d.epochs, help=f"passes over the data (default {d.epochs:g})")
+    p.add_argument("--lr", type=float, default=d.lr, help=f"AdamW learning rate (default {d.lr:g})")
+    p.add_argument("--accumulate", type=int, default=d.accumulate,
+                   help=f"utterances per step (default {d.accumulate})")
+    p.add_argument("--seed", type=int, default=d.seed, help=f"seed (default {d.seed})")
+    p.add_argument("--threads", type=int, default=d.threads, help=f"torch threads (default {d.threads})")
+    args = p.parse_args(argv)
+    try:
+        options = AdaptOptions(rank=args.rank, epochs=args.epochs, lr=args.lr, accumulate=args.accumulate,
+                               seed=args.seed, threads=args.threads)
+    except ValueError as e:
+        print(f"streamd adapt: {e}", file=sys.stderr)
+        return 2
+    if not args.out.endswith(".adapter.npz"):
+        print(f"streamd adapt: --out must end in .adapter.npz, got {args.out!r}", file=sys.stderr)
+        return 2
+    from ..audio.pcm import AudioError
+    from ..audio.resample import load_audio_at
+    from ..manifest_lines import iter_audio_lines
+    from ..second_pass.models import TeacherUnavailable
+
+    try:
+        from ..train.adapt import adapt
+    except ImportError as e:
+        print(f"streamd adapt: {e}; install with: pip install -e \".[train,second-pass]\"", file=sys.stderr)
+        return 2
+    utterances = []
+    try:
+        for path in args.set:
+            for _n, where, obj, audio in iter_audio_lines(path):
+                if "text" not in obj:
+                    raise ValueError(f"{where}: no 'text'")
+                utterances.append((load_audio_at(audio, 16000), obj["text"]))
+    except (OSError, ValueError, AudioError) as e:
+        print(f"streamd adapt: {e}", file=sys.stderr)
+        return 2
+    from tqdm import tqdm
+
+    bar = tqdm(total=1, unit="step", desc="adapt", file=sys.stderr)
+
+    def progress(step: int, steps: int, loss: float) -> None:
+        bar.total = steps
+        bar.n = step
+        bar.set_postfix(loss=f"{loss:.3f}")
+        bar.refresh()
+
+    try:
+        summary = adapt(utterances, args.out, options, meta={"sets": [Path(s).as_posix() for s in args.set]},
+                        progress=progress)
+    except (ValueError, TeacherUnavailable) as e:
+        print(f"streamd adapt: {e}", file=sys.stderr)
+        return 2
+    finally:
+        bar.close()
+    print(f"adapter -> {args.out}: {summary['utterances']} utterances ({summary['hours']} h), {summary['steps']} "
+          f"steps, final loss {summary['final_loss']}, {summary['seconds']:.0f} s")
     return 0
