@@ -143,35 +143,28 @@ def _requantize(w: np.ndarray) -> tuple[np.ndarray, np.float32, np.float32]:
     return q, np.float32(s), np.float32(k * s)
 
 
-def apply_adapter(src: str | os.PathLike, adapter: Adapter, dest: str | os.PathLike, onnx) -> list[str]:
-    """Write the ONNX model ``src`` with ``adapter``'s weight changes to ``dest`` (atomically); returns the
-    names of the weights changed.  A weight the adapter names must be an int8 chain of ``src`` with the
-    shape of its change (ValueError otherwise); ``src``'s other weights are kept as they are."""
+def apply_adapter(model, adapter: Adapter, onnx) -> list[str]:
+    """Change the ONNX ``model``'s weights by ``adapter``, in place; returns the names of the weights changed.
+    A weight the adapter names must be an int8 chain of ``model`` with the shape of its change (ValueError,
+    before anything is changed, otherwise); the model's other weights are kept as they are."""
     from onnx import numpy_helper
 
-    model = onnx.load(str(src))
     init = {t.name: t for t in model.graph.initializer}
-    changed: list[str] = []
+    todo = []
     for name, (q_name, s_name, z_name) in sorted(chain_weights(model.graph, onnx).items()):
         d = adapter.delta(name)
         if d is None:
             continue
+        shape = tuple(init[q_name].dims)
+        if shape != d.shape:
+            raise ValueError(f"adapter weight {name!r} has shape {d.shape}, the model's {shape}")
+        todo.append((name, q_name, s_name, z_name, d))
+    for name, q_name, s_name, z_name, d in todo:
         q = numpy_helper.to_array(init[q_name]).astype(np.float32)
         s = numpy_helper.to_array(init[s_name]).astype(np.float32)
         z = numpy_helper.to_array(init[z_name]).astype(np.float32)
-        if q.shape != d.shape:
-            raise ValueError(f"adapter weight {name!r} has shape {d.shape}, the model's {q.shape}")
         nq, ns, nz = _requantize(q * s + z + d)
         for t, a in ((init[q_name], nq), (init[s_name], np.full(s.shape, ns, np.float32)),
                      (init[z_name], np.full(z.shape, nz, np.float32))):
             t.CopyFrom(numpy_helper.from_array(a, t.name))
-        changed.append(name)
-    dest = Path(dest)
-    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
-    try:
-        onnx.save(model, str(tmp))
-        os.replace(tmp, dest)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    return changed
+    return [t[0] for t in todo]

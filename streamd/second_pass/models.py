@@ -724,7 +724,9 @@ def adapted_moonshine_dir(adapter_file: str | os.PathLike, cache: Path | None = 
         dest = out / f"{m}.onnx"
         base = _moonshine_onnx(src / f"{m}.ort", root / "moonshine-base", ort, onnx)
         if not dest.is_file():
-            changed.update(apply_adapter(base, adapter, dest, onnx))
+            model = onnx.load(str(base))
+            changed.update(apply_adapter(model, adapter, onnx))
+            _save_onnx_atomic(onnx, model, dest)
         else:
             changed.update(adapter.deltas)  # made (and checked) by an earlier call
     if changed != set(adapter.deltas):

@@ -74,7 +74,10 @@ def test_apply_changes_only_the_named_weight_within_half_a_step(tmp_path):
     save_adapter(file, {"wa": (a, b)}, {"base": "test"})
     adapter = load_adapter(file)
     assert adapter.rank == 4 and adapter.base == "test" and set(adapter.deltas) == {"wa"}
-    assert apply_adapter(src, adapter, dest, __import__("onnx")) == ["wa"]
+    import onnx
+    model = onnx.load(str(src))
+    assert apply_adapter(model, adapter, onnx) == ["wa"]
+    onnx.save(model, str(dest))
     got = _weights(dest)
     want = wa + a.astype(np.float16).astype(np.float32) @ b.astype(np.float16).astype(np.float32)
     new, s, _z = got["wa"]
@@ -91,9 +94,10 @@ def test_apply_rejects_a_change_of_another_shape(tmp_path):
     src, file = tmp_path / "m.onnx", tmp_path / "x.adapter.npz"
     _model(src)
     save_adapter(file, {"wa": (np.zeros((N, 2)), np.zeros((2, K)))}, {"base": "test"})
+    model = onnx.load(str(src))
     with pytest.raises(ValueError, match="shape"):
-        apply_adapter(src, load_adapter(file), tmp_path / "a.onnx", onnx)
-    assert not (tmp_path / "a.onnx").exists()
+        apply_adapter(model, load_adapter(file), onnx)
+    assert model == onnx.load(str(src))  # nothing changed
 
 
 def test_adapter_file_round_trip_and_errors(tmp_path):
