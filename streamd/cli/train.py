@@ -169,6 +169,8 @@ def adapt_main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--lr", type=float, default=d.lr, help=f"AdamW learning rate (default {d.lr:g})")
     p.add_argument("--accumulate", type=int, default=d.accumulate,
                    help=f"utterances per step (default {d.accumulate})")
+    p.add_argument("--init", metavar="FILE.adapter.npz",
+                   help="start from this adapter's weights (same --rank), e.g. to go on training it on other data")
     p.add_argument("--seed", type=int, default=d.seed, help=f"seed (default {d.seed})")
     p.add_argument("--threads", type=int, default=d.threads, help=f"torch threads (default {d.threads})")
     args = p.parse_args(argv)
@@ -213,8 +215,8 @@ def adapt_main(argv: Sequence[str] | None = None) -> int:
 
     try:
         summary = adapt(utterances, args.out, options, meta={"sets": [Path(s).as_posix() for s in args.set]},
-                        progress=progress)
-    except (ValueError, TeacherUnavailable) as e:
+                        progress=progress, init=args.init)
+    except (OSError, ValueError, TeacherUnavailable) as e:
         print(f"streamd adapt: {e}", file=sys.stderr)
         return 2
     finally:

@@ -210,12 +210,14 @@ def _speed(audio: np.ndarray, factor: float) -> np.ndarray:
 
 
 def adapt(utterances: Sequence[tuple[np.ndarray, str]], out: str | os.PathLike, options: AdaptOptions = AdaptOptions(),
-          meta: dict | None = None, progress: Callable[[int, int, float], None] | None = None) -> dict:
+          meta: dict | None = None, progress: Callable[[int, int, float], None] | None = None,
+          init: str | os.PathLike | None = None) -> dict:
     """Train an adapter on ``utterances`` (16 kHz float32 audio, transcript in spoken words) and write it to
     ``out``; returns a summary (steps, mean loss of the last steps, seconds).  The run's state is saved to
     ``<out>.state.pt`` every ``options.save_every`` steps and resumed from there when present (same
     utterances and options: checked); removed when the adapter is written.  ``progress(step, steps,
-    loss)`` is called after each step."""
+    loss)`` is called after each step.  ``init``: an adapter file to start from (its rank and weights must be
+    this run's) instead of ``B = 0``, e.g. to go on training a finished adapter on other data."""
     from streamd.second_pass.adapter import save_adapter
     from streamd.second_pass.models import MoonshineTokenizer, _moonshine_dir, _moonshine_onnx, cache_root
 
@@ -231,6 +233,18 @@ def adapt(utterances: Sequence[tuple[np.ndarray, str]], out: str | os.PathLike, 
     enc, dec, enc_w, dec_w = moonshine_torch(*files)
     gen = torch.Generator().manual_seed(options.seed)
     loras = {**add_lora(enc, enc_w, options.rank, gen), **add_lora(dec, dec_w, options.rank, gen)}
+    start = None
+    if init is not None:
+        from streamd.second_pass.adapter import load_adapter
+
+        start = load_adapter(init)
+        if start.rank != options.rank or set(start.deltas) != set(loras):
+            raise ValueError(f"{init}: rank {start.rank} over {len(start.deltas)} weights; this run has rank "
+                             f"{options.rank} over {len(loras)} (--rank must match)")
+        with torch.no_grad():
+            for name, lo in loras.items():
+                lo.A.copy_(torch.from_numpy(start.deltas[name][0]))
+                lo.B.copy_(torch.from_numpy(start.deltas[name][1]))
     params = [p for name in sorted(loras) for p in loras[name].parameters()]
     tok = MoonshineTokenizer.from_file(src / "tokenizer.bin")
     keep = [(a, t) for a, t in utterances if 0 < len(a) <= options.max_seconds * 16000 and t.strip()]
@@ -244,7 +258,8 @@ def adapt(utterances: Sequence[tuple[np.ndarray, str]], out: str | os.PathLike, 
     out = Path(out)
     state_path = out.with_name(out.name + ".state.pt")
     fingerprint = {"options": asdict(options), "utterances": len(keep),
-                   "samples": int(sum(len(a) for a, _ in keep)), "files": [f.name for f in files]}
+                   "samples": int(sum(len(a) for a, _ in keep)), "files": [f.name for f in files],
+                   "init": start.digest if start is not None else None}
     step = 0
     if state_path.is_file():
         state = torch.load(state_path, weights_only=False)
@@ -292,6 +307,7 @@ def adapt(utterances: Sequence[tuple[np.ndarray, str]], out: str | os.PathLike, 
                "seconds": round(time.monotonic() - t0, 1)}
     save_adapter(out, {n: (loras[n].A.detach().numpy(), loras[n].B.detach().numpy()) for n in loras},
                  {**(meta or {}), "base": "moonshine-base", "files": sizes, "options": asdict(options),
-                  "trained": summary})
+                  "trained": summary, "init": None if start is None else {"file": Path(init).name,
+                                                                          "digest": start.digest}})
     state_path.unlink(missing_ok=True)
     return summary

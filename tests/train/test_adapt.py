@@ -167,6 +167,17 @@ def test_adapt_cli_writes_an_adapter_the_second_pass_loads_and_resumes_exactly(t
     for n in a.deltas:
         np.testing.assert_array_equal(a.deltas[n][1], b.deltas[n][1])
 
+    # init: a run starts from an adapter's weights (a vanishing learning rate keeps them as they are)
+    again = tmp_path / "again.adapter.npz"
+    adapt(utts, again, AdaptOptions(rank=2, epochs=1.0, accumulate=2, threads=1, lr=1e-12), init=whole)
+    c = load_adapter(again)
+    assert c.meta["init"] == {"file": "whole.adapter.npz", "digest": a.digest}
+    for n in a.deltas:
+        np.testing.assert_array_equal(c.deltas[n][0], a.deltas[n][0])
+        np.testing.assert_array_equal(c.deltas[n][1], a.deltas[n][1])
+    with pytest.raises(ValueError, match="--rank must match"):
+        adapt(utts, tmp_path / "r.adapter.npz", AdaptOptions(rank=3, epochs=1.0, accumulate=2, threads=1), init=whole)
+
 
 def test_adapt_errors(tmp_path):
     from streamd.cli import main
