@@ -180,13 +180,14 @@ def adapt_main(argv: Sequence[str] | None = None) -> int:
     except ValueError as e:
         print(f"streamd adapt: {e}", file=sys.stderr)
         return 2
-    if not args.out.endswith(".adapter.npz"):
-        print(f"streamd adapt: --out must end in .adapter.npz, got {args.out!r}", file=sys.stderr)
-        return 2
     from ..audio.pcm import AudioError
     from ..audio.resample import load_audio_at
     from ..manifest_lines import iter_audio_lines
-    from ..second_pass.models import TeacherUnavailable
+    from ..second_pass.models import ADAPTER_SUFFIX, TeacherUnavailable
+
+    if not args.out.endswith(ADAPTER_SUFFIX):
+        print(f"streamd adapt: --out must end in {ADAPTER_SUFFIX}, got {args.out!r}", file=sys.stderr)
+        return 2
 
     try:
         from ..train.adapt import adapt
@@ -210,8 +211,7 @@ def adapt_main(argv: Sequence[str] | None = None) -> int:
     def progress(step: int, steps: int, loss: float) -> None:
         bar.total = steps
         bar.n = step
-        bar.set_postfix(loss=f"{loss:.3f}")
-        bar.refresh()
+        bar.set_postfix(loss=f"{loss:.3f}")  # redraws the bar
 
     try:
         summary = adapt(utterances, args.out, options, meta={"sets": [Path(s).as_posix() for s in args.set]},

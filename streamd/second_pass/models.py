@@ -688,9 +688,7 @@ class MoonshineTeacher:
 ADAPTED_MOONSHINE = {"moonshine-base-so762": "moonshine-base-so762.adapter.npz"}
 
 _MOONSHINE_FILES = ("encoder_model", "decoder_model_merged")
-
-
-ADAPTER_SUFFIX = ".adapter.npz"
+ADAPTER_SUFFIX = ".adapter.npz"  # an adapter file's name: NAME.adapter.npz
 
 
 def adapted_moonshine_dir(adapter_file: str | os.PathLike, cache: Path | None = None) -> Path:

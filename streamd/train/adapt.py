@@ -3,8 +3,9 @@
 The installed Moonshine model (``moonshine-cpp``'s int8 ONNX files) is rebuilt in torch: its weight
 chains folded to float (the values the runtime multiplies with), the merged decoder's no-cache graph (the
 ``use_cache_branch=False`` branch: all positions at once, teacher forcing) taken out as a model of its own,
-both run by :class:`streamd.train.onnx_graph.TorchGraph` (outputs within 1e-4 of ONNX Runtime; tested).  Every matrix product with
-an int8 weight (48 in the encoder, 80 in the decoder) gets a low-rank change ``A @ B`` (LoRA, Hu et al.
+both run by :class:`streamd.train.onnx_graph.TorchGraph` (the same outputs as ONNX Runtime; tested).
+Every matrix product with an int8 weight (48 in the encoder, 80 in the decoder) gets a low-rank change
+``A @ B`` (LoRA, Hu et al.
 2021; ``B`` starts at zero, so step 0 is the installed model); only those are trained, with the decoder's
 cross-entropy on the transcripts written as Moonshine writes (:func:`sentence_case`), one utterance at a
 time (the encoder has no padding mask), gradients summed over ``accumulate`` utterances, AdamW with a
@@ -17,12 +18,11 @@ A run is deterministic for its seed and resumes exactly from its state file (wri
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import random
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -219,7 +219,8 @@ def adapt(utterances: Sequence[tuple[np.ndarray, str]], out: str | os.PathLike, 
     loss)`` is called after each step.  ``init``: an adapter file to start from (its rank and weights must be
     this run's) instead of ``B = 0``, e.g. to go on training a finished adapter on other data."""
     from streamd.second_pass.adapter import save_adapter
-    from streamd.second_pass.models import MoonshineTokenizer, _moonshine_dir, _moonshine_onnx, cache_root
+    from streamd.second_pass.models import (_MOONSHINE_FILES, MoonshineTokenizer, _moonshine_dir, _moonshine_onnx,
+                                            cache_root)
 
     import onnx
     import onnxruntime as ort
@@ -229,7 +230,7 @@ def adapt(utterances: Sequence[tuple[np.ndarray, str]], out: str | os.PathLike, 
     torch.set_num_threads(options.threads)
     src = _moonshine_dir()
     folder = cache_root() / "moonshine-base"
-    files = [_moonshine_onnx(src / f"{m}.ort", folder, ort, onnx) for m in ("encoder_model", "decoder_model_merged")]
+    files = [_moonshine_onnx(src / f"{m}.ort", folder, ort, onnx) for m in _MOONSHINE_FILES]
     enc, dec, enc_w, dec_w = moonshine_torch(*files)
     gen = torch.Generator().manual_seed(options.seed)
     loras = {**add_lora(enc, enc_w, options.rank, gen), **add_lora(dec, dec_w, options.rank, gen)}
@@ -277,7 +278,7 @@ def adapt(utterances: Sequence[tuple[np.ndarray, str]], out: str | os.PathLike, 
         epoch, pos = divmod(step, per_epoch)
         order = list(range(len(keep)))
         random.Random(options.seed * 1_000_003 + epoch).shuffle(order)
-        batch = (order * options.accumulate)[pos * options.accumulate:(pos + 1) * options.accumulate]
+        batch = order[pos * options.accumulate:(pos + 1) * options.accumulate]
         total = 0.0
         for i in batch:
             rng = random.Random((options.seed * 1_000_003 + epoch) * 1_000_003 + i)
@@ -301,7 +302,7 @@ def adapt(utterances: Sequence[tuple[np.ndarray, str]], out: str | os.PathLike, 
             os.replace(tmp, state_path)
         if progress is not None:
             progress(step, steps, losses[-1])
-    sizes = {f"{m}.ort": (src / f"{m}.ort").stat().st_size for m in ("encoder_model", "decoder_model_merged")}
+    sizes = {f"{m}.ort": (src / f"{m}.ort").stat().st_size for m in _MOONSHINE_FILES}
     summary = {"steps": steps, "utterances": len(keep), "hours": round(fingerprint["samples"] / 16000 / 3600, 3),
                "final_loss": round(float(np.mean(losses[-25:])), 4) if losses else None,
                "seconds": round(time.monotonic() - t0, 1)}
