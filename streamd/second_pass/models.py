@@ -21,7 +21,8 @@ moonshine-base    Useful Sensors Moonshine base (English),    onnxruntime, onnx,
 ``moonshine-base-so762`` is Moonshine base with the low-rank weight changes of
 ``streamd/assets/moonshine-base-so762.adapter.npz`` (fine-tuned by ``streamd adapt``
 on speechocean762's train split, the speakers of its validation split held
-out: non-native adults and children), made once in the cache from the
+out: non-native adults and children, then also on the Speech Commands and
+Asterisk fitting splits), made once in the cache from the
 installed weights (:func:`adapted_moonshine_dir`); any ``NAME.adapter.npz``
 made by ``streamd adapt`` loads the same way by its path.
 
