@@ -23,15 +23,16 @@ installed model files' byte sizes it was made against) and how it was trained.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, NamedTuple
 
 import numpy as np
 
-__all__ = ["Adapter", "load_adapter", "save_adapter", "apply_adapter", "chain_weights", "ADAPTER_FORMAT"]
+__all__ = ["Adapter", "Chain", "load_adapter", "save_adapter", "apply_adapter", "chain_weights", "ADAPTER_FORMAT"]
 
 ADAPTER_FORMAT = 1
 
@@ -89,7 +90,7 @@ def load_adapter(path: str | os.PathLike) -> Adapter:
     path = Path(path)
     raw = path.read_bytes()
     try:
-        with np.load(path, allow_pickle=False) as z:
+        with np.load(io.BytesIO(raw), allow_pickle=False) as z:
             meta = json.loads(str(z["meta"]))
             names = sorted(k[2:] for k in z.files if k.startswith("A/"))
             deltas = {n: (z[f"A/{n}"].astype(np.float32), z[f"B/{n}"].astype(np.float32)) for n in names}
@@ -106,13 +107,22 @@ def load_adapter(path: str | os.PathLike) -> Adapter:
     return Adapter(str(meta["base"]), rank, deltas, meta, hashlib.sha256(raw).hexdigest()[:16])
 
 
-def chain_weights(graph, onnx) -> dict[str, tuple[str, str, str]]:
-    """The int8 weight chains of an ONNX graph's top level: weight name -> (quantized, scale, offset)
-    initializer names, for each ``Add(Mul(Cast(q), s), z)`` over initializers (name: ``q`` without its
-    ``_quantized`` suffix)."""
+class Chain(NamedTuple):
+    """One int8 weight chain ``Add(Mul(Cast(quantized), scale), offset)``: its initializers' names and the name of
+    its output, the float weight."""
+
+    quantized: str
+    scale: str
+    offset: str
+    output: str
+
+
+def chain_weights(graph) -> dict[str, Chain]:
+    """The int8 weight chains of an ONNX graph's top level, each ``Add(Mul(Cast(q), s), z)`` over initializers:
+    weight name (``q`` without its ``_quantized`` suffix) -> :class:`Chain`."""
     init = {t.name for t in graph.initializer}
     made = {o: n for n in graph.node for o in n.output}
-    out: dict[str, tuple[str, str, str]] = {}
+    out: dict[str, Chain] = {}
     for n in graph.node:
         if n.op_type != "Add" or n.input[1] not in init:
             continue
@@ -124,7 +134,7 @@ def chain_weights(graph, onnx) -> dict[str, tuple[str, str, str]]:
             continue
         q = cast.input[0]
         name = q[:-len("_quantized")] if q.endswith("_quantized") else q
-        out[name] = (q, mul.input[1], n.input[1])
+        out[name] = Chain(q, mul.input[1], n.input[1], n.output[0])
     return out
 
 
@@ -143,7 +153,7 @@ def _requantize(w: np.ndarray) -> tuple[np.ndarray, np.float32, np.float32]:
     return q, np.float32(s), np.float32(k * s)
 
 
-def apply_adapter(model, adapter: Adapter, onnx) -> list[str]:
+def apply_adapter(model, adapter: Adapter) -> list[str]:
     """Change the ONNX ``model``'s weights by ``adapter``, in place; returns the names of the weights changed.
     A weight the adapter names must be an int8 chain of ``model`` with the shape of its change (ValueError,
     before anything is changed, otherwise); the model's other weights are kept as they are."""
@@ -151,7 +161,7 @@ def apply_adapter(model, adapter: Adapter, onnx) -> list[str]:
 
     init = {t.name: t for t in model.graph.initializer}
     todo = []
-    for name, (q_name, s_name, z_name) in sorted(chain_weights(model.graph, onnx).items()):
+    for name, (q_name, s_name, z_name, _out) in sorted(chain_weights(model.graph).items()):
         d = adapter.delta(name)
         if d is None:
             continue

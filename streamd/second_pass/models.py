@@ -58,6 +58,8 @@ import numpy as np
 
 from streamd.paths import ASSETS
 
+from .adapter import apply_adapter, chain_weights, load_adapter
+
 __all__ = ["Teacher", "TeacherSpec", "TeacherUnavailable", "TEACHERS", "load_teacher", "teacher_names",
            "WhisperTeacher", "MoonshineTeacher", "MoonshineTokenizer", "whisper_base_dir", "cache_root", "RATE",
            "Recognized", "RecognizedWord", "Context", "WordRecognizer", "load_recognizer"]
@@ -446,6 +448,7 @@ def _moonshine_int8(src: Path, cache: Path, onnx) -> Path:
     main = model.graph
     init = {t.name: t for t in main.initializer}
     made = {o: n for n in main.node for o in n.output}
+    chains = {c.output: c for c in chain_weights(main).values()}  # the outer graph's int8 weights, by output
 
     def scalar(name: str) -> float | None:
         t = init.get(name)
@@ -460,15 +463,13 @@ def _moonshine_int8(src: Path, cache: Path, onnx) -> Path:
         if n is not None and n.op_type == "Transpose" and all(list(a.ints) == [1, 0] for a in n.attribute
                                                               if a.name == "perm"):
             transposed, n = True, local.get(n.input[0]) or made.get(n.input[0])
-        if n is None or n.op_type != "Add" or n.output[0] not in made:
+        chain = chains.get(n.output[0]) if n is not None else None
+        if chain is None:
             return None
-        mul = made.get(n.input[0])
-        if mul is None or mul.op_type != "Mul" or (cast := made.get(mul.input[0])) is None or cast.op_type != "Cast":
+        s, z = scalar(chain.scale), scalar(chain.offset)
+        if s is None or z is None or s <= 0:
             return None
-        s, z, q = scalar(mul.input[1]), scalar(n.input[1]), init.get(cast.input[0])
-        if s is None or z is None or s <= 0 or q is None:
-            return None
-        q = numpy_helper.to_array(q)
+        q = numpy_helper.to_array(init[chain.quantized])
         off = z / s
         if q.dtype != np.int8 or q.ndim != 2 or abs(off - round(off)) > 1e-3 or abs(round(off)) > 127:
             return None
@@ -476,7 +477,7 @@ def _moonshine_int8(src: Path, cache: Path, onnx) -> Path:
         u = u if transposed else u.T  # (N, K): MatMulNBits' layout
         if u.shape[1] % INT8_BLOCK:
             return None
-        return n.output[0] + ("^T" if transposed else ""), np.ascontiguousarray(u), s, 128 - int(round(off))
+        return chain.output + ("^T" if transposed else ""), np.ascontiguousarray(u), s, 128 - int(round(off))
 
     done: dict[str, tuple[str, int, int]] = {}  # weight key -> (initializer prefix, K, N)
     new: list = []
@@ -692,6 +693,12 @@ _MOONSHINE_FILES = ("encoder_model", "decoder_model_merged")
 ADAPTER_SUFFIX = ".adapter.npz"  # an adapter file's name: NAME.adapter.npz
 
 
+def moonshine_file_sizes(src: Path) -> dict[str, int]:
+    """The installed Moonshine model files' byte sizes (``<name>.ort`` -> size) in ``src`` (:func:`_moonshine_dir`):
+    what an adapter records as the model it was made for."""
+    return {f"{m}.ort": (src / f"{m}.ort").stat().st_size for m in _MOONSHINE_FILES}
+
+
 def adapted_moonshine_dir(adapter_file: str | os.PathLike, cache: Path | None = None) -> Path:
     """The folder of the Moonshine model that ``adapter_file`` (:mod:`streamd.second_pass.adapter`) makes from
     the installed Moonshine base, made once in the cache.
@@ -707,11 +714,9 @@ def adapted_moonshine_dir(adapter_file: str | os.PathLike, cache: Path | None = 
     name = path.name[:-len(ADAPTER_SUFFIX)] if path.name.endswith(ADAPTER_SUFFIX) else path.stem
     ort = _need("onnxruntime", name, pkgs)
     onnx = _need("onnx", name, pkgs)
-    from .adapter import apply_adapter, load_adapter
-
     adapter = load_adapter(path)
     src = _moonshine_dir()
-    made = {f"{m}.ort": (src / f"{m}.ort").stat().st_size for m in _MOONSHINE_FILES}
+    made = moonshine_file_sizes(src)
     if adapter.base != "moonshine-base" or adapter.meta.get("files") != made:
         raise ValueError(f"{path}: the adapter was made for {adapter.base} files {adapter.meta.get('files')}; "
                          f"installed: {made}")
@@ -721,10 +726,9 @@ def adapted_moonshine_dir(adapter_file: str | os.PathLike, cache: Path | None = 
     changed: set[str] = set()
     for m in _MOONSHINE_FILES:
         dest = out / f"{m}.onnx"
-        base = _moonshine_onnx(src / f"{m}.ort", root / "moonshine-base", ort, onnx)
         if not dest.is_file():
-            model = onnx.load(str(base))
-            changed.update(apply_adapter(model, adapter, onnx))
+            model = onnx.load(str(_moonshine_onnx(src / f"{m}.ort", root / "moonshine-base", ort, onnx)))
+            changed.update(apply_adapter(model, adapter))
             _save_onnx_atomic(onnx, model, dest)
         else:
             changed.update(adapter.deltas)  # made (and checked) by an earlier call

@@ -140,8 +140,7 @@ def moonshine_weights(model, onnx) -> dict[str, str]:
     (an initializer once the chains are folded)."""
     from streamd.second_pass.adapter import chain_weights
 
-    z_of = {z: name for name, (_q, _s, z) in chain_weights(model.graph, onnx).items()}
-    out_of = {n.output[0]: z_of[n.input[1]] for n in model.graph.node if n.op_type == "Add" and n.input[1] in z_of}
+    name_of = {c.output: name for name, c in chain_weights(model.graph).items()}
     found: dict[str, str] = {}
 
     def walk(g) -> None:
@@ -149,8 +148,8 @@ def moonshine_weights(model, onnx) -> dict[str, str]:
             for a in n.attribute:
                 if a.type == onnx.AttributeProto.GRAPH:
                     walk(a.g)
-            if n.op_type == "MatMul" and n.input[1] in out_of:
-                found[out_of[n.input[1]]] = n.input[1]
+            if n.op_type == "MatMul" and n.input[1] in name_of:
+                found[name_of[n.input[1]]] = n.input[1]
 
     walk(model.graph)
     return found
@@ -220,7 +219,7 @@ def adapt(utterances: Sequence[tuple[np.ndarray, str]], out: str | os.PathLike, 
     this run's) instead of ``B = 0``, e.g. to go on training a finished adapter on other data."""
     from streamd.second_pass.adapter import save_adapter
     from streamd.second_pass.models import (_MOONSHINE_FILES, MoonshineTokenizer, _moonshine_dir, _moonshine_onnx,
-                                            cache_root)
+                                            cache_root, moonshine_file_sizes)
 
     import onnx
     import onnxruntime as ort
@@ -302,12 +301,11 @@ def adapt(utterances: Sequence[tuple[np.ndarray, str]], out: str | os.PathLike, 
             os.replace(tmp, state_path)
         if progress is not None:
             progress(step, steps, losses[-1])
-    sizes = {f"{m}.ort": (src / f"{m}.ort").stat().st_size for m in _MOONSHINE_FILES}
     summary = {"steps": steps, "utterances": len(keep), "hours": round(fingerprint["samples"] / 16000 / 3600, 3),
                "final_loss": round(float(np.mean(losses[-25:])), 4) if losses else None,
                "seconds": round(time.monotonic() - t0, 1)}
     save_adapter(out, {n: (loras[n].A.detach().numpy(), loras[n].B.detach().numpy()) for n in loras},
-                 {**(meta or {}), "base": "moonshine-base", "files": sizes, "options": asdict(options),
+                 {**(meta or {}), "base": "moonshine-base", "files": moonshine_file_sizes(src), "options": asdict(options),
                   "trained": summary, "init": None if start is None else {"file": Path(init).name,
                                                                           "digest": start.digest}})
     state_path.unlink(missing_ok=True)

@@ -21,15 +21,14 @@ SAMPLES = ASSETS / "samples"
 def test_the_shipped_adapted_model_loads_and_foreign_adapters_are_refused(tmp_path):
     from streamd.audio.resample import load_audio_at
     from streamd.second_pass.adapter import save_adapter
-    from streamd.second_pass.models import _moonshine_dir, load_recognizer
+    from streamd.second_pass.models import _moonshine_dir, load_recognizer, moonshine_file_sizes
     rec = load_recognizer("moonshine-base-so762", cpu_threads=1, int8=True)
     assert rec.name == "moonshine-base-so762" and rec.int8
     rows = [json.loads(line) for line in (SAMPLES / "samples.jsonl").read_text().splitlines() if line.strip()]
     lights = next(r for r in rows if r["audio"] == "lights.wav")
     text = rec.recognize(load_audio_at(SAMPLES / lights["audio"], 16000)).text.lower()
     assert "kitchen" in text and "lights" in text, text
-    src = _moonshine_dir()
-    sizes = {f"{m}.ort": (src / f"{m}.ort").stat().st_size for m in ("encoder_model", "decoder_model_merged")}
+    sizes = moonshine_file_sizes(_moonshine_dir())
     w = (np.zeros((416, 1), np.float32), np.zeros((1, 416), np.float32))
     save_adapter(tmp_path / "other.adapter.npz", {"onnx::MatMul_1947": w},
                  {"base": "moonshine-base", "files": {k: v + 1 for k, v in sizes.items()}})
