@@ -127,7 +127,9 @@ class Final:
     alternatives and scores are always the first pass's (a second-pass Final has no alternatives).
     ``sample_rate`` (not on the wire): the stream's input rate in Hz as its client declared it, on the
     engine's Finals that go to the second pass (None where not known); the second pass's confidence
-    tells telephone-band streams by it (:mod:`streamd.second_pass.confidence`).
+    tells telephone-band streams by it (:mod:`streamd.second_pass.confidence`).  ``rival_gap`` (not on the
+    wire): on a second-pass Final whose model scores texts (Moonshine), log P(the first pass's words) - log P(its
+    own) under the second model, in nats (the segment choice's ``rescore``; :mod:`streamd.second_pass.choice`).
     """
 
     stream: int
@@ -147,6 +149,7 @@ class Final:
     second_pass: str | None = None
     second_pass_text: str | None = None
     sample_rate: int | None = None
+    rival_gap: float | None = None
     audio: Any = field(default=None, compare=False, repr=False)  # (N,) int16 16 kHz samples from ``start``
 
     def to_wire(self) -> dict:

@@ -80,7 +80,7 @@ def choice_segments(entries: Sequence[EvalEntry], first: Sequence[Sequence[Event
         a, b = f1[both[0]], f2[both[0]]
         c1 = [w.conf for w in a.words]
         c2 = cal.apply([w.conf_raw for w in b.words], c1, b.sample_rate).tolist()
-        feats.append(choice_features(c1, c2, narrowband(b.sample_rate)))
+        feats.append(choice_features(c1, c2, narrowband(b.sample_rate), b.rival_gap))
         text1 = " ".join(f.text for f in f1 if f.text)
         text2 = " ".join(f.text for f in f2 if f.text)
         e1.append(word_errors([e.text], [text1]).errors)

@@ -9,7 +9,13 @@ fewer errors than the first on a finished segment, from :data:`CHOICE_FEATURES` 
 * ``word_ratio``: ``log(second-pass words / first-pass words)`` (signed: more words in the second pass than
   the first is a sign of words that were not said);
 * ``narrowband``: 1 for a narrowband stream (declared input rate below 16 kHz:
-  :func:`streamd.second_pass.confidence.narrowband`), else 0.
+  :func:`streamd.second_pass.confidence.narrowband`), else 0;
+* ``rescore``: the first pass's words rescored by the second model (two-pass rescoring: Sainath et al.,
+  Interspeech 2019): ``log P(first pass's words) - log P(second pass's words)`` under the second model given the
+  segment's audio (:attr:`streamd.events.Final.rival_gap`, nats), divided by :data:`RESCORE_NATS` and clipped
+  to +-:data:`RESCORE_CLIP`; near 0 when the second model finds the first pass's words about as likely as its
+  own, so a fluent sentence it wrote that was not said does not replace them.  0 where the model does not
+  score texts (Whisper).
 
 The second pass is chosen when ``features . weights + bias > 0``.  :func:`fit_segment_choice` fits the rule
 on segments of training / validation sets (``streamd calibrate --second-pass``, never dev): each segment
@@ -29,20 +35,24 @@ import numpy as np
 
 from streamd.decode.calibration import CalibrationError, finite_real, newton_logistic
 
-__all__ = ["CHOICE_FEATURES", "SegmentChoice", "choice_features", "fit_segment_choice", "margin_prefers_first"]
+__all__ = ["CHOICE_FEATURES", "RESCORE_CLIP", "RESCORE_NATS", "SegmentChoice", "choice_features", "fit_segment_choice",
+           "margin_prefers_first"]
 
-CHOICE_FEATURES = ("first_conf", "second_conf", "word_ratio", "narrowband")
+CHOICE_FEATURES = ("first_conf", "second_conf", "word_ratio", "narrowband", "rescore")
+RESCORE_NATS = 10.0
+RESCORE_CLIP = 3.0
 _L2 = 1e-3
 
 
-def choice_features(first_conf: Sequence[float], second_conf: Sequence[float], narrow: bool = False
-                    ) -> np.ndarray:
+def choice_features(first_conf: Sequence[float], second_conf: Sequence[float], narrow: bool = False,
+                    rival_gap: float | None = None) -> np.ndarray:
     """(len(CHOICE_FEATURES),) features of one segment from the calibrated ``conf`` of its first-pass words
     and of its second-pass words (each may be empty: mean 0, one word counted); ``narrow``: the stream is
-    narrowband."""
+    narrowband; ``rival_gap``: the second-pass Final's (None: rescore 0)."""
     n1, n2 = len(first_conf), len(second_conf)
+    rescore = 0.0 if rival_gap is None else min(max(rival_gap / RESCORE_NATS, -RESCORE_CLIP), RESCORE_CLIP)
     return np.array([float(np.mean(first_conf)) if n1 else 0.0, float(np.mean(second_conf)) if n2 else 0.0,
-                     math.log(max(n2, 1) / max(n1, 1)), 1.0 if narrow else 0.0])
+                     math.log(max(n2, 1) / max(n1, 1)), 1.0 if narrow else 0.0, rescore])
 
 
 def margin_prefers_first(first_conf: Sequence[float], second_conf: Sequence[float], margin: float) -> bool:
@@ -75,10 +85,10 @@ class SegmentChoice:
         """(N,) decision values of ``feats`` (N, len(CHOICE_FEATURES)) (or one value of a (len,) row)."""
         return np.asarray(feats, dtype=np.float64) @ np.asarray(self.weights) + self.bias
 
-    def second_better(self, first_conf: Sequence[float], second_conf: Sequence[float], narrow: bool = False
-                      ) -> bool:
+    def second_better(self, first_conf: Sequence[float], second_conf: Sequence[float], narrow: bool = False,
+                      rival_gap: float | None = None) -> bool:
         """True when the rule expects the second pass's words to have fewer errors (:func:`choice_features`)."""
-        return bool(self.score(choice_features(first_conf, second_conf, narrow)) > 0.0)
+        return bool(self.score(choice_features(first_conf, second_conf, narrow, rival_gap)) > 0.0)
 
     def describe(self) -> str:
         terms = ", ".join(f"{n} {w:+.3f}" for n, w in zip(CHOICE_FEATURES, self.weights))
@@ -90,15 +100,18 @@ class SegmentChoice:
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "SegmentChoice":
-        """Inverse of :meth:`to_dict`; CalibrationError says what is wrong."""
+        """Inverse of :meth:`to_dict`; CalibrationError says what is wrong.  A rule fitted over the first
+        features only (one stored before ``rescore`` existed) reads with weight 0 for the rest: the same
+        decisions."""
         if not isinstance(d, Mapping) or set(d) != {"features", "weights", "bias", "segments"}:
             raise CalibrationError(f"second-pass choice: expected features, weights, bias and segments, got {d!r}")
-        if list(d["features"]) != list(CHOICE_FEATURES):
+        names = list(d["features"]) if isinstance(d["features"], (list, tuple)) else None
+        if not names or names != list(CHOICE_FEATURES[:len(names)]):
             raise CalibrationError(f"second-pass choice: features {d['features']!r}; this streamd computes "
                                    f"{list(CHOICE_FEATURES)}")
-        if not isinstance(d["weights"], (list, tuple)):
-            raise CalibrationError(f"second-pass choice: weights must be a list, got {d['weights']!r}")
-        return cls(tuple(d["weights"]), d["bias"], d["segments"])
+        if not isinstance(d["weights"], (list, tuple)) or len(d["weights"]) != len(names):
+            raise CalibrationError(f"second-pass choice: weights must be a list of {len(names)}, got {d['weights']!r}")
+        return cls(tuple(d["weights"]) + (0.0,) * (len(CHOICE_FEATURES) - len(names)), d["bias"], d["segments"])
 
 
 def fit_segment_choice(feats: np.ndarray, second_fewer: np.ndarray, error_gap: np.ndarray) -> SegmentChoice:

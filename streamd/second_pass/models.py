@@ -62,7 +62,7 @@ from .adapter import apply_adapter, chain_weights, load_adapter
 
 __all__ = ["Teacher", "TeacherSpec", "TeacherUnavailable", "TEACHERS", "load_teacher", "teacher_names",
            "WhisperTeacher", "MoonshineTeacher", "MoonshineTokenizer", "whisper_base_dir", "cache_root", "RATE",
-           "Recognized", "RecognizedWord", "Context", "WordRecognizer", "load_recognizer"]
+           "Recognized", "RecognizedWord", "Context", "WordRecognizer", "load_recognizer", "sentence_case"]
 
 RATE = 16000
 
@@ -82,11 +82,14 @@ class RecognizedWord:
 @dataclass(frozen=True)
 class Recognized:
     """A model's reading of one piece of audio: the written text and its words; ``ids``: the model's own
-    tokens for them where it takes a context (:class:`Context`), else ()."""
+    tokens for them where it takes a context (:class:`Context`), else (); ``rival_gap``: where the model
+    ``scores_rivals`` and was given a rival text, log P(rival) - log P(its own text) in nats under the model
+    (each text's tokens and the end token, given the audio and the context), else None."""
 
     text: str
     words: tuple[RecognizedWord, ...] = ()
     ids: tuple[int, ...] = ()
+    rival_gap: float | None = None
 
 
 @dataclass(frozen=True)
@@ -108,7 +111,8 @@ class WordRecognizer(Protocol):
     ``aggregation``: how a word's token probabilities become its ``prob`` (``min`` or ``mean``);
     ``recognize(audio, hotwords, context)``: (N,) float32 16 kHz samples -> :class:`Recognized`; ``hotwords``:
     phrases to favour, where the model can (Whisper's ``hotwords`` prompt), else ignored; ``context``: a
-    :class:`Context` where the model ``takes_context``, else ignored.
+    :class:`Context` where the model ``takes_context``, else ignored.  A model whose ``scores_rivals`` is True
+    also takes ``rival=TEXT`` (spoken form, the first pass's words) and fills :attr:`Recognized.rival_gap`.
     """
 
     name: str
@@ -354,6 +358,17 @@ class MoonshineTokenizer:
         """Ids (special tokens dropped) -> text; bytes joined first so byte-fallback sequences form characters."""
         raw = b"".join(self.pieces[i] for i in ids if 2 < i < len(self.pieces))
         return raw.decode("utf-8", errors="replace").replace("\u2581", " ").strip()
+
+
+def sentence_case(text: str) -> str:
+    """A transcript in Moonshine's written style: first letter and the pronoun "i" capitalized, a full stop
+    at the end ("we call it bear" -> "We call it bear.")."""
+    words = ["I" if w == "i" else (w[:1].upper() + w[1:] if w.startswith("i'") else w) for w in text.split()]
+    s = " ".join(words)
+    if not s:
+        return s
+    s = s[:1].upper() + s[1:]
+    return s if s[-1] in ".?!" else s + "."
 
 
 def _moonshine_dir() -> Path:
@@ -609,9 +624,10 @@ class MoonshineTeacher:
         return self.tokenizer.decode(self._greedy(audio)[0])
 
     takes_context = True
+    scores_rivals = True
 
-    def recognize(self, audio: np.ndarray, hotwords: Sequence[str] = (), context: Context | None = None
-                  ) -> Recognized:
+    def recognize(self, audio: np.ndarray, hotwords: Sequence[str] = (), context: Context | None = None,
+                  rival: str | None = None) -> Recognized:
         """The text and its words, each with the minimum of its tokens' probabilities (the softmax of the
         chosen token, greedy); no times (the caller places the words).  ``hotwords`` are ignored: Moonshine
         has no prompt.  The caller has heard speech in ``audio`` (the second pass decodes segments where the
@@ -619,13 +635,18 @@ class MoonshineTeacher:
         search otherwise ends at once on many read digit strings (Whisper's ``suppress_blank`` does the
         same); the first token's probability keeps the end token's share in its softmax.  With a
         ``context``, the encoder hears its audio and then ``audio``, the decoder is forced through its
-        tokens, and the words and ``ids`` are those written after them."""
+        tokens, and the words and ``ids`` are those written after them.  ``rival``: a text in spoken form
+        (lower case, numbers in words: the first pass's) scored against the model's own
+        (:meth:`rival_gap`; written as Moonshine writes, :func:`sentence_case`)."""
         x = _check_audio(audio)
         prefix: tuple[int, ...] = ()
         if context is not None and context.ids and x.size:
             x = np.concatenate([_check_audio(context.audio), x])
             prefix = tuple(int(i) for i in context.ids)
-        ids, probs = self._greedy(x, min_tokens=1, prefix=prefix)
+        ids, probs, scoring = self._greedy(x, min_tokens=1, prefix=prefix)
+        gap = None
+        if rival is not None and scoring is not None:
+            gap = self.rival_gap(scoring, self.tokenizer.encode(sentence_case(rival)))
         words: list[RecognizedWord] = []
         group: list[int] = []
         gp: list[float] = []
@@ -639,15 +660,37 @@ class MoonshineTeacher:
             if i >= 0:
                 group.append(i)
                 gp.append(p)
-        return Recognized(self.tokenizer.decode(ids), tuple(words), tuple(ids))
+        return Recognized(self.tokenizer.decode(ids), tuple(words), tuple(ids), gap)
+
+    def rival_gap(self, at: "_Scoring", rival: Sequence[int]) -> float:
+        """log P(``rival``) - log P(the search's own tokens) (nats), each with the end token, given the audio and
+        the forced prefix: the rival teacher-forced through the decoder in one call on the cache the search
+        had when it chose its first token (``at``, from :meth:`_greedy`), whose logits give the rival's first
+        token; the search's own log-probability was summed as it went."""
+        def log_softmax(z: np.ndarray) -> np.ndarray:
+            z = z.astype(np.float64)
+            top = z.max(-1, keepdims=True)
+            return z - top - np.log(np.exp(z - top).sum(-1, keepdims=True))
+
+        targets = [*rival, MoonshineTokenizer.EOS]
+        total = float(log_softmax(at.logits)[targets[0]])
+        if rival:
+            feed = dict(at.cache)
+            feed["input_ids"] = np.array([list(rival)], dtype=np.int64)
+            feed["encoder_hidden_states"] = at.states
+            feed["use_cache_branch"] = np.array([True])
+            logp = log_softmax(dict(zip(self._out_names, self._dec.run(None, feed)))["logits"][0])  # (len(rival), V)
+            total += float(sum(logp[i, t] for i, t in enumerate(targets[1:])))
+        return total - at.own
 
     def _greedy(self, audio: np.ndarray, min_tokens: int = 0, prefix: Sequence[int] = ()
-                ) -> tuple[list[int], list[float]]:
+                ) -> tuple[list[int], list[float], "_Scoring | None"]:
         """Greedy token ids (BOS / EOS dropped) and each one's softmax probability, after the decoder was fed
-        the forced ``prefix`` (not returned); the end token is not chosen before ``min_tokens`` tokens."""
+        the forced ``prefix`` (not returned); the end token is not chosen before ``min_tokens`` tokens; and
+        what :meth:`rival_gap` needs (None for no audio)."""
         x = _check_audio(audio)
         if x.size == 0:
-            return [], []
+            return [], [], None
         seconds = x.size / RATE
         if x.size < self.MIN_SAMPLES:
             x = np.pad(x, (0, self.MIN_SAMPLES - x.size))
@@ -659,6 +702,7 @@ class MoonshineTeacher:
         probs: list[float] = []
         token = MoonshineTokenizer.BOS
         forced = list(prefix)
+        scoring = None
         for step in range(max_tokens):
             feed = dict(cache)
             feed["input_ids"] = np.array([[token]], dtype=np.int64)
@@ -672,15 +716,31 @@ class MoonshineTeacher:
                 token = forced.pop(0)
                 continue
             logits = outs["logits"][0, -1].astype(np.float64)
+            if scoring is None:  # the first free token: where a rival's scoring starts
+                scoring = _Scoring(dict(cache), logits, states)
+            norm = math.log(np.exp(logits - logits.max()).sum()) + logits.max()  # log of the softmax's denominator
             allowed = logits.copy()
             if len(ids) < min_tokens:
                 allowed[MoonshineTokenizer.EOS] = -np.inf
             token = int(np.argmax(allowed))
+            scoring.own += float(logits[token] - norm)
             if token == MoonshineTokenizer.EOS:
                 break
             ids.append(token)
             probs.append(float(1.0 / np.exp(logits - logits[token]).sum()))
-        return ids, probs
+        return ids, probs, scoring
+
+
+@dataclass
+class _Scoring:
+    """Where :meth:`MoonshineTeacher.rival_gap` starts: the decoder's cache after BOS and the forced prefix, the
+    logits (V,) of the first free token, the encoder states (1, T, 416), and the search's own log-probability
+    (its tokens and, where it ended on one, the end token)."""
+
+    cache: dict
+    logits: np.ndarray
+    states: np.ndarray
+    own: float = 0.0
 
 
 # --------------------------------------------------------------------------- adapted Moonshine

@@ -155,14 +155,15 @@ class SecondPass:
             self._context.popitem(last=False)
 
     def prefers_first(self, first: Sequence[Word], second: Sequence[Word], margin: float | None = None,
-                      sample_rate: int | None = None) -> bool:
+                      sample_rate: int | None = None, rival_gap: float | None = None) -> bool:
         """Keep the first pass's words (``select`` ``learned`` or ``confidence``; ``always`` never does): when it
         has words and the second pass none; otherwise only when both have words and both confidences are
         calibrated probabilities, and then, with ``select: learned`` and a stored segment choice
         (:class:`~.choice.SegmentChoice`, ``margin`` None), when that rule does not expect the second pass to
         have fewer errors; else (``select: confidence``, no stored choice, or an explicit ``margin``) when the
         first's mean ``conf`` exceeds the second's by over ``margin`` (default ``select_margin``).
-        ``sample_rate``: the stream's declared input rate (the rule's ``narrowband``)."""
+        ``sample_rate``: the stream's declared input rate (the rule's ``narrowband``); ``rival_gap``: the
+        second-pass Final's (the rule's ``rescore``)."""
         if self.cfg.select == "always" or not first:
             return False
         if not second:  # the second model heard nothing where the first pass heard words: no evidence against them
@@ -172,7 +173,7 @@ class SecondPass:
         c1, c2 = [w.conf for w in first], [w.conf for w in second]
         choice = self.calibration.choice
         if self.cfg.select == "learned" and choice is not None and margin is None:
-            return not choice.second_better(c1, c2, narrowband(sample_rate))
+            return not choice.second_better(c1, c2, narrowband(sample_rate), rival_gap)
         return margin_prefers_first(c1, c2, self.cfg.select_margin if margin is None else margin)
 
     def apply_events(self, events: Sequence[Event]) -> list[Event]:
@@ -197,19 +198,21 @@ class SecondPass:
         spoken: list[str] = []
         probs: list[float] = []
         times: list[tuple[float, float]] = []
+        gap: float | None = 0.0  # the pieces' rival gaps summed (None: the model scores no texts)
         for lo, hi in zip(bounds, bounds[1:]):
             piece = x[int(round(lo * RATE)):int(round(hi * RATE))]
             if piece.size < RATE // 20:  # under 50 ms: nothing a word fits in
                 continue
-            rec = self._recognize(piece, context)
-            sw = spoken_words(rec.words, heard)
             start, end = final.start + lo, min(final.start + hi, final.end)
+            inside = [f for f in first if start - 1e-6 <= (f[1] + f[2]) / 2 < end + 1e-6]
+            rec = self._recognize(piece, context, " ".join(w for w, _, _ in inside))
+            gap = None if gap is None or rec.rival_gap is None else gap + rec.rival_gap
+            sw = spoken_words(rec.words, heard)
             if rec.words and all(w.start is not None for w in rec.words):
                 k = RATE / self._warp_rate  # the model's seconds of warped audio -> seconds of the segment
                 span = offset_times([(w.start * k, w.end * k) for w in rec.words], start, start, end)
                 times += [span[i] for _, i in sw]
             else:
-                inside = [f for f in first if start - 1e-6 <= (f[1] + f[2]) / 2 < end + 1e-6]
                 times += anchor_times([s for s, _ in sw], inside, start, end)
             spoken += [s for s, _ in sw]
             probs += [rec.words[i].prob for _, i in sw]
@@ -219,7 +222,8 @@ class SecondPass:
         words = tuple(Word(w, a, b, c, p) for w, (a, b), c, p in zip(spoken, times, conf, probs))
         first_text = final.first_pass_text if final.first_pass_text is not None else final.text
         two = dataclasses.replace(final, text=" ".join(spoken), words=words, pass_no=2, second_pass="done",
-                                  first_pass_text=first_text, alternatives=(), scores=(), audio=None)
+                                  first_pass_text=first_text, alternatives=(), scores=(), audio=None,
+                                  rival_gap=gap if rec is not None else None)
         return self.choose(final, two) if choose else two
 
     @property
@@ -227,20 +231,23 @@ class SecondPass:
         """The rate the segment is resampled to and heard at 16 kHz (``warp``: 16000 / warp samples a second)."""
         return int(round(RATE / self.cfg.warp))
 
-    def _recognize(self, piece: np.ndarray, context: Context | None) -> Recognized:
-        """The model on ``piece`` (and ``context``), both warped by ``warp`` (1: as they are)."""
+    def _recognize(self, piece: np.ndarray, context: Context | None, rival: str) -> Recognized:
+        """The model on ``piece`` (and ``context``), both warped by ``warp`` (1: as they are); a model that
+        ``scores_rivals`` also scores ``rival`` (the first pass's words in the piece)."""
         if self.cfg.warp != 1.0:
             piece = resample(piece, RATE, self._warp_rate)
             if context is not None:
                 context = Context(resample(context.audio, RATE, self._warp_rate), context.ids)
+        kw = {"rival": rival} if getattr(self.model, "scores_rivals", False) else {}
         if context is not None:
-            return self.model.recognize(piece, self.hotwords, context)
-        return self.model.recognize(piece, self.hotwords)
+            return self.model.recognize(piece, self.hotwords, context, **kw)
+        return self.model.recognize(piece, self.hotwords, **kw)
 
     def choose(self, final: Final, two: Final, margin: float | None = None) -> Final:
         """The client's Final from the engine's ``final`` and its second pass ``two`` (``select``; ``margin``
         replaces ``select_margin``)."""
-        if two.second_pass != "done" or not self.prefers_first(final.words, two.words, margin, final.sample_rate):
+        if two.second_pass != "done" or not self.prefers_first(final.words, two.words, margin, final.sample_rate,
+                                                               two.rival_gap):
             return two
         return dataclasses.replace(final, pass_no=1, second_pass="first_pass_preferred", audio=None,
                                    first_pass_text=two.first_pass_text, second_pass_text=two.text)

@@ -7,10 +7,11 @@ both run by :class:`streamd.train.onnx_graph.TorchGraph` (the same outputs as ON
 Every matrix product with an int8 weight (48 in the encoder, 80 in the decoder) gets a low-rank change
 ``A @ B`` (LoRA, Hu et al.
 2021; ``B`` starts at zero, so step 0 is the installed model); only those are trained, with the decoder's
-cross-entropy on the transcripts written as Moonshine writes (:func:`sentence_case`), one utterance at a
-time (the encoder has no padding mask), gradients summed over ``accumulate`` utterances, AdamW with a
-linear warm-up and decay, each utterance's speed (resampled) and gain drawn per epoch.  The result is an
-adapter file (:mod:`streamd.second_pass.adapter`) that the runtime applies to the installed weights.
+cross-entropy on the transcripts written as Moonshine writes
+(:func:`streamd.second_pass.models.sentence_case`), one utterance at a time (the encoder has no padding
+mask), gradients summed over ``accumulate`` utterances, AdamW with a linear warm-up and decay, each
+utterance's speed (resampled) and gain drawn per epoch.  The result is an adapter file
+(:mod:`streamd.second_pass.adapter`) that the runtime applies to the installed weights.
 
 A run is deterministic for its seed and resumes exactly from its state file (written every
 ``save_every`` steps next to the output).
@@ -31,7 +32,7 @@ import torch
 
 from .onnx_graph import TorchGraph
 
-__all__ = ["AdaptOptions", "sentence_case", "moonshine_torch", "add_lora", "LoRA", "adapt", "moonshine_weights"]
+__all__ = ["AdaptOptions", "moonshine_torch", "add_lora", "LoRA", "adapt", "moonshine_weights"]
 
 
 @dataclass(frozen=True)
@@ -67,17 +68,6 @@ class AdaptOptions:
             raise ValueError(f"gain must be (low, high) with 0 < low <= high, got {self.gain!r}")
         if not (0 < self.max_seconds <= 30.0):
             raise ValueError(f"max_seconds must be in (0, 30] (Moonshine's window), got {self.max_seconds!r}")
-
-
-def sentence_case(text: str) -> str:
-    """A transcript in Moonshine's written style: first letter and the pronoun "i" capitalized, a full stop
-    at the end ("we call it bear" -> "We call it bear.")."""
-    words = ["I" if w == "i" else (w[:1].upper() + w[1:] if w.startswith("i'") else w) for w in text.split()]
-    s = " ".join(words)
-    if not s:
-        return s
-    s = s[:1].upper() + s[1:]
-    return s if s[-1] in ".?!" else s + "."
 
 
 # --------------------------------------------------------------------------- Moonshine in torch
@@ -219,7 +209,7 @@ def adapt(utterances: Sequence[tuple[np.ndarray, str]], out: str | os.PathLike, 
     this run's) instead of ``B = 0``, e.g. to go on training a finished adapter on other data."""
     from streamd.second_pass.adapter import save_adapter
     from streamd.second_pass.models import (_MOONSHINE_FILES, MoonshineTokenizer, _moonshine_dir, _moonshine_onnx,
-                                            cache_root, moonshine_file_sizes)
+                                            cache_root, moonshine_file_sizes, sentence_case)
 
     import onnx
     import onnxruntime as ort

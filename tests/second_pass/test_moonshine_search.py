@@ -69,3 +69,43 @@ def test_a_context_is_heard_first_and_its_tokens_forced():
     assert seen == [24000]                           # the context's audio, then the piece's
     assert fed[:2] == [MoonshineTokenizer.BOS, ONE]  # forced through the context's tokens
     assert rec.text == "two" and rec.ids == (TWO,) and [w.word for w in rec.words] == ["two"]
+
+
+def bigram(table: dict[int, dict[int, float]], vocab_size: int):
+    """A decoder run whose logits at each position depend only on the token there (``table``: token -> {next
+    token: logit}, 0 elsewhere), for every row of a batch: the teacher-forced scores have a closed form."""
+    def run(names, feed):
+        ids = feed["input_ids"]
+        logits = np.zeros((*ids.shape, vocab_size), np.float32)
+        for b in range(ids.shape[0]):
+            for i, t in enumerate(ids[b]):
+                for nxt, v in table.get(int(t), {}).items():
+                    logits[b, i, nxt] = v
+        return [logits]
+    return run
+
+
+def test_rival_gap_is_the_difference_of_the_two_texts_log_probabilities_after_the_prefix():
+    t = scripted([{EOS: 1.0}])
+    v = len(t.tokenizer.pieces)
+    table = {MoonshineTokenizer.BOS: {ONE: 3.0}, ONE: {TWO: 2.0, EOS: 1.0}, TWO: {EOS: 4.0, ONE: 0.5}}
+    t._dec = _Session(bigram(table, v))
+
+    def logp(prev: int, nxt: int) -> float:  # the oracle: one softmax from its definition
+        row = np.zeros(v)
+        for k, x in table.get(prev, {}).items():
+            row[k] = x
+        return float(row[nxt] - np.log(np.exp(row).sum()))
+
+    def total(prefix, text):
+        seq = [MoonshineTokenizer.BOS, *prefix, *text, EOS]
+        return sum(logp(a, b) for a, b in zip(seq[len(prefix):], seq[len(prefix) + 1:]))
+
+    audio = np.zeros(16000, np.float32)
+    for prefix, own, rivals in (((), [ONE, TWO], ([ONE], [TWO, ONE, TWO], [], [ONE, TWO])),
+                                ((ONE,), [TWO], ([TWO, ONE, TWO], [], [ONE]))):
+        ids, _, at = t._greedy(audio, min_tokens=1, prefix=prefix)
+        assert ids == own
+        assert at.own == pytest.approx(total(prefix, own), rel=1e-9)
+        for rival in rivals:
+            assert t.rival_gap(at, rival) == pytest.approx(total(prefix, rival) - total(prefix, own), abs=1e-9)

@@ -57,3 +57,44 @@ def test_moonshine_int8_decoder_writes_the_float_models_words_on_the_samples():
         fast, slow = second.model.recognize(x), plain.recognize(x)
         assert fast.text == slow.text and fast.ids == slow.ids, name
         assert all(abs(a.prob - b.prob) < 0.05 for a, b in zip(fast.words, slow.words))
+
+
+def step_by_step_log_prob(model, x, ids) -> float:
+    """The oracle: log P(ids + end token | x) fed one token at a time through the decoder's cache (the search's
+    own path), each step's log-softmax from its definition."""
+    import numpy as np
+
+    from streamd.second_pass.models import MoonshineTokenizer
+
+    states = model._enc.run(None, {model._enc_in: x[None]})[0]
+    empty = np.zeros((1, model._heads, 0, model._head_dim), dtype=np.float32)
+    cache = {p.name: empty for p in model._past}
+    total, seq = 0.0, [MoonshineTokenizer.BOS, *ids, MoonshineTokenizer.EOS]
+    for step, (tok, nxt) in enumerate(zip(seq, seq[1:])):
+        feed = {**cache, "input_ids": np.array([[tok]], dtype=np.int64), "encoder_hidden_states": states,
+                "use_cache_branch": np.array([step > 0])}
+        outs = dict(zip(model._out_names, model._dec.run(None, feed)))
+        for p in model._past:
+            if step == 0 or ".decoder." in p.name:
+                cache[p.name] = outs["present." + p.name[len("past_key_values."):]]
+        z = outs["logits"][0, -1].astype(np.float64)
+        total += z[nxt] - z.max() - np.log(np.exp(z - z.max()).sum())
+    return float(total)
+
+
+def test_moonshine_scores_the_first_pass_s_words_against_its_own():
+    from streamd.audio.resample import load_audio_at
+    from streamd.second_pass.calibration import load_second_pass
+    from streamd.second_pass.models import sentence_case
+
+    model = load_second_pass(SecondPassConfig(model="moonshine-base", int8=False)).model
+    x = load_audio_at(default_samples().parent / "lights.wav", 16000)
+    same = model.recognize(x, rival="turn on the kitchen lights")  # its own words (it wrote no full stop)
+    assert same.text == "Turn on the kitchen lights" and -1.0 < same.rival_gap <= 0.0
+    for rival in ("turn on the chicken lights", "turn on the kitchen light", "call mom"):
+        other = model.recognize(x, rival=rival)
+        assert other.ids == same.ids and other.rival_gap < same.rival_gap - 5.0, rival  # words it did not hear
+        want = (step_by_step_log_prob(model, x, model.tokenizer.encode(sentence_case(rival)))
+                - step_by_step_log_prob(model, x, list(same.ids)))
+        assert other.rival_gap == pytest.approx(want, abs=1e-3), rival
+    assert model.recognize(x).rival_gap is None

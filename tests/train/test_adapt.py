@@ -181,7 +181,8 @@ def test_adapt_cli_writes_an_adapter_the_second_pass_loads_and_resumes_exactly(t
 
 def test_adapt_errors(tmp_path):
     from streamd.cli import main
-    from streamd.train.adapt import AdaptOptions, sentence_case
+    from streamd.second_pass.models import sentence_case
+    from streamd.train.adapt import AdaptOptions
     with pytest.raises(ValueError, match="rank"):
         AdaptOptions(rank=0)
     with pytest.raises(ValueError, match="max_seconds"):
