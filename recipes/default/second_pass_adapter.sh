@@ -18,8 +18,9 @@ python3 recipes/default/split_valid.py "$REAL/speechocean762/train/manifest.json
     --set data/real/split/train.fit.jsonl --set data/real/split/sc_train.fit.jsonl \
     --set data/real/split/asterisk.fit.jsonl --epochs 0.5 --lr 2e-4 \
     --out streamd/assets/moonshine-base-so762.adapter.npz
-# word calibration and segment choice on the validation splits (never dev) and 150 clips of the synthetic
-# validation split of the training recipe (streamd synth) as SYNTH_VALID_150
-streamd calibrate --second-pass moonshine-base-so762 --kind isotonic --set data/real/split/train.valid.jsonl \
+# word calibration and segment choice (the features calibration, the command's default) on the validation
+# splits (never dev) and 300 synthetic validation clips: the training recipe's validation split
+# (streamd synth --num-utts 300 --seed 1001: the `synth` step of recipes/default/run.sh)
+streamd calibrate --second-pass moonshine-base-so762 --set data/real/split/train.valid.jsonl \
     --set data/real/split/sc_train.valid.jsonl --set data/real/split/asterisk.valid.jsonl \
-    --set "${SYNTH_VALID_150:?set SYNTH_VALID_150 to 150 synthetic validation clips (JSON lines)}"
+    --set "${SYNTH_VALID:-data/synth/valid/manifest.jsonl}"

@@ -244,8 +244,9 @@ class SecondPassConfig:
     ``conf`` of its words exceeds the second pass's by more than ``select_margin``, with ``learned`` (the
     default) when the segment choice stored with the second pass's calibration (fitted by ``streamd
     calibrate --second-pass`` on segments whose errors are known: the two mean confidences, the word-count
-    ratio and the band; :mod:`streamd.second_pass.choice`) does not expect the second pass to have fewer
-    errors; with no stored choice, ``learned`` is ``confidence``.  ``worker``: where a server (and ``mic``) runs the model:
+    ratio, the band and the first pass rescored by the second model; :mod:`streamd.second_pass.choice`) does
+    not expect the second pass to have fewer errors; with no stored choice, ``learned`` is ``confidence``.
+    ``worker``: where a server (and ``mic``) runs the model:
     ``process`` (a child process: the engine's steps never wait for it) or ``thread`` (a thread of the
     server's process; it holds the interpreter lock between its native calls); ``transcribe`` and ``eval``
     run it in line.  ``context_s``: a segment an endpoint split from the previous one is decoded with
