@@ -723,11 +723,12 @@ class MoonshineTeacher:
             if len(ids) < min_tokens:
                 allowed[MoonshineTokenizer.EOS] = -np.inf
             token = int(np.argmax(allowed))
-            scoring.own += float(logits[token] - norm)
+            logp = float(logits[token] - norm)
+            scoring.own += logp
             if token == MoonshineTokenizer.EOS:
                 break
             ids.append(token)
-            probs.append(float(1.0 / np.exp(logits - logits[token]).sum()))
+            probs.append(math.exp(logp))
         return ids, probs, scoring
 
 
