@@ -2,7 +2,7 @@
 figures on the test half.
 
     OMP_NUM_THREADS=1 streamd bench wake-mycroft athena.wake.pt amelia.wake.pt ... [--oww [MODEL.onnx ...]]
-                                                 [--precision auto|float32|bfloat16]
+                                                 [--precision auto|float32|bfloat16] [--verify NAME]
 
 ``--precision``: the speech embedding's arithmetic (as ``engine.kws.embedding_precision``).
 
@@ -12,6 +12,12 @@ beside the checkout); negatives: Mycroft ``not_wake``, Speech Commands
 dev and the negatives of ``../shared/eval/dev/kws.jsonl``.  Printed: per model the test miss and FA/h at the
 model's own threshold, at the dev-chosen threshold (lowest dev miss at <= 0.5 FA/h) and the test half's
 own best at <= 0.5 FA/h; then a Markdown table.  The set files are written under ``/tmp/wake_mycroft_sets``.
+
+``--verify NAME``: each model followed by the second-pass model ``NAME`` (``moonshine-base-so762``) as a verifier:
+each detection's audio (2.0 s before its frame's end to 0.5 s after) is decoded by that model and the detection
+stands when log P(keyword) - log P(the model's own text) reaches the verifier's threshold
+(:func:`streamd.evaluation.wake.verified_sweep`); both thresholds are chosen on the dev half (lowest miss at
+<= 0.5 FA/h), the test half's figures printed and written to ``/tmp/wake_mycroft_sets/verify_out.json``.
 
 ``--oww``: openWakeWord's pretrained models as peers (:mod:`streamd.evaluation.oww`; pip package
 ``openwakeword``, models CC BY-NC-SA 4.0: measured, never shipped), by default the four wake-phrase models
@@ -162,9 +168,10 @@ def _peers_table(peers: list, peer_res: dict, sets_dir: Path) -> None:
 
 
 def wake_mycroft(model_paths: Sequence[str], oww: Sequence[str] | None = None, shared: Path | None = None,
-                 sets_dir: Path = SETS, precision: str = "auto") -> None:
+                 sets_dir: Path = SETS, precision: str = "auto", verify: str | None = None) -> None:
     """Score the trained models (and, ``oww`` not None, openWakeWord's: none given, the four bundled wake
-    phrases) on both halves; print the figures and the tables, write the JSON under ``sets_dir``."""
+    phrases) on both halves; print the figures and the tables, write the JSON under ``sets_dir``.  ``verify``:
+    also each model followed by that second-pass model as a verifier (:func:`_verified_table`)."""
     import torch
 
     from ..model.wake import load_wake_model
@@ -186,5 +193,70 @@ def wake_mycroft(model_paths: Sequence[str], oww: Sequence[str] | None = None, s
     res, peer_res = _score(models, scorer, peers, sets_dir, precision)
     if models:
         _models_table(models, res, sets_dir)
+        if verify:
+            _verified_table(models, res, verify, sets_dir)
     if peers:
         _peers_table(peers, peer_res, sets_dir)
+
+
+VERIFY_BEFORE_S, VERIFY_AFTER_S = 2.0, 0.5
+"""The audio a verifier hears for a detection at frame f: from 2.0 s before the frame's end to 0.5 s after."""
+
+
+def _verified_table(models: list, res: dict, name: str, sets_dir: Path) -> None:
+    """Each model followed by the second-pass model ``name`` as a verifier (:func:`streamd.evaluation.wake.
+    verified_sweep`; the gap: log P(keyword) - log P(its own text) on the detection's audio): the pair of
+    thresholds with the lowest dev miss at <= 0.5 FA/h (ties: the higher wake threshold, then the stricter
+    verifier), its test figures; the JSON in verify_out.json."""
+    import numpy as np
+
+    from ..audio.resample import resample
+    from ..decode.endpoint import seconds_to_frames
+    from ..evaluation.sets import load_entries
+    from ..evaluation.wake import verified_sweep
+    from ..second_pass.models import load_recognizer, sentence_case
+
+    model = load_recognizer(name, cpu_threads=1, int8=True)
+    out, rows = {}, []
+    for k, m in enumerate(models):
+        ids = model.tokenizer.encode(sentence_case(m.keyword))
+        sweeps, asked = {}, {}
+        for half in ("dev", "test"):
+            ents, tracks, secs, _ = res[half]
+            cache: dict = {}
+
+            def gap(i: int, f: int) -> float:
+                if (i, f) not in cache:
+                    x, rate = load_entries([ents[i]], None)[0]
+                    x = np.asarray(x, dtype=np.float32)
+                    if rate != 16000:
+                        x = resample(x, rate, 16000).astype(np.float32)
+                    end = (f + 1) * 0.08
+                    w = x[max(0, int((end - VERIFY_BEFORE_S) * 16000)):int((end + VERIFY_AFTER_S) * 16000)]
+                    _, _, at = model._greedy(w if w.size >= 1600 else x, min_tokens=1)
+                    cache[(i, f)] = model.rival_gap(at, ids) if at is not None else -float("inf")
+                return cache[(i, f)]
+
+            t0 = time.time()
+            sweeps[half] = verified_sweep(k, m.keyword, ents, tracks, secs, gap, seconds_to_frames(1.0, 0.08))
+            asked[half] = (len(cache), round(time.time() - t0, 1))
+        ok = [p for p in sweeps["dev"] if p["fa_per_hour"] is not None and p["fa_per_hour"] <= 0.5]
+        best = min(ok, key=lambda p: (p["frr"], -p["wake_threshold"], -(p["gap"] if p["gap"] is not None else 1e9)))
+        test = next(p for p in sweeps["test"] if (p["wake_threshold"], p["gap"]) == (best["wake_threshold"], best["gap"]))
+        out[m.keyword] = {"dev": best, "test": test, "verifications": asked, "sweeps": sweeps}
+        rows.append((m.keyword, best, test, asked))
+        print(f"{m.keyword:15s} verified by {name}: dev choice wake {best['wake_threshold']:g}, gap {best['gap']}: dev miss "
+              f"{best['frr'] * 100:.1f} % | TEST miss {test['frr'] * 100:.1f} % FA/h {test['fa_per_hour']:.2f} "
+              f"({test['false_alarms']}); verifier calls dev / test {asked['dev'][0]} / {asked['test'][0]} "
+              f"({asked['dev'][1]} / {asked['test'][1]} s)")
+    print("| keyword | test positives | wake threshold, verifier gap (dev-chosen) | test miss / FA/h (false alarms) |")
+    print("|---|---:|---|---|")
+    tot = miss = 0
+    for kw, best, test, _ in rows:
+        n = test["positives"]
+        tot += n
+        miss += test["missed"]
+        print(f"| {kw} | {n} | {best['wake_threshold']:g}, {best['gap']} | {test['frr'] * 100:.1f} % / "
+              f"{test['fa_per_hour']:.1f} ({test['false_alarms']}) |")
+    print(f"| summed | {tot} | | {100 * miss / max(1, tot):.1f} % |")
+    json.dump(out, open(sets_dir / "verify_out.json", "w"), indent=1)

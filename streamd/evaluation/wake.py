@@ -30,7 +30,8 @@ from .keywords import contains_phrase, phrase_key
 from .kws import FA_BUDGETS, budget_key, det_points, frr_at, kws_counts
 from .sets import EvalEntry
 
-__all__ = ["WAKE_THRESHOLDS", "detect_frames", "score_tracks", "wake_model_figures"]
+__all__ = ["WAKE_THRESHOLDS", "VERIFY_WAKE_THRESHOLDS", "VERIFY_GAPS", "detect_frames", "score_tracks",
+           "verified_sweep", "wake_model_figures"]
 
 WAKE_THRESHOLDS: tuple[float, ...] = tuple(round(0.01 * i, 2) for i in range(1, 100)) + tuple(
     round(1 - 10 ** -(2 + 0.125 * i), 7) for i in range(1, 25))
@@ -101,6 +102,44 @@ def wake_model_figures(models: Sequence[WakeModel], entries: Sequence[EvalEntry]
                           "threshold": m.threshold, **at_own,
                           **{budget_key(b): frr_at(sweep, b) for b in FA_BUDGETS},
                           "sweep": sweep, "det": det_points(sweep)}
+    return out
+
+
+VERIFY_WAKE_THRESHOLDS: tuple[float, ...] = (0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+"""Wake thresholds of :func:`verified_sweep` (a verifier lets the wake model fire early)."""
+VERIFY_GAPS: tuple[float, ...] = (-20.0, -16.0, -12.0, -10.0, -8.0, -6.0, -5.0, -4.0, -3.0, -2.0)
+"""Verifier thresholds of :func:`verified_sweep`: log P(keyword) - log P(the verifier's own text), nats."""
+
+
+def verified_sweep(model: int, keyword: str, entries: Sequence[EvalEntry], tracks: Sequence[np.ndarray],
+                   seconds: Sequence[float], gap, refractory_frames: int,
+                   wake_thresholds: Sequence[float] = VERIFY_WAKE_THRESHOLDS,
+                   gaps: Sequence[float | None] = (None, *VERIFY_GAPS)) -> list[dict]:
+    """A wake model (column ``model`` of each (T, K) track) followed by a verifier: a detection at frame f of
+    file i stands when ``gap(i, f)`` >= the verifier threshold (None: no verifier).  Roles as
+    :func:`wake_model_figures`'s.  Returns one point per (wake threshold, verifier threshold):
+    ``wake_threshold``, ``gap``, ``verified`` (how many detections the verifier was asked about),
+    ``positives`` and :func:`~.kws.kws_counts`' figures.  ``gap`` is called once per distinct detection (the caller caches)."""
+    kw_words = normalize_words(keyword)
+    sel, ents = [], []
+    for i, e in enumerate(entries):
+        if e.keyword is not None:
+            if phrase_key(e.keyword) == phrase_key(keyword):
+                sel.append(i)
+                ents.append(dataclasses.replace(e, keyword=keyword))
+        elif not contains_phrase(normalize_words(e.text), kw_words):
+            sel.append(i)
+            ents.append(e)
+    neg_h = sum(seconds[i] for i, e in zip(sel, ents) if e.keyword is None) / 3600.0
+    out = []
+    for t in wake_thresholds:
+        fired = {i: detect_frames(tracks[i][:, model], t, refractory_frames) for i in sel}
+        asked = sum(len(v) for v in fired.values())
+        for v in gaps:
+            dets = [[_Det(keyword, float(tracks[i][f, model]), f) for f in fired[i] if v is None or gap(i, f) >= v]
+                    for i in sel]
+            out.append({"wake_threshold": t, "gap": v, "verified": asked if v is not None else 0,
+                        "positives": sum(e.keyword is not None for e in ents), **kws_counts(dets, ents, neg_h)})
     return out
 
 

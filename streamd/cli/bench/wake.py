@@ -33,6 +33,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("models", nargs="*", metavar="MODEL.wake.pt", help="trained wake models (streamd wake train)")
     p.add_argument("--oww", nargs="*", metavar="MODEL.onnx", help="openWakeWord models as peers (no file: the four "
                    "wake-phrase models of its package)")
+    p.add_argument("--verify", metavar="NAME", help="also each model followed by this second-pass model as a "
+                   "verifier of its detections (e.g. moonshine-base-so762): thresholds of both on the dev half")
     _precision_arg(p)
     p.set_defaults(run=_wake_mycroft)
 
@@ -61,5 +63,5 @@ def _wake_hey_stream(a: argparse.Namespace) -> int:
 def _wake_mycroft(a: argparse.Namespace) -> int:
     from ...bench.wake_mycroft import wake_mycroft
 
-    wake_mycroft(a.models, a.oww, precision=a.precision)
+    wake_mycroft(a.models, a.oww, precision=a.precision, verify=a.verify)
     return 0
