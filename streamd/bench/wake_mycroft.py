@@ -241,7 +241,10 @@ def _verified_table(models: list, res: dict, name: str, sets_dir: Path) -> None:
             sweeps[half] = verified_sweep(k, m.keyword, ents, tracks, secs, gap, seconds_to_frames(1.0, 0.08))
             asked[half] = (len(cache), round(time.time() - t0, 1))
         ok = [p for p in sweeps["dev"] if p["fa_per_hour"] is not None and p["fa_per_hour"] <= 0.5]
-        best = min(ok, key=lambda p: (p["frr"], -p["wake_threshold"], -(p["gap"] if p["gap"] is not None else 1e9)))
+        if not ok:
+            print(f"{m.keyword:15s} verified by {name}: no pair of thresholds within 0.5 FA/h on the dev half")
+            continue
+        best = min(ok, key=lambda p: (p["frr"], -p["wake_threshold"], -(p["gap"] if p["gap"] is not None else -1e9)))
         test = next(p for p in sweeps["test"] if (p["wake_threshold"], p["gap"]) == (best["wake_threshold"], best["gap"]))
         out[m.keyword] = {"dev": best, "test": test, "verifications": asked, "sweeps": sweeps}
         rows.append((m.keyword, best, test, asked))
