@@ -49,6 +49,7 @@ SETS = Path("/tmp/wake_mycroft_sets")
 BASE = {"athena": 89.6, "amelia": 66.4, "hey savant": 56.6, "computer": 42.9, "hey chatterbox": 80.8,
         "hey computer": 25.0}  # the table's "runtime search" column: its miss at the same negatives (docs)
 OWW_BUNDLED = ("alexa", "hey_jarvis", "hey_mycroft", "hey_rhasspy")
+FRAME_S, REFRACTORY_S = 0.08, 1.0  # the wake models' frame (one embedding every 80 ms) and the detectors' refractory
 
 
 def write_halves(shared: Path, sets_dir: Path) -> None:
@@ -89,7 +90,7 @@ def _score(models: list, oww: Any, peers: list, sets_dir: Path, precision: str =
         if models:
             t0 = time.time()
             tracks = score_tracks(WakeScorer(models, precision=precision), audio)
-            res[half] = (ents, tracks, secs, wake_model_figures(models, ents, tracks, secs, 1.0, 0.08))
+            res[half] = (ents, tracks, secs, wake_model_figures(models, ents, tracks, secs, REFRACTORY_S, FRAME_S))
             print(half, "scored", round(sum(secs)), "s audio in", round(time.time() - t0), "s", file=sys.stderr)
         if peers:
             from ..evaluation.oww import peer_figures
@@ -98,8 +99,8 @@ def _score(models: list, oww: Any, peers: list, sets_dir: Path, precision: str =
             tracks = oww.tracks(audio)
             # the same files again with every wake clip a negative (none is a peer's keyword)
             as_neg = [dataclasses.replace(e, keyword=None) for e in ents]
-            peer_res[half] = (peer_figures(peers, ents, tracks, secs, 1.0),
-                              peer_figures(peers, as_neg, tracks, secs, 1.0))
+            peer_res[half] = (peer_figures(peers, ents, tracks, secs, REFRACTORY_S),
+                              peer_figures(peers, as_neg, tracks, secs, REFRACTORY_S))
             print(half, "openWakeWord scored", round(sum(secs)), "s audio in", round(time.time() - t0), "s",
                   file=sys.stderr)
     return res, peer_res
@@ -214,12 +215,13 @@ def _verified_table(models: list, res: dict, name: str, sets_dir: Path) -> None:
     from ..decode.endpoint import seconds_to_frames
     from ..evaluation.sets import load_entries
     from ..evaluation.wake import verified_sweep
-    from ..second_pass.models import load_recognizer, sentence_case
+    from ..second_pass.models import load_recognizer
 
     model = load_recognizer(name, cpu_threads=1, int8=True)
+    if not getattr(model, "scores_rivals", False):
+        raise ValueError(f"--verify {name}: this model does not score texts (Moonshine models do)")
     out, rows = {}, []
     for k, m in enumerate(models):
-        ids = model.tokenizer.encode(sentence_case(m.keyword))
         sweeps, asked = {}, {}
         for half in ("dev", "test"):
             ents, tracks, secs, _ = res[half]
@@ -231,14 +233,15 @@ def _verified_table(models: list, res: dict, name: str, sets_dir: Path) -> None:
                     x = np.asarray(x, dtype=np.float32)
                     if rate != 16000:
                         x = resample(x, rate, 16000).astype(np.float32)
-                    end = (f + 1) * 0.08
+                    end = (f + 1) * FRAME_S
                     w = x[max(0, int((end - VERIFY_BEFORE_S) * 16000)):int((end + VERIFY_AFTER_S) * 16000)]
-                    _, _, at = model._greedy(w if w.size >= 1600 else x, min_tokens=1)
-                    cache[(i, f)] = model.rival_gap(at, ids) if at is not None else -float("inf")
+                    g = model.recognize(w if w.size >= 1600 else x, rival=m.keyword).rival_gap
+                    cache[(i, f)] = -float("inf") if g is None else g
                 return cache[(i, f)]
 
             t0 = time.time()
-            sweeps[half] = verified_sweep(k, m.keyword, ents, tracks, secs, gap, seconds_to_frames(1.0, 0.08))
+            sweeps[half] = verified_sweep(k, m.keyword, ents, tracks, secs, gap,
+                                          seconds_to_frames(REFRACTORY_S, FRAME_S))
             asked[half] = (len(cache), round(time.time() - t0, 1))
         ok = [p for p in sweeps["dev"] if p["fa_per_hour"] is not None and p["fa_per_hour"] <= 0.5]
         if not ok:
