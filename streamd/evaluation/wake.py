@@ -71,6 +71,23 @@ def score_tracks(scorer: WakeScorer, audio: Sequence[tuple[np.ndarray, int]]) ->
     return out
 
 
+def _roles(keyword: str, entries: Sequence[EvalEntry], seconds: Sequence[float]
+           ) -> tuple[list[int], list[EvalEntry], float]:
+    """The files that count for a model of ``keyword`` (the module's roles): their indices, their entries (a
+    positive's ``keyword`` spelled as the model's) and the negatives' hours."""
+    kw_words = normalize_words(keyword)
+    sel, ents = [], []
+    for i, e in enumerate(entries):
+        if e.keyword is not None:
+            if phrase_key(e.keyword) == phrase_key(keyword):
+                sel.append(i)
+                ents.append(dataclasses.replace(e, keyword=keyword))
+        elif not contains_phrase(normalize_words(e.text), kw_words):
+            sel.append(i)
+            ents.append(e)
+    return sel, ents, sum(seconds[i] for i, e in zip(sel, ents) if e.keyword is None) / 3600.0
+
+
 def wake_model_figures(models: Sequence[WakeModel], entries: Sequence[EvalEntry], tracks: Sequence[np.ndarray],
                        seconds: Sequence[float], refractory_s: float, frame_shift_s: float,
                        thresholds: Sequence[float] = WAKE_THRESHOLDS) -> dict:
@@ -79,17 +96,7 @@ def wake_model_figures(models: Sequence[WakeModel], entries: Sequence[EvalEntry]
     ref = seconds_to_frames(refractory_s, frame_shift_s)
     out = {}
     for k, m in enumerate(models):
-        kw_words = normalize_words(m.keyword)
-        sel, ents = [], []
-        for i, e in enumerate(entries):
-            if e.keyword is not None:
-                if phrase_key(e.keyword) == phrase_key(m.keyword):
-                    sel.append(i)
-                    ents.append(dataclasses.replace(e, keyword=m.keyword))
-            elif not contains_phrase(normalize_words(e.text), kw_words):
-                sel.append(i)
-                ents.append(e)
-        neg_h = sum(seconds[i] for i, e in zip(sel, ents) if e.keyword is None) / 3600.0
+        sel, ents, neg_h = _roles(m.keyword, entries, seconds)
         ts = sorted(set(thresholds) | {m.threshold})
         sweep = []
         for t in ts:
@@ -117,20 +124,11 @@ def verified_sweep(model: int, keyword: str, entries: Sequence[EvalEntry], track
                    gaps: Sequence[float | None] = (None, *VERIFY_GAPS)) -> list[dict]:
     """A wake model (column ``model`` of each (T, K) track) followed by a verifier: a detection at frame f of
     file i stands when ``gap(i, f)`` >= the verifier threshold (None: no verifier).  Roles as
-    :func:`wake_model_figures`'s.  Returns one point per (wake threshold, verifier threshold):
+    :func:`_roles`.  Returns one point per (wake threshold, verifier threshold):
     ``wake_threshold``, ``gap``, ``verified`` (how many detections the verifier was asked about),
     ``positives`` and :func:`~.kws.kws_counts`' figures.  ``gap`` is called once per distinct detection (the caller caches)."""
-    kw_words = normalize_words(keyword)
-    sel, ents = [], []
-    for i, e in enumerate(entries):
-        if e.keyword is not None:
-            if phrase_key(e.keyword) == phrase_key(keyword):
-                sel.append(i)
-                ents.append(dataclasses.replace(e, keyword=keyword))
-        elif not contains_phrase(normalize_words(e.text), kw_words):
-            sel.append(i)
-            ents.append(e)
-    neg_h = sum(seconds[i] for i, e in zip(sel, ents) if e.keyword is None) / 3600.0
+    sel, ents, neg_h = _roles(keyword, entries, seconds)
+    positives = sum(e.keyword is not None for e in ents)
     out = []
     for t in wake_thresholds:
         fired = {i: detect_frames(tracks[i][:, model], t, refractory_frames) for i in sel}
@@ -139,7 +137,7 @@ def verified_sweep(model: int, keyword: str, entries: Sequence[EvalEntry], track
             dets = [[_Det(keyword, float(tracks[i][f, model]), f) for f in fired[i] if v is None or gap(i, f) >= v]
                     for i in sel]
             out.append({"wake_threshold": t, "gap": v, "verified": asked if v is not None else 0,
-                        "positives": sum(e.keyword is not None for e in ents), **kws_counts(dets, ents, neg_h)})
+                        "positives": positives, **kws_counts(dets, ents, neg_h)})
     return out
 
 

@@ -667,20 +667,15 @@ class MoonshineTeacher:
         the forced prefix: the rival teacher-forced through the decoder in one call on the cache the search
         had when it chose its first token (``at``, from :meth:`_greedy`), whose logits give the rival's first
         token; the search's own log-probability was summed as it went."""
-        def log_softmax(z: np.ndarray) -> np.ndarray:
-            z = z.astype(np.float64)
-            top = z.max(-1, keepdims=True)
-            return z - top - np.log(np.exp(z - top).sum(-1, keepdims=True))
-
         targets = [*rival, MoonshineTokenizer.EOS]
-        total = float(log_softmax(at.logits)[targets[0]])
+        total = float(at.logits[targets[0]] - _log_norm(at.logits))
         if rival:
             feed = dict(at.cache)
             feed["input_ids"] = np.array([list(rival)], dtype=np.int64)
             feed["encoder_hidden_states"] = at.states
             feed["use_cache_branch"] = np.array([True])
-            logp = log_softmax(dict(zip(self._out_names, self._dec.run(None, feed)))["logits"][0])  # (len(rival), V)
-            total += float(sum(logp[i, t] for i, t in enumerate(targets[1:])))
+            z = dict(zip(self._out_names, self._dec.run(None, feed)))["logits"][0].astype(np.float64)  # (len(rival), V)
+            total += float(sum(z[i, t] for i, t in enumerate(targets[1:])) - _log_norm(z).sum())
         return total - at.own
 
     def _greedy(self, audio: np.ndarray, min_tokens: int = 0, prefix: Sequence[int] = ()
@@ -718,7 +713,7 @@ class MoonshineTeacher:
             logits = outs["logits"][0, -1].astype(np.float64)
             if scoring is None:  # the first free token: where a rival's scoring starts
                 scoring = _Scoring(dict(cache), logits, states)
-            norm = math.log(np.exp(logits - logits.max()).sum()) + logits.max()  # log of the softmax's denominator
+            norm = float(_log_norm(logits))
             allowed = logits.copy()
             if len(ids) < min_tokens:
                 allowed[MoonshineTokenizer.EOS] = -np.inf
@@ -730,6 +725,13 @@ class MoonshineTeacher:
             ids.append(token)
             probs.append(math.exp(logp))
         return ids, probs, scoring
+
+
+def _log_norm(z: np.ndarray) -> np.ndarray:
+    """log of the softmax's denominator over the last axis, log sum exp z (shape of ``z`` without that axis):
+    ``z - _log_norm(z)[..., None]`` is the log-softmax."""
+    top = z.max(-1)
+    return top + np.log(np.exp(z - top[..., None]).sum(-1))
 
 
 @dataclass
