@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-__all__ = ["Word", "Partial", "Final", "WakeWord", "Error", "Done", "Event", "from_wire"]
+__all__ = ["Word", "Partial", "Final", "WakeWord", "WakeCheck", "WAKE_DROPPED", "Error", "Done", "Event", "from_wire"]
 
 
 def _r(x: float, nd: int = 3) -> float:
@@ -179,24 +179,63 @@ class Final:
 @dataclass(frozen=True)
 class WakeWord:
     """A wake word fired: the model's KWS head (``start``/``end`` span the spoken keyword: its words in the
-    stream's best hypothesis, else the head's rise, :func:`streamd.decode.kws.aligned_span`) or a runtime wake
-    word's keyword search (its tokens' frames, :mod:`streamd.decode.keyword_search`); docs/protocol.md."""
+    stream's best hypothesis, else the head's rise, :func:`streamd.decode.kws.aligned_span`), a runtime wake
+    word's keyword search (its tokens' frames, :mod:`streamd.decode.keyword_search`) or a trained wake model
+    (:mod:`streamd.engine.wake`); docs/protocol.md.
+
+    ``verification`` (trained wake models with ``kws.verify``; None otherwise): ``pending`` as the engine
+    emits it, with the audio around the keyword in ``check`` (not on the wire); then, from the second pass
+    (:meth:`streamd.second_pass.rescore.SecondPass.verify`), ``verified`` (``verifier_gap`` = log P(keyword) -
+    log P(the second model's own text) on that audio, nats, reached ``check.min_gap``) or ``rejected``; when
+    the second pass could not hear it, ``skipped_overload`` or ``failed`` if the model's score reaches its
+    own threshold, else ``unverified``.  Clients get ``verified``, ``skipped_overload`` and ``failed``
+    (:attr:`stands`); the others are counted, not delivered."""
 
     stream: int
     keyword: str
     score: float
     start: float
     end: float
+    verification: str | None = None
+    verifier_gap: float | None = None
+    check: "WakeCheck | None" = field(default=None, compare=False, repr=False)
+
+    @property
+    def stands(self) -> bool:
+        """Delivered to clients: no verifier, or the verifier (or the fallback rule) let it stand."""
+        return self.verification not in WAKE_DROPPED
 
     def to_wire(self) -> dict:
-        return {"type": "wake", "keyword": self.keyword, "score": _r(self.score, 3),
-                "start": _r(self.start, 2), "end": _r(self.end, 2)}
+        out = {"type": "wake", "keyword": self.keyword, "score": _r(self.score, 3),
+               "start": _r(self.start, 2), "end": _r(self.end, 2)}
+        if self.verification is not None:
+            out["verification"] = self.verification
+        if self.verifier_gap is not None:
+            out["verifier_gap"] = _r(self.verifier_gap, 2)
+        return out
 
     @classmethod
     def from_wire(cls, msg: Mapping[str, Any], stream: int = 0) -> "WakeWord":
         _check_type(msg, "wake")
         return cls(stream, _get(msg, "keyword", "wake"), _get(msg, "score", "wake"), _get(msg, "start", "wake"),
-                   _get(msg, "end", "wake"))
+                   _get(msg, "end", "wake"), msg.get("verification"), msg.get("verifier_gap"))
+
+
+WAKE_DROPPED = frozenset({"pending", "rejected", "unverified"})
+"""The :attr:`WakeWord.verification` values of detections no client gets."""
+
+
+@dataclass(frozen=True)
+class WakeCheck:
+    """What a second pass needs to verify a pending wake detection: ``audio`` (N,) float32 16 kHz samples
+    around the keyword (:attr:`streamd.config.KwsConfig.verify_before_s` before the detection's end to
+    ``verify_after_s`` after, within the stream), the verifier threshold ``min_gap`` (nats) and
+    ``standalone``: the model's score reaches the model's own threshold (the detection stands when it cannot
+    be verified)."""
+
+    audio: Any = field(compare=False, repr=False)
+    min_gap: float
+    standalone: bool
 
 
 @dataclass(frozen=True)

@@ -14,10 +14,13 @@ model's own threshold, at the dev-chosen threshold (lowest dev miss at <= 0.5 FA
 own best at <= 0.5 FA/h; then a Markdown table.  The set files are written under ``/tmp/wake_mycroft_sets``.
 
 ``--verify NAME``: each model followed by the second-pass model ``NAME`` (``moonshine-base-so762``) as a verifier:
-each detection's audio (2.0 s before its frame's end to 0.5 s after) is decoded by that model and the detection
-stands when log P(keyword) - log P(the model's own text) reaches the verifier's threshold
-(:func:`streamd.evaluation.wake.verified_sweep`); both thresholds are chosen on the dev half (lowest miss at
-<= 0.5 FA/h), the test half's figures printed and written to ``/tmp/wake_mycroft_sets/verify_out.json``.
+each detection's audio (2.0 s before its frame's end to 0.5 s after, ``engine.kws.verify_before_s`` /
+``verify_after_s``) is decoded by that model and the detection stands when log P(keyword) - log P(the model's
+own text) reaches the verifier's threshold (:func:`streamd.evaluation.wake.verified_sweep`); the pair of
+thresholds chosen on the dev half (lowest miss at <= 0.5 FA/h) per keyword and one pair for all keywords,
+and the configured pair (``engine.kws.verify_wake_threshold``, ``verify_gap``) on the test half, simulated
+from the score tracks and through the engine (the shipped model with ``engine.kws.verify``, the second pass
+in line); printed and written to ``/tmp/wake_mycroft_sets/verify_out.json``.
 
 ``--oww``: openWakeWord's pretrained models as peers (:mod:`streamd.evaluation.oww`; pip package
 ``openwakeword``, models CC BY-NC-SA 4.0: measured, never shipped), by default the four wake-phrase models
@@ -200,27 +203,30 @@ def wake_mycroft(model_paths: Sequence[str], oww: Sequence[str] | None = None, s
         _peers_table(peers, peer_res, sets_dir)
 
 
-VERIFY_BEFORE_S, VERIFY_AFTER_S = 2.0, 0.5
-"""The audio a verifier hears for a detection at frame f: from 2.0 s before the frame's end to 0.5 s after."""
-
-
 def _verified_table(models: list, res: dict, name: str, sets_dir: Path) -> None:
     """Each model followed by the second-pass model ``name`` as a verifier (:func:`streamd.evaluation.wake.
-    verified_sweep`; the gap: log P(keyword) - log P(its own text) on the detection's audio): the pair of
-    thresholds with the lowest dev miss at <= 0.5 FA/h (ties: the higher wake threshold, then the stricter
-    verifier), its test figures; the JSON in verify_out.json."""
+    verified_sweep`; the gap: log P(keyword) - log P(its own text) on the detection's audio, the span of
+    :func:`streamd.model.wake.verify_span` with ``engine.kws``' default ``verify_before_s`` / ``verify_after_s``):
+    per keyword the pair of thresholds with the lowest dev miss at <= 0.5 FA/h (ties: the higher wake
+    threshold, then the stricter verifier); one pair for all keywords (the lowest summed dev miss with every
+    keyword at <= 0.5 FA/h); the configured pair (``engine.kws.verify_wake_threshold``, ``verify_gap``); their
+    test figures, then the configured pair through the engine (:func:`_through_engine`).  JSON in
+    verify_out.json."""
     import numpy as np
 
     from ..audio.resample import resample
+    from ..config import KwsConfig
     from ..decode.endpoint import seconds_to_frames
     from ..evaluation.sets import load_entries
     from ..evaluation.wake import verified_sweep
+    from ..model.wake import verify_span
     from ..second_pass.models import load_recognizer
 
+    kcfg = KwsConfig()
     model = load_recognizer(name, cpu_threads=1, int8=True)
     if not getattr(model, "scores_rivals", False):
         raise ValueError(f"--verify {name}: this model does not score texts (Moonshine models do)")
-    out, rows = {}, []
+    out: dict = {}
     for k, m in enumerate(models):
         sweeps, asked = {}, {}
         for half in ("dev", "test"):
@@ -235,8 +241,8 @@ def _verified_table(models: list, res: dict, name: str, sets_dir: Path) -> None:
                         x = np.asarray(x, dtype=np.float32)
                         heard[i] = resample(x, rate, 16000).astype(np.float32) if rate != 16000 else x
                     x = heard[i]
-                    end = (f + 1) * FRAME_S
-                    w = x[max(0, int((end - VERIFY_BEFORE_S) * 16000)):int((end + VERIFY_AFTER_S) * 16000)]
+                    a, b = verify_span((f + 1) * FRAME_S, kcfg.verify_before_s, kcfg.verify_after_s)
+                    w = x[a:b]
                     g = model.recognize(w if w.size >= 1600 else x, rival=m.keyword).rival_gap
                     cache[(i, f)] = -float("inf") if g is None else g
                 return cache[(i, f)]
@@ -245,26 +251,95 @@ def _verified_table(models: list, res: dict, name: str, sets_dir: Path) -> None:
             sweeps[half] = verified_sweep(k, m.keyword, ents, tracks, secs, gap,
                                           seconds_to_frames(REFRACTORY_S, FRAME_S))
             asked[half] = (len(cache), round(time.time() - t0, 1))
-        ok = [p for p in sweeps["dev"] if p["fa_per_hour"] is not None and p["fa_per_hour"] <= 0.5]
-        if not ok:
-            print(f"{m.keyword:15s} verified by {name}: no pair of thresholds within 0.5 FA/h on the dev half")
-            continue
-        best = min(ok, key=lambda p: (p["frr"], -p["wake_threshold"], -(p["gap"] if p["gap"] is not None else -1e9)))
-        test = next(p for p in sweeps["test"] if (p["wake_threshold"], p["gap"]) == (best["wake_threshold"], best["gap"]))
-        out[m.keyword] = {"dev": best, "test": test, "verifications": asked, "sweeps": sweeps}
-        rows.append((m.keyword, best, test, asked))
-        print(f"{m.keyword:15s} verified by {name}: dev choice wake {best['wake_threshold']:g}, gap {best['gap']}: dev miss "
-              f"{best['frr'] * 100:.1f} % | TEST miss {test['frr'] * 100:.1f} % FA/h {test['fa_per_hour']:.2f} "
-              f"({test['false_alarms']}); verifier calls dev / test {asked['dev'][0]} / {asked['test'][0]} "
-              f"({asked['dev'][1]} / {asked['test'][1]} s)")
-    print("| keyword | test positives | wake threshold, verifier gap (dev-chosen) | test miss / FA/h (false alarms) |")
-    print("|---|---:|---|---|")
-    tot = miss = 0
-    for kw, best, test, _ in rows:
-        n = test["positives"]
-        tot += n
-        miss += test["missed"]
-        print(f"| {kw} | {n} | {best['wake_threshold']:g}, {best['gap']} | {test['frr'] * 100:.1f} % / "
-              f"{test['fa_per_hour']:.1f} ({test['false_alarms']}) |")
-    print(f"| summed | {tot} | | {100 * miss / max(1, tot):.1f} % |")
+        out[m.keyword] = {"verifications": asked, "sweeps": sweeps}
+        print(f"{m.keyword:15s} verifier calls dev / test {asked['dev'][0]} / {asked['test'][0]} "
+              f"({asked['dev'][1]} / {asked['test'][1]} s)", file=sys.stderr)
+
+    def point(kw: str, half: str, pair: tuple) -> dict:
+        return next(p for p in out[kw]["sweeps"][half] if (p["wake_threshold"], p["gap"]) == pair)
+
+    def within(p: dict) -> bool:
+        return p["fa_per_hour"] is not None and p["fa_per_hour"] <= 0.5
+
+    pairs = [(p["wake_threshold"], p["gap"]) for p in out[models[0].keyword]["sweeps"]["dev"] if p["gap"] is not None]
+    shared = [pr for pr in pairs if all(within(point(m.keyword, "dev", pr)) for m in models)]
+    shared_pair = min(shared, key=lambda pr: (sum(point(m.keyword, "dev", pr)["missed"] for m in models),
+                                              -pr[0], -pr[1])) if shared else None
+    config_pair = (kcfg.verify_wake_threshold, kcfg.verify_gap)
+    engine = _through_engine(models, name, sets_dir)
+    print(f"one pair for all (dev): {shared_pair}; configured: {config_pair}")
+    print("| keyword | test positives | own pair (dev-chosen): test miss / FA/h | one pair for all (dev) | "
+          f"configured {config_pair[0]:g}, {config_pair[1]:g} | the same through the engine |")
+    print("|---|---:|---|---|---|---|")
+    tot = {"own": 0, "shared": 0, "config": 0, "engine": 0, "n": 0}
+
+    def cell(p: dict | None) -> str:
+        return "-" if p is None else f"{p['frr'] * 100:.1f} % / {p['fa_per_hour']:.1f} ({p['false_alarms']})"
+
+    for m in models:
+        ok = [p for p in out[m.keyword]["sweeps"]["dev"] if within(p)]
+        own = min(ok, key=lambda p: (p["frr"], -p["wake_threshold"], -(p["gap"] if p["gap"] is not None else -1e9))
+                  ) if ok else None
+        own_t = point(m.keyword, "test", (own["wake_threshold"], own["gap"])) if own else None
+        sh_t = point(m.keyword, "test", shared_pair) if shared_pair else None
+        cf_t = point(m.keyword, "test", config_pair) if config_pair in pairs else None
+        en = engine[m.keyword]
+        out[m.keyword].update({"dev": own, "test": own_t, "shared": sh_t, "configured": cf_t, "engine": en})
+        n = en["positives"]
+        tot["n"] += n
+        for key, p in (("own", own_t), ("shared", sh_t), ("config", cf_t), ("engine", en)):
+            tot[key] += p["missed"] if p is not None else n
+        own_s = f"{own['wake_threshold']:g}, {own['gap']}: " if own else ""
+        print(f"| {m.keyword} | {n} | {own_s}{cell(own_t)} | {cell(sh_t)} | {cell(cf_t)} | {cell(en)} |")
+    n = max(1, tot["n"])
+    print(f"| summed | {tot['n']} | {100 * tot['own'] / n:.1f} % | {100 * tot['shared'] / n:.1f} % | "
+          f"{100 * tot['config'] / n:.1f} % | {100 * tot['engine'] / n:.1f} % |")
+    out["_pairs"] = {"shared": shared_pair, "configured": config_pair}
     json.dump(out, open(sets_dir / "verify_out.json", "w"), indent=1)
+
+
+def _through_engine(models: list, name: str, sets_dir: Path) -> dict:
+    """The test half through the shipped model's engine with the wake models verified by ``name``
+    (``engine.kws`` defaults with ``verify: true``; the second pass in line, as ``streamd transcribe``):
+    per keyword :func:`~streamd.evaluation.kws.kws_counts` of the detections that stand, with ``positives``."""
+    import numpy as np
+
+    from ..config import EngineConfig, KwsConfig, SecondPassConfig
+    from ..engine import Recognizer
+    from ..evaluation.kws import kws_counts
+    from ..evaluation.sets import load_entries, read_eval_set
+    from ..evaluation.wake import file_roles
+    from ..events import WakeWord
+    from ..feed import feed_streams
+    from ..paths import default_model_path
+    from ..second_pass.calibration import second_pass_for
+
+    cfg = EngineConfig(num_threads=1, kws=KwsConfig(wake_models=tuple(m.path for m in models), verify=True),
+                       second_pass=SecondPassConfig(model=name))
+    rec = Recognizer.from_checkpoint(str(default_model_path()), cfg)
+    second = second_pass_for(cfg, rec.calibration is not None)
+    ents = [e for s in ("mycroft", "sc", "kwsdev") for e in read_eval_set(sets_dir / f"test_{s}.jsonl")[0]]
+    audio = load_entries(ents, None)
+    secs = [len(x) / r for x, r in audio]
+    t0 = time.time()
+    names = {m.keyword for m in models}
+    stood: list[list[WakeWord]] = [[] for _ in ents]
+    asked = 0
+
+    def on_event(i: int, ev) -> None:
+        nonlocal asked
+        if isinstance(ev, WakeWord) and ev.keyword in names:
+            asked += 1
+            stood[i] += [w for w in second.apply_events([ev]) if w.stands]
+
+    feed_streams(rec, [(np.asarray(x, dtype=np.float32), r) for x, r in audio], piece_seconds=0.32,
+                 on_event=on_event, partials=False)
+    print(f"through the engine: {round(sum(secs))} s of audio, {asked} detections verified, "
+          f"{round(time.time() - t0)} s", file=sys.stderr)
+    figs = {}
+    for m in models:
+        sel, sel_ents, neg_h = file_roles(m.keyword, ents, secs)
+        dets = [[w for w in stood[i] if w.keyword == m.keyword] for i in sel]
+        figs[m.keyword] = {"positives": sum(e.keyword is not None for e in sel_ents),
+                           **kws_counts(dets, sel_ents, neg_h)}
+    return figs

@@ -16,10 +16,14 @@ from ..config import (HOTWORD_METHODS, HOTWORDS_HELP, SEARCH_METHODS, SECOND_PAS
                      EngineConfig,
                      load_yaml, parse_phrases)
 
-__all__ = ["add_engine_args", "engine_config_from_args", "run_guarded", "WAKE_MODELS_HELP"]
+__all__ = ["add_engine_args", "engine_config_from_args", "run_guarded", "WAKE_MODELS_HELP", "VERIFY_WAKE_HELP"]
 
 WAKE_MODELS_HELP = ("trained wake model files (streamd wake train), scored every 80 ms on the speech embedding "
                     "beside the other wake words (engine.kws.wake_models)")
+
+VERIFY_WAKE_HELP = ("verify the wake models' detections with the second pass (engine.kws.verify; needs --second-pass "
+                    "moonshine-base-so762): they fire at a lower threshold and are sent when the second model hears "
+                    "the keyword")
 
 
 def add_engine_args(p: argparse.ArgumentParser) -> None:
@@ -39,6 +43,7 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--hotwords", metavar="LIST", help=HOTWORDS_HELP)
     p.add_argument("--second-pass", metavar="NAME|PATH", help=SECOND_PASS_HELP)
     p.add_argument("--wake-model", nargs="+", metavar="FILE", help=WAKE_MODELS_HELP)
+    p.add_argument("--verify-wake", action="store_true", default=None, help=VERIFY_WAKE_HELP)
 
 
 def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
@@ -65,6 +70,8 @@ def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
         second = dataclasses.replace(second, model=args.second_pass)
     if getattr(args, "wake_model", None):
         kws = dataclasses.replace(kws, wake_models=tuple(args.wake_model))
+    if getattr(args, "verify_wake", None):
+        kws = dataclasses.replace(kws, verify=True)
     return dataclasses.replace(cfg, device=args.device or cfg.device, decoding=dec, kws=kws, second_pass=second)
 
 

@@ -94,6 +94,9 @@ def _run_keywords(args: argparse.Namespace, model: str, options: EvalOptions) ->
         from ..evaluation.oww import require_openwakeword
         require_openwakeword(args.peer_wake_model)
     cfg = engine_config_from_args(args)
+    if cfg.kws.verify:
+        raise ValueError("keyword mode scores the trained wake models without a verifier; their figures with one: "
+                         "streamd bench wake-mycroft MODEL... --verify NAME")
     wake_models = cfg.kws.wake_models  # trained models: scored on their own, side by side
     cfg = dataclasses.replace(cfg, kws=dataclasses.replace(cfg.kws, wake_models=()))
     report = run_keywords(model, args.sets, cfg, options, args.keywords or None)

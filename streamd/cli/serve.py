@@ -8,7 +8,7 @@ import argparse
 from typing import Any
 
 from ..config import HOTWORDS_HELP, SECOND_PASS_HELP, WAKE_WORDS_HELP
-from .engine_args import WAKE_MODELS_HELP
+from .engine_args import VERIFY_WAKE_HELP, WAKE_MODELS_HELP
 
 __all__ = ["add_subcommands"]
 
@@ -20,7 +20,8 @@ def _serve(args: argparse.Namespace) -> int:
                                "vosk_port": args.vosk_port, "mic": args.mic, "mic_device": args.mic_device,
                                "wyoming_port": args.wyoming_port, "wake_words": args.wake_words,
                                "hotwords": args.hotwords, "second_pass": args.second_pass,
-                               "wake_models": args.wake_model, "front_processes": args.front_processes},
+                               "wake_models": args.wake_model, "verify_wake": args.verify_wake,
+                               "front_processes": args.front_processes},
                  null_engine=args.null_engine)
 
 
@@ -51,6 +52,7 @@ def add_subcommands(sub: Any) -> None:
     s.add_argument("--hotwords", metavar="LIST", help=HOTWORDS_HELP + " (engine.decoding.hotwords)")
     s.add_argument("--second-pass", metavar="NAME|PATH", help=SECOND_PASS_HELP)
     s.add_argument("--wake-model", nargs="+", metavar="FILE", help=WAKE_MODELS_HELP)
+    s.add_argument("--verify-wake", action="store_true", help=VERIFY_WAKE_HELP)
     s.add_argument("--mic", action="store_true", help="decode the local microphone; events on /v1/events")
     s.add_argument("--mic-device", help="input device index or name (mic.device)")
     s.add_argument("--front-processes", type=int, metavar="N",

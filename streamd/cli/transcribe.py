@@ -89,6 +89,7 @@ def run(args: argparse.Namespace) -> int:
         return status
     from ..engine import Recognizer
     from ..second_pass.calibration import second_pass_for
+    from ..second_pass.rescore import pending
 
     rec = Recognizer.from_checkpoint(model_arg(args.model), cfg)
     files = list(audio)
@@ -101,8 +102,10 @@ def run(args: argparse.Namespace) -> int:
 
     def on_event(i: int, ev) -> None:
         nonlocal status
-        if second is not None and type(ev).__name__ == "Final":  # in line: a file's final waits for its second pass
-            ev = second.apply(ev)
+        if second is not None and pending(ev):  # in line: a file's final (or wake detection) waits for the second pass
+            ev = second.apply_all([ev])[0]
+            if not getattr(ev, "stands", True):  # a wake detection the verifier rejected
+                return
         path, kind = files[i], type(ev).__name__
         line = None
         if args.json:

@@ -113,6 +113,13 @@ class KwsConfig:
     applies to them too.  ``embedding_precision``: the speech embedding's arithmetic, ``auto`` (bfloat16 on
     a CPU with AMX tiles, float32 elsewhere), ``float32`` or ``bfloat16``
     (:func:`streamd.model.speech_embedding.compute_dtype`).
+    ``verify``: the trained wake models' detections are verified by the second pass (``second_pass.model``,
+    one that scores texts: Moonshine): every model then fires at ``verify_wake_threshold`` (instead of
+    its own threshold), and a detection stands when log P(keyword) - log P(the second model's own text), on
+    the audio from ``verify_before_s`` before the detection's end to ``verify_after_s`` after it, reaches
+    ``verify_gap`` nats (:class:`streamd.events.WakeWord`; the event comes ``verify_after_s`` plus the
+    decode later).  The defaults are the one pair of thresholds chosen for all keywords on the dev half of
+    Mycroft's recordings (docs/benchmarks.md, "A second-stage verifier").
     ``enabled`` false turns every kind off.
     Deprecated, accepted and checked but without effect since the keyword-constrained search (issue 21):
     ``wake_boost`` (was the beam search's per-token boost) and ``wake_beam`` (its hypotheses per stream).
@@ -132,6 +139,11 @@ class KwsConfig:
     trailing_blanks: int = 2
     wake_models: tuple[str, ...] = ()
     embedding_precision: str = "auto"
+    verify: bool = False
+    verify_wake_threshold: float = 0.05
+    verify_gap: float = -8.0
+    verify_before_s: float = 2.0
+    verify_after_s: float = 0.5
 
     def __post_init__(self) -> None:
         _one_of(self.embedding_precision, EMBEDDING_PRECISIONS, "embedding_precision")
@@ -157,6 +169,13 @@ class KwsConfig:
         _check(0.0 <= self.wake_boost <= 20.0, "wake_boost", f"must be in [0, 20], got {self.wake_boost}")
         _check(1 <= self.wake_beam <= 16, "wake_beam", f"must be 1..16, got {self.wake_beam}")
         _check(0 <= self.trailing_blanks <= 50, "trailing_blanks", f"must be 0..50, got {self.trailing_blanks}")
+        _check(isinstance(self.verify, bool), "verify", f"must be true or false, got {self.verify!r}")
+        _check(0.0 < self.verify_wake_threshold < 1.0, "verify_wake_threshold",
+               f"must be in (0, 1), got {self.verify_wake_threshold}")
+        _check(-100.0 <= self.verify_gap <= 100.0, "verify_gap", f"must be in [-100, 100] nats, got {self.verify_gap}")
+        _check(0.5 <= self.verify_before_s <= 10.0, "verify_before_s",
+               f"must be in [0.5, 10] s, got {self.verify_before_s}")
+        _check(0.0 <= self.verify_after_s <= 2.0, "verify_after_s", f"must be in [0, 2] s, got {self.verify_after_s}")
 
     def threshold_for(self, keyword: str) -> float:
         return float(self.thresholds.get(keyword, self.threshold))
@@ -342,6 +361,9 @@ class EngineConfig:
         _check(self.max_batch >= 1, "max_batch", f"must be >= 1, got {self.max_batch}")
         _check(self.num_threads >= 0, "num_threads", f"must be >= 0 (0 = torch's default), got {self.num_threads}")
         _check(isinstance(self.trace_encoder, bool), "trace_encoder", f"must be true or false, got {self.trace_encoder!r}")
+        _check(not self.kws.verify or self.second_pass.enabled, "kws.verify",
+               "needs a second pass to verify the wake models' detections (second_pass.model, e.g. "
+               "moonshine-base-so762)")
 
     @property
     def stream_defaults(self) -> StreamDefaults:

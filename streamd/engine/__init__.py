@@ -306,6 +306,7 @@ class Recognizer(WakeModels, Batching, Results, Finals):
             st.wake_emb = self.wake_scorer.init_stream()
             st.wake_det = self.wake_detector.init_state(1, self.device)
             st.wake_above = np.zeros(self.wake_scorer.num_models, dtype=bool)
+            st.wake_kept = [] if self.wake_verify else None
         return sid
 
     def has_stream(self, sid: int) -> bool:
@@ -364,6 +365,9 @@ class Recognizer(WakeModels, Batching, Results, Finals):
         st.fbank.accept(x)
         if st.wake_emb is not None and x.size:
             st.wake_audio.append(x)
+            if st.wake_kept is not None:  # kws.verify: the audio around a detection
+                st.wake_kept.append(np.asarray(x, dtype=np.float32))
+                st.wake_in += x.size
 
     def _keep_audio(self, st: _Stream, x: np.ndarray) -> None:
         """Keep 16 kHz samples ``x`` for the second pass (streams that asked for one), as int16; drop what lies

@@ -64,6 +64,12 @@ class _Stream:
     wake_det: Any = None
     wake_on: Tensor | None = None
     wake_above: np.ndarray | None = None
+    # kws.verify: the stream's 16 kHz float32 samples from sample ``wake_kept_from`` on (``wake_in`` accepted),
+    # kept while a detection may still need them; detections waiting for their audio after the keyword
+    wake_kept: list[np.ndarray] | None = None
+    wake_kept_from: int = 0
+    wake_in: int = 0
+    wake_held: list[Any] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

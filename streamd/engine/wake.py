@@ -1,5 +1,10 @@
 """The Recognizer's trained wake models (speech embedding heads): built from ``kws.wake_models``,
-scored per step on the 16 kHz audio of the streams that ask for them, their detections as events."""
+scored per step on the 16 kHz audio of the streams that ask for them, their detections as events.
+
+With ``kws.verify`` every model fires at ``verify_wake_threshold``, and each detection is held until the
+stream has ``verify_after_s`` of audio after it (or ends), then emitted with ``verification: pending`` and
+the audio around it (:class:`~streamd.events.WakeCheck`, :func:`~streamd.model.wake.verify_span`) for the
+second pass to verify (:meth:`streamd.second_pass.rescore.SecondPass.verify`)."""
 
 from __future__ import annotations
 
@@ -11,7 +16,8 @@ import torch
 from torch import Tensor
 
 from ..decode.kws import Detection, KwsDetector, KwsState, aligned_span
-from ..events import Event, WakeWord
+from ..events import Event, WakeCheck, WakeWord
+from ..model.wake import verify_span
 from ..options import StreamOptions
 from .state import _Batch
 
@@ -41,10 +47,13 @@ class WakeModels:
                 raise ValueError(f"kws.wake_models: {m.path} spots {m.keyword!r}, the model's own KWS keyword "
                                  "(its events would come twice)")
         self.wake_scorer = WakeScorer(models, device=self.device, precision=kcfg.embedding_precision)
-        wcfg = dataclasses.replace(kcfg, thresholds={m.keyword: m.threshold for m in models}, smoothing_frames=1,
-                                   wake_words=(), wake_models=())
+        self.wake_verify = bool(kcfg.verify)
+        thr = [kcfg.verify_wake_threshold if self.wake_verify else m.threshold for m in models]
+        wcfg = dataclasses.replace(kcfg, thresholds={m.keyword: t for m, t in zip(models, thr)}, smoothing_frames=1,
+                                   wake_words=(), wake_models=(), verify=False)
         self.wake_detector = KwsDetector(self.wake_scorer.keywords, wcfg, self.wake_scorer.frame_shift_s)
-        self._wake_thr = np.array([m.threshold for m in models])
+        self._wake_thr = np.array(thr)
+        self._wake_own = {m.keyword: m.threshold for m in models}
         self.wake_stats = {m.keyword: {"detections": 0, "suppressed": 0} for m in models}
 
     def _wake_mask(self, opts: StreamOptions) -> Tensor | None:
@@ -65,8 +74,13 @@ class WakeModels:
 
     def _wake_step(self, ids: Collection[int]) -> list[Event]:
         """Score the pending audio of streams ``ids`` with every wake model (one embedding and one head call
-        for the whole batch) and run the detector; WakeWord events with the model's score.  Firings the
-        refractory period holds back are counted in :attr:`wake_stats` (``suppressed``)."""
+        for the whole batch) and run the detector; WakeWord events with the model's score (with
+        ``kws.verify``: the held detections whose audio is complete, ``pending``).  Firings the refractory
+        period holds back are counted in :attr:`wake_stats` (``suppressed``)."""
+        events = self._wake_score(ids)
+        return events + self._wake_release(ids) if self.wake_verify else events
+
+    def _wake_score(self, ids: Collection[int]) -> list[Event]:
         streams = [self._streams[i] for i in ids if i in self._streams]
         streams = [st for st in streams if st.wake_emb is not None and st.wake_audio]
         if not streams:
@@ -100,8 +114,47 @@ class WakeModels:
         events: list[Event] = []
         for d in dets:
             self.wake_stats[d.keyword]["detections"] += 1
-            events.append(WakeWord(streams[d.row].id, d.keyword, d.score, d.start, d.end))
+            ev = WakeWord(streams[d.row].id, d.keyword, d.score, d.start, d.end)
+            if self.wake_verify:
+                streams[d.row].wake_held.append(ev)
+            else:
+                events.append(ev)
         return events
+
+    def _wake_release(self, ids: Collection[int]) -> list[Event]:
+        """``kws.verify``: the held detections of streams ``ids`` whose audio after the keyword has come (all of
+        them once the stream ended and its audio is scored), ``pending`` with their audio; then drops the
+        kept audio no detection can need any more."""
+        k = self.config.kws
+        out: list[Event] = []
+        for sid in ids:
+            st = self._streams.get(sid)
+            if st is None or st.wake_kept is None:
+                continue
+            ended = st.finished and not st.wake_audio
+            held = []
+            for ev in st.wake_held:
+                a, b = verify_span(ev.end, k.verify_before_s, k.verify_after_s)
+                if b <= st.wake_in or ended:
+                    out.append(self._wake_pending(st, ev, a, min(b, st.wake_in)))
+                else:
+                    held.append(ev)
+            st.wake_held = held
+            earliest = min([ev.end for ev in held] + [(st.wake_emb.scored + 1) * self.wake_scorer.frame_shift_s])
+            lo = verify_span(earliest, k.verify_before_s, k.verify_after_s)[0]
+            while st.wake_kept and st.wake_kept_from + st.wake_kept[0].size <= lo:
+                st.wake_kept_from += st.wake_kept.pop(0).size
+        return out
+
+    def _wake_pending(self, st, ev: WakeWord, a: int, b: int) -> WakeWord:
+        """``ev`` to be verified: samples ``[a, b)`` of the stream (what is kept, when that is under 0.1 s)."""
+        kept = np.concatenate(st.wake_kept) if st.wake_kept else np.zeros(0, np.float32)
+        clip = kept[max(a - st.wake_kept_from, 0):max(b - st.wake_kept_from, 0)]
+        if clip.size < 1600:
+            clip = kept
+        check = WakeCheck(np.array(clip, dtype=np.float32), self.config.kws.verify_gap,
+                          ev.score >= self._wake_own[ev.keyword])
+        return dataclasses.replace(ev, verification="pending", check=check)
 
 
     def _wake_events(self, batch: _Batch, dets: list[Detection]) -> list[Event]:

@@ -92,6 +92,8 @@ class Evaluator:
             d.text = " ".join(f.text for f in fs)
             d.words = [w for f in fs for w in f.words]
             d.wakes = [e for e in evs if isinstance(e, WakeWord)]
+            if self.second is not None:  # kws.verify: each pending detection verified; those that stand count
+                d.wakes = [w for w in map(self.second.verify, d.wakes) if w.stands]
             d.errors = [f"{e.code}: {e.message}" for e in evs if isinstance(e, Error)]
         rtf_single = None
         if opts.rtf_single:

@@ -30,7 +30,7 @@ from .keywords import contains_phrase, phrase_key
 from .kws import FA_BUDGETS, budget_key, det_points, frr_at, kws_counts
 from .sets import EvalEntry
 
-__all__ = ["WAKE_THRESHOLDS", "VERIFY_WAKE_THRESHOLDS", "VERIFY_GAPS", "detect_frames", "score_tracks",
+__all__ = ["WAKE_THRESHOLDS", "VERIFY_WAKE_THRESHOLDS", "VERIFY_GAPS", "detect_frames", "file_roles", "score_tracks",
            "verified_sweep", "wake_model_figures"]
 
 WAKE_THRESHOLDS: tuple[float, ...] = tuple(round(0.01 * i, 2) for i in range(1, 100)) + tuple(
@@ -71,7 +71,7 @@ def score_tracks(scorer: WakeScorer, audio: Sequence[tuple[np.ndarray, int]]) ->
     return out
 
 
-def _roles(keyword: str, entries: Sequence[EvalEntry], seconds: Sequence[float]
+def file_roles(keyword: str, entries: Sequence[EvalEntry], seconds: Sequence[float]
            ) -> tuple[list[int], list[EvalEntry], float]:
     """The files that count for a model of ``keyword`` (the module's roles): their indices, their entries (a
     positive's ``keyword`` spelled as the model's) and the negatives' hours."""
@@ -96,7 +96,7 @@ def wake_model_figures(models: Sequence[WakeModel], entries: Sequence[EvalEntry]
     ref = seconds_to_frames(refractory_s, frame_shift_s)
     out = {}
     for k, m in enumerate(models):
-        sel, ents, neg_h = _roles(m.keyword, entries, seconds)
+        sel, ents, neg_h = file_roles(m.keyword, entries, seconds)
         ts = sorted(set(thresholds) | {m.threshold})
         sweep = []
         for t in ts:
@@ -124,10 +124,10 @@ def verified_sweep(model: int, keyword: str, entries: Sequence[EvalEntry], track
                    gaps: Sequence[float | None] = (None, *VERIFY_GAPS)) -> list[dict]:
     """A wake model (column ``model`` of each (T, K) track) followed by a verifier: a detection at frame f of
     file i stands when ``gap(i, f)`` >= the verifier threshold (None: no verifier).  Roles as
-    :func:`_roles`.  Returns one point per (wake threshold, verifier threshold):
+    :func:`file_roles`.  Returns one point per (wake threshold, verifier threshold):
     ``wake_threshold``, ``gap``, ``verified`` (how many detections the verifier was asked about),
     ``positives`` and :func:`~.kws.kws_counts`' figures.  ``gap`` is called once per distinct detection (the caller caches)."""
-    sel, ents, neg_h = _roles(keyword, entries, seconds)
+    sel, ents, neg_h = file_roles(keyword, entries, seconds)
     positives = sum(e.keyword is not None for e in ents)
     out = []
     for t in wake_thresholds:

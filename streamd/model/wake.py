@@ -31,7 +31,7 @@ from streamd.model.speech_embedding import (DIM, compute_dtype, FRAME_SHIFT_S, H
                                             EmbeddingStream, SpeechEmbedding, load_speech_embedding)
 
 __all__ = ["WAKE_FORMAT", "WINDOW", "PREFIX_SAMPLES", "TAIL_SAMPLES", "WakeHead", "WakeModel", "WakeStream", "WakeScorer",
-           "save_wake_model", "load_wake_model"]
+           "save_wake_model", "load_wake_model", "verify_span"]
 
 WAKE_FORMAT = "streamd-wake-1"
 WINDOW = 16
@@ -39,6 +39,12 @@ _EMB_SAMPLES = STRIDE_FRAMES * HOP                      # 1280 samples per embed
 _FIRST_EMB_END = (WINDOW_FRAMES - 1) * HOP + WIN        # 12400: samples that end embedding 0
 PREFIX_SAMPLES = _FIRST_EMB_END + (WINDOW - 1) * _EMB_SAMPLES - _EMB_SAMPLES  # 30320 (1.895 s) of silence
 TAIL_SAMPLES = 4 * _EMB_SAMPLES  # 0.32 s of silence fed at a stream's end (a keyword said at the very end)
+
+
+def verify_span(end_s: float, before_s: float, after_s: float, rate: int = 16000) -> tuple[int, int]:
+    """The samples ``[a, b)`` a verifier hears for a detection whose score frame ends at ``end_s``: from
+    ``before_s`` before it to ``after_s`` after it (``a`` >= 0; the caller cuts ``b`` at the stream's end)."""
+    return max(0, int((end_s - before_s) * rate)), int((end_s + after_s) * rate)
 
 
 class WakeHead(nn.Module):

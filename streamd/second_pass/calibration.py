@@ -28,7 +28,8 @@ from .confidence import SecondPassCalibration
 from .models import ADAPTER_SUFFIX, load_recognizer
 from .rescore import SecondPass
 
-__all__ = ["ASSET", "FOLDER_FILE", "calibration_path", "read_calibration", "write_calibration", "load_second_pass", "engine_hotwords", "second_pass_for"]
+__all__ = ["ASSET", "FOLDER_FILE", "calibration_path", "read_calibration", "write_calibration", "load_second_pass", "engine_hotwords", "second_pass_for",
+           "check_verifier"]
 
 log = logging.getLogger("streamd.second_pass")
 
@@ -100,5 +101,18 @@ def engine_hotwords(config: EngineConfig) -> tuple[str, ...]:
 
 
 def second_pass_for(config: EngineConfig, first_calibrated: bool = False) -> SecondPass | None:
-    """:func:`load_second_pass` for an engine's config: its ``second_pass`` with :func:`engine_hotwords`."""
-    return load_second_pass(config.second_pass, engine_hotwords(config), first_calibrated)
+    """:func:`load_second_pass` for an engine's config: its ``second_pass`` with :func:`engine_hotwords`
+    (ValueError from :func:`check_verifier`)."""
+    return check_verifier(config, load_second_pass(config.second_pass, engine_hotwords(config), first_calibrated))
+
+
+def check_verifier(config: EngineConfig, second):
+    """``second`` (a loaded second pass, in this process or its own), or ValueError (``second`` closed) when
+    ``kws.verify`` asks it to verify wake detections and its model scores no texts (Whisper)."""
+    if second is None or not config.kws.verify or getattr(second, "scores_texts", False):
+        return second
+    close = getattr(second, "close", None)
+    if callable(close):
+        close()
+    raise ValueError(f"kws.verify: the second pass {config.second_pass.model} scores no texts, so it cannot "
+                     "verify wake detections (a Moonshine model can: moonshine-base-so762)")

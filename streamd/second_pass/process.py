@@ -4,9 +4,10 @@
 A Python thread running the second model holds the interpreter lock between its native calls (Moonshine's
 greedy loop is Python per token), so the engine's steps wait for it and other streams' partials are late;
 a process shares no lock with the engine.  The child (``spawn``: no state copied from the parent) builds the
-SecondPass from the config (:func:`~.calibration.load_second_pass`, with the engine's hotwords), answers ``("ready", None)`` or
-``("error", text)``, then decodes each list of pending Finals it is sent (their 16 kHz ``audio`` travels
-through the pipe) and sends the Finals back.  When the child dies, the Finals it held keep the first pass
+SecondPass from the config (:func:`~.calibration.load_second_pass`, with the engine's hotwords), answers
+``("ready", (its config, whether its model scores texts))`` or ``("error", text)``, then decodes each list of
+pending Finals and wake detections it is sent (their 16 kHz audio travels through the pipe) and sends the
+results back.  When the child dies, the Finals it held keep the first pass
 (``second_pass: failed``, logged) and the next call starts a new child; a child that cannot start raises
 :class:`RuntimeError` in the constructor (a server refuses to start, as with a thread).
 """
@@ -20,9 +21,9 @@ import threading
 from typing import Callable, Sequence
 
 from streamd.config import EngineConfig, SecondPassConfig
-from streamd.events import Final
+from streamd.events import Final, WakeWord
 
-from .rescore import fallback
+from .rescore import fallback, pending
 
 __all__ = ["SecondPassProcess", "second_pass_runner"]
 
@@ -42,7 +43,7 @@ def _serve(conn, factory: Callable, cfg: SecondPassConfig, hotwords: tuple[str, 
     except Exception as e:  # noqa: BLE001 - reported to the parent, which raises it
         conn.send(("error", f"{type(e).__name__}: {e}"))
         return
-    conn.send(("ready", second.cfg))
+    conn.send(("ready", (second.cfg, bool(getattr(second, "scores_texts", False)))))
     while True:
         try:
             finals = conn.recv()
@@ -67,6 +68,7 @@ class SecondPassProcess:
         self._lock = threading.Lock()
         self._proc = self._conn = None
         self.cfg = config.second_pass
+        self.scores_texts = False  # the child's model scores texts (SecondPass.scores_texts): known once it started
         self._start()
 
     def _start(self) -> None:
@@ -85,15 +87,16 @@ class SecondPassProcess:
         if kind != "ready":
             proc.join(5)
             raise RuntimeError(f"second pass: {value}")
-        self.cfg = value
+        self.cfg, self.scores_texts = value
         self._proc, self._conn = proc, parent
 
     @property
     def pid(self) -> int | None:
         return self._proc.pid if self._proc is not None else None
 
-    def apply_all(self, finals: Sequence[Final]) -> list[Final]:
-        """The client's Finals for ``finals`` (as :meth:`SecondPass.apply_all`); never raises."""
+    def apply_all(self, finals: Sequence[Final | WakeWord]) -> list[Final | WakeWord]:
+        """The client's Finals for ``finals`` and the verified wake detections (as :meth:`SecondPass.apply_all`);
+        never raises."""
         finals = list(finals)
         with self._lock:
             try:
@@ -104,7 +107,7 @@ class SecondPassProcess:
             except Exception:  # noqa: BLE001 - the first pass stands; the next call starts a new child
                 log.exception("second pass: its process failed; %d final(s) keep the first pass", len(finals))
                 self._stop(kill=True)
-                return [fallback(f, "failed") if f.second_pass == "pending" else f for f in finals]
+                return [fallback(f, "failed") if pending(f) else f for f in finals]
         return out
 
     def apply(self, final: Final) -> Final:
@@ -137,6 +140,7 @@ def second_pass_runner(config: EngineConfig, first_calibrated: bool = False):
     if not config.second_pass.enabled:
         return None
     if config.second_pass.worker == "process":
-        return SecondPassProcess(config, first_calibrated)
+        from .calibration import check_verifier
+        return check_verifier(config, SecondPassProcess(config, first_calibrated))
     from .calibration import second_pass_for
     return second_pass_for(config, first_calibrated)

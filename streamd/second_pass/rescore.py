@@ -40,7 +40,7 @@ import numpy as np
 from streamd.audio.resample import resample
 from streamd.config import SecondPassConfig
 from streamd.decode.calibration import Calibration
-from streamd.events import Event, Final, Word
+from streamd.events import Event, Final, WakeWord, Word
 from streamd.text.normalize import readings
 
 from .align import anchor_times, cut_points, offset_times
@@ -48,18 +48,30 @@ from .choice import margin_prefers_first
 from .confidence import SecondPassCalibration, narrowband
 from .models import Context, Recognized, RecognizedWord, WordRecognizer
 
-__all__ = ["SecondPass", "fallback", "spoken_words"]
+__all__ = ["SecondPass", "fallback", "pending", "spoken_words"]
 
 log = logging.getLogger("streamd.second_pass")
 
 RATE = 16000
 
 
-def fallback(final: Final, why: str) -> Final:
-    """The engine's Final kept as the client's (pass 1), saying why the second pass did not replace it."""
-    return dataclasses.replace(final, pass_no=1, second_pass=why, audio=None,
-                               first_pass_text=final.first_pass_text if final.first_pass_text is not None
-                               else final.text)
+def fallback(event: Final | WakeWord, why: str) -> Final | WakeWord:
+    """What a client gets when the second pass does not hear a pending event: the engine's Final kept as
+    the client's (pass 1), saying ``why``; a pending wake detection with ``verification`` ``why`` when the
+    model's score reaches its own threshold (``check.standalone``), else ``unverified`` (not delivered)."""
+    if isinstance(event, WakeWord):
+        ok = event.check is not None and event.check.standalone
+        return dataclasses.replace(event, verification=why if ok else "unverified", check=None)
+    return dataclasses.replace(event, pass_no=1, second_pass=why, audio=None,
+                               first_pass_text=event.first_pass_text if event.first_pass_text is not None
+                               else event.text)
+
+
+def pending(event: Event) -> bool:
+    """``event`` waits for the second pass: a Final with ``second_pass`` ``pending``, or a wake detection
+    with ``verification`` ``pending`` (``kws.verify``)."""
+    return (isinstance(event, Final) and event.second_pass == "pending") or (
+        isinstance(event, WakeWord) and event.verification == "pending")
 
 
 def spoken_words(words: Sequence[RecognizedWord], heard: Sequence[str] = ()) -> list[tuple[str, int]]:
@@ -177,12 +189,38 @@ class SecondPass:
         return margin_prefers_first(c1, c2, self.cfg.select_margin if margin is None else margin)
 
     def apply_events(self, events: Sequence[Event]) -> list[Event]:
-        """A stream's events with every pending Final replaced by :meth:`apply`'s (``transcribe``, ``eval``)."""
-        return [self.apply(e) if isinstance(e, Final) else e for e in events]
+        """A stream's events with every pending Final replaced by :meth:`apply`'s and every pending wake
+        detection verified, those that do not stand left out (``transcribe``, ``eval``)."""
+        out = [self.verify(e) if isinstance(e, WakeWord) else self.apply(e) if isinstance(e, Final) else e
+               for e in events]
+        return [e for e in out if not isinstance(e, WakeWord) or e.stands]
 
-    def apply_all(self, finals: Sequence[Final]) -> list[Final]:
-        """:meth:`apply` over several segments (one worker round)."""
-        return [self.apply(f) for f in finals]
+    def apply_all(self, events: Sequence[Final | WakeWord]) -> list[Final | WakeWord]:
+        """:meth:`apply` over several segments, :meth:`verify` over wake detections (one worker round)."""
+        return [self.verify(e) if isinstance(e, WakeWord) else self.apply(e) for e in events]
+
+    @property
+    def scores_texts(self) -> bool:
+        """The model scores given texts (Moonshine): it can verify wake detections and rescore the first pass."""
+        return bool(getattr(self.model, "scores_rivals", False))
+
+    def verify(self, wake: WakeWord) -> WakeWord:
+        """A pending wake detection (``kws.verify``) heard by the model: ``verifier_gap`` = log P(keyword) -
+        log P(the model's own text) on ``wake.check.audio`` (as recorded, no hotwords), ``verified`` when it
+        reaches ``check.min_gap``, else ``rejected``; ``failed`` (:func:`fallback`) when the model raised or
+        scores no texts.  Other events come back unchanged."""
+        if wake.verification != "pending" or wake.check is None:
+            return wake
+        try:
+            gap = self.model.recognize(np.asarray(wake.check.audio, dtype=np.float32), rival=wake.keyword).rival_gap \
+                if self.scores_texts else None
+        except Exception:  # noqa: BLE001 - the detection falls back; the failure is logged
+            log.exception("second pass: verifying %r of stream %d failed", wake.keyword, wake.stream)
+            gap = None
+        if gap is None:
+            return fallback(wake, "failed")
+        return dataclasses.replace(wake, verification="verified" if gap >= wake.check.min_gap else "rejected",
+                                   verifier_gap=float(gap), check=None)
 
     def _decode(self, final: Final, choose: bool = True, before: _Before | None = None) -> Final:
         audio = np.asarray(final.audio if final.audio is not None else np.zeros(0, np.int16))

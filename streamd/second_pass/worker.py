@@ -1,15 +1,17 @@
 """Running the second pass beside a server: a worker thread with a bounded queue, and each stream's order.
 
-* :class:`SecondPassWorker`: one thread decodes pending Finals (:class:`~.rescore.SecondPass`, or its
+* :class:`SecondPassWorker`: one thread decodes pending Finals and verifies pending wake detections
+  (``kws.verify``) (:class:`~.rescore.SecondPass`, or its
   :class:`~.process.SecondPassProcess` that runs the model in a child process), up to
   ``max_batch`` per round, from a queue of at most ``max_queue`` segments, one after another, each
   delivered as soon as it is decoded.  :meth:`~SecondPassWorker.submit`
   refuses when the queue is full, and a segment that waited more than ``max_wait_s`` when its turn comes is
   not decoded: both give the first pass's Final with ``second_pass: "skipped_overload"`` (counted by the
-  caller), never a lost final.  The event loop and the engine's steps go on meanwhile; with the model in a child process they
+  caller), never a lost final (a wake detection then stands on its model's own threshold: :func:`~.rescore.fallback`).  The event loop and the engine's steps go on meanwhile; with the model in a child process they
   share no interpreter lock with it either.
-* :class:`FinalGate` (sans-I/O): a stream's events after a pending Final wait behind it, so every client
-  sees its segments' events in order (a Vosk client has no segment numbers); other streams pass freely.
+* :class:`FinalGate` (sans-I/O): a stream's events after a pending Final (or wake detection) wait behind it,
+  so every client sees its segments' events in order (a Vosk client has no segment numbers); other streams
+  pass freely.  Wake detections that do not stand (:attr:`streamd.events.WakeWord.stands`) are not delivered.
 
 ``done`` callbacks run in the worker thread; a server hands them to its event loop.
 """
@@ -24,9 +26,9 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Hashable
 
-from streamd.events import Event, Final
+from streamd.events import Event, Final, WakeWord
 
-from .rescore import SecondPass, fallback
+from .rescore import SecondPass, fallback, pending
 
 __all__ = ["SecondPassWorker", "FinalGate", "OVERLOAD"]
 
@@ -38,13 +40,14 @@ OVERLOAD = "skipped_overload"
 @dataclass
 class _Job:
     key: Hashable
-    final: Final
+    final: Final | WakeWord
     queued: float
-    done: Callable[[Hashable, Final, float], None]
+    done: Callable[[Hashable, Final | WakeWord, float], None]
 
 
 class SecondPassWorker:
-    """A thread that runs ``second`` over submitted Finals; ``done(key, final, seconds_queued_to_done)``."""
+    """A thread that runs ``second`` over submitted Finals and wake detections; ``done(key, event,
+    seconds_queued_to_done)``."""
 
     def __init__(self, second: SecondPass, max_queue: int = 16, max_batch: int = 4, max_wait_s: float = 2.0,
                  clock: Callable[[], float] = time.monotonic):
@@ -56,8 +59,9 @@ class SecondPassWorker:
         self._thread = threading.Thread(target=self._loop, name="streamd-second-pass", daemon=True)
         self._thread.start()
 
-    def submit(self, key: Hashable, final: Final, done: Callable[[Hashable, Final, float], None]) -> bool:
-        """Queue ``final`` (second pass ``pending``); False when the queue is full (the caller falls back)."""
+    def submit(self, key: Hashable, final: Final | WakeWord,
+               done: Callable[[Hashable, Final | WakeWord, float], None]) -> bool:
+        """Queue ``final`` (pending: :func:`~.rescore.pending`); False when the queue is full (the caller falls back)."""
         try:
             self._q.put_nowait(_Job(key, final, self.clock(), done))
         except queue.Full:
@@ -89,7 +93,7 @@ class SecondPassWorker:
                 else:
                     self._finish(j, self.second.apply_all([j.final])[0])  # never raises: failures fall back
 
-    def _finish(self, job: _Job, final: Final) -> None:
+    def _finish(self, job: _Job, final: Final | WakeWord) -> None:
         try:
             job.done(job.key, final, self.clock() - job.queued)
         except Exception:  # noqa: BLE001 - a callback's failure must not stop the worker
@@ -105,15 +109,18 @@ class SecondPassWorker:
 
 
 class FinalGate:
-    """Keeps each stream's events in order around pending Finals (sans-I/O).
+    """Keeps each stream's events in order around pending Finals and wake detections (sans-I/O).
 
-    ``submit(key, final) -> bool`` hands a pending Final to the second pass (False: refused, overload).
-    :meth:`route` returns the events to deliver now; :meth:`resolved` (the second pass's Final came back)
-    returns it and the events that waited behind it, up to the next pending Final.
+    ``submit(key, event) -> bool`` hands a pending event to the second pass (False: refused, overload).
+    :meth:`route` returns the events to deliver now; :meth:`resolved` (the second pass's event came back)
+    returns it (a wake detection only if it stands) and the events that waited behind it, up to the next
+    pending one.
     """
 
-    def __init__(self, submit: Callable[[Any, Final], bool], on_skip: Callable[[Any, Final], None] | None = None):
-        """``on_skip(key, final)``: a final of a second-pass stream delivered with the first pass's text."""
+    def __init__(self, submit: Callable[[Any, Final | WakeWord], bool],
+                 on_skip: Callable[[Any, Final | WakeWord], None] | None = None):
+        """``on_skip(key, event)``: a final of a second-pass stream delivered with the first pass's text, or a
+        wake detection the second pass did not hear (:func:`~.rescore.fallback`: delivered or not)."""
         self._submit = submit
         self._on_skip = on_skip
         self._held: dict[Any, collections.deque[Event]] = {}
@@ -129,24 +136,26 @@ class FinalGate:
         return self._pass(key, ev)
 
     def _pass(self, key: Any, ev: Event) -> list[tuple[Any, Event]]:
-        if isinstance(ev, Final) and ev.second_pass == "pending":
+        """``[]`` while ``ev`` waits (its stream's next events wait behind it), else the events to deliver."""
+        if pending(ev):
             if self._submit(key, ev):
                 self._held[key] = collections.deque()
                 return []
             ev = fallback(ev, OVERLOAD)
-        if isinstance(ev, Final) and ev.second_pass is not None and self._on_skip is not None:
-            self._on_skip(key, ev)  # the first pass stands (overload, too long)
-        return [(key, ev)]
+        skipped = ev.second_pass if isinstance(ev, Final) else ev.verification if isinstance(ev, WakeWord) else None
+        if skipped is not None and self._on_skip is not None:
+            self._on_skip(key, ev)  # the first pass stands (overload, too long); a wake detection not verified
+        return [(key, ev)] if not isinstance(ev, WakeWord) or ev.stands else []
 
-    def resolved(self, key: Any, final: Final) -> list[tuple[Any, Event]]:
-        """The second pass of ``key``'s pending Final is ``final``: it, then what waited behind it."""
-        out = [(key, final)]
+    def resolved(self, key: Any, final: Final | WakeWord) -> list[tuple[Any, Event]]:
+        """The second pass of ``key``'s pending event is ``final``: it (a wake detection only when it stands),
+        then what waited behind it."""
+        out = [(key, final)] if not isinstance(final, WakeWord) or final.stands else []
         held = self._held.pop(key, collections.deque())
         while held:
             ev = held.popleft()
-            more = self._pass(key, ev)
-            out += more
-            if not more:  # another pending Final went to the second pass: the rest waits behind it
+            out += self._pass(key, ev)
+            if key in self._held:  # another pending event went to the second pass: the rest waits behind it
                 self._held[key] = held
                 break
         return out

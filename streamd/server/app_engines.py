@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable
 
-from ..events import Final
+from ..events import Final, WakeWord
 from .lane import LaneProcess, drop_shared_folder, shared_folder
 from .runner import Batcher, EngineRunner
 
@@ -109,7 +109,7 @@ class EngineLanes:
                                                                    calibrated)
         self.second_worker = SecondPassWorker(second, spc.max_queue, spc.max_batch, spc.max_wait_s)
 
-        def done(key: Any, final: Final, seconds: float) -> None:  # in the worker thread
+        def done(key: Any, final: Final | WakeWord, seconds: float) -> None:  # in the worker thread
             loop.call_soon_threadsafe(self._second_done, key, final, seconds)
 
         self.second_gate = FinalGate(lambda key, final: self.second_worker.submit(key, final, done),
@@ -119,13 +119,17 @@ class EngineLanes:
         log.info("second pass: %s loaded in %.2f s (queue %d, wait <= %g s)", spc.model, time.perf_counter() - t0,
                  spc.max_queue, spc.max_wait_s)
 
-    def _second_outcome(self, final: Final) -> None:
-        self.metrics.second_pass.labels(final.second_pass or "none").inc()
+    def _second_outcome(self, ev: Final | WakeWord) -> None:
+        if isinstance(ev, WakeWord):
+            self.metrics.wake_verifications.labels(ev.keyword, ev.verification or "none").inc()
+        else:
+            self.metrics.second_pass.labels(ev.second_pass or "none").inc()
 
-    def _second_done(self, key: int, final: Final, seconds: float) -> None:
-        """A second pass came back (event loop): count it, deliver it and what waited behind it."""
+    def _second_done(self, key: int, final: Final | WakeWord, seconds: float) -> None:
+        """A second pass (or a wake verification) came back (event loop): count it, deliver it (a wake
+        detection if it stands) and what waited behind it."""
         self._second_outcome(final)
-        if final.second_pass == "done":
+        if isinstance(final, Final) and final.second_pass == "done":
             self.metrics.second_pass_seconds.observe(seconds)
         if self.second_gate is not None:
             for k, ev in self.second_gate.resolved(key, final):

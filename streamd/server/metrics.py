@@ -39,6 +39,11 @@ class Metrics:
         self.wake_events = Counter("streamd_wake_events", "Wake-word detections", ["keyword"], registry=r)
         self.wake_suppressed = Counter("streamd_wake_suppressed", "Wake-model firings held back by the refractory "
                                        "window after a detection (not sent as events)", ["keyword"], registry=r)
+        self.wake_verifications = Counter("streamd_wake_verifications",
+                                          "Wake-model detections the second pass was asked to verify (engine.kws."
+                                          "verify), by keyword and outcome (verified, rejected, skipped_overload, "
+                                          "failed, unverified; only verified, skipped_overload and failed are sent)",
+                                          ["keyword", "outcome"], registry=r)
         self.errors = Counter("streamd_errors", "Error events sent to clients, by code", ["code"], registry=r)
         self.backlog = Histogram("streamd_backlog_seconds",
                                  "Audio accepted but not yet decoded when a partial was made, by stream class "

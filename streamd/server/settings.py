@@ -31,7 +31,7 @@ def resolve_config(path: str | None, flags: Mapping[str, Any] | None = None,
     """YAML file (or defaults), then environment (STREAMD_HOST/PORT/MODEL/DEVICE), then flags.
 
     ``flags`` keys: host, port, model, device, vosk_port, wyoming_port, wake_words, hotwords, second_pass, wake_models,
-    mic, mic_device, front_processes
+    verify_wake, mic, mic_device, front_processes
     (None = not given).
     Errors are ConfigError naming the key path, variable or flag.
     """
@@ -82,6 +82,8 @@ def resolve_config(path: str | None, flags: Mapping[str, Any] | None = None,
     if flags.get("second_pass") is not None:
         engine = dataclasses.replace(engine, second_pass=put(engine.second_pass, "model", flags["second_pass"],
                                                              "--second-pass"))
+    if flags.get("verify_wake"):  # after the second pass: it needs one
+        engine = put(engine, "kws", dataclasses.replace(engine.kws, verify=True), "--verify-wake")
     if flags.get("mic"):
         mic = put(mic, "enabled", True, "--mic")
     if flags.get("mic_device") is not None:

@@ -133,6 +133,9 @@ def test_cli_keyword_mode_errors(ckpt5, engine_sets, tmp_path, capsys):
                            (["--keywords", "zz"], "no positives of the keywords"),
                            (["--keywords", "rr", "--wake-words", "vv"], "--wake-words would not be used"),
                            (["--keywords", "rr", "--reliability-plot", "x.png"], "not keyword mode"),
+                           (["--keywords", "rr", "--verify-wake"], "kws.verify.*needs a second pass"),
+                           (["--keywords", "rr", "--verify-wake", "--second-pass", "moonshine-base-so762"],
+                            "without a verifier.*bench wake-mycroft"),
                            (["--keywords"], None)]:
         if message is None:  # no set: nothing decoded
             assert cli_main(["eval", "--model", ckpt5, "--keywords", "rr"]) == 2

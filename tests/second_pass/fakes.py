@@ -62,3 +62,31 @@ def make_second_pass(cfg, hotwords=(), first_calibrated=False):
     if cfg.model.endswith("missing"):
         raise ValueError(f"no such model: {cfg.model}")
     return SecondPass(DyingRecognizer(FOLDER_TEXT), cfg, None, hotwords, first_calibrated)
+
+
+class GapRecognizer:
+    """A second-pass double that scores texts (a wake verifier): its rival gap is ``gap(audio)`` nats;
+    ``heard``: (rival text, samples) of each call."""
+
+    name = "gap-model"
+    aggregation = "min"
+    scores_rivals = True
+    window_s = 30.0
+
+    def __init__(self, gap=lambda audio: 0.0):
+        self.gap = gap
+        self.heard: list[tuple[str, np.ndarray]] = []
+
+    def recognize(self, audio: np.ndarray, hotwords=(), context=None, rival=None) -> Recognized:
+        self.heard.append((rival, np.array(audio)))
+        return Recognized("something", rival_gap=None if rival is None else float(self.gap(audio)))
+
+
+def _long_enough(audio: np.ndarray) -> float:
+    return 0.0 if audio.size >= 8000 else -20.0
+
+
+def make_verifier(cfg, hotwords=(), first_calibrated=False):
+    """A SecondPass over a GapRecognizer that verifies clips of at least 0.5 s (a child process's factory)."""
+    from streamd.second_pass.rescore import SecondPass
+    return SecondPass(GapRecognizer(_long_enough), cfg, None, hotwords, first_calibrated)

@@ -84,3 +84,23 @@ def test_the_worker_setting(folder):
     assert SecondPassConfig().worker == "process"
     with pytest.raises(ValueError, match="worker"):
         SecondPassConfig(model=str(folder), worker="fork")
+
+
+def test_the_child_verifies_wake_detections_and_says_its_model_scores_texts(folder):
+    from streamd.events import WakeCheck, WakeWord
+    cfg = EngineConfig(second_pass=SecondPassConfig(model=str(folder), calibrated=False, warp=1.0))
+    plain = start(cfg)
+    assert not plain.scores_texts  # the dying double scores no texts
+    plain.close()
+    proc = SecondPassProcess(cfg, factory=fakes.make_verifier, start_timeout_s=120)
+    try:
+        assert proc.scores_texts
+
+        def wake(n, standalone=True):
+            return WakeWord(1, "hey jarvis", 0.2, 1.0, 1.3, "pending",
+                            check=WakeCheck(np.zeros(n, np.float32), -8.0, standalone))
+        out = proc.apply_all([wake(8000), wake(4000), pending(text="")])
+        assert [e.verification for e in out[:2]] == ["verified", "rejected"] and out[0].verifier_gap == 0.0
+        assert out[2].second_pass == "skipped_no_speech"
+    finally:
+        proc.close()

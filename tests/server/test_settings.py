@@ -58,3 +58,8 @@ def test_resolve_config_precedence(tmp_path):
         resolve_config(None, {"port": 70000}, {})
     with pytest.raises(ConfigError, match="STREAMD_DEVICE: device: must be auto, cpu"):
         resolve_config(None, {}, {"STREAMD_DEVICE": "tpu"})
+    cfg = resolve_config(None, {"second_pass": "moonshine-base-so762", "wake_models": ["a.wake.pt"],
+                                "verify_wake": True}, {})
+    assert cfg.engine.kws.verify and cfg.engine.kws.wake_models == ("a.wake.pt",)
+    with pytest.raises(ConfigError, match="--verify-wake: kws.verify: needs a second pass"):
+        resolve_config(None, {"verify_wake": True}, {})
