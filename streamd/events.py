@@ -211,7 +211,7 @@ class WakeWord:
         if self.verification is not None:
             out["verification"] = self.verification
         if self.verifier_gap is not None:
-            out["verifier_gap"] = _r(self.verifier_gap, 2)
+            out["verifier_gap"] = _r(self.verifier_gap, 2) + 0.0  # no "-0.0" on the wire
         return out
 
     @classmethod

@@ -17,6 +17,7 @@ def test_inverse_on_hand_made_events():
            E.Final(7, 3, "turn on", (w,), 0.32, 1.2, reason="endpoint:rule2", alternatives=("turn one", "tern on")),
            E.Final(7, 4, "", reason="eos"),
            E.WakeWord(7, "hey stream", 0.973, 0.64, 1.2),
+           E.WakeWord(7, "hey savant", 0.41, 1.12, 1.76, "verified", -2.31),
            E.Error(7, "bad_audio", "f32le audio contains 1 non-finite samples"),
            E.Done(7, 15.32)]
     for ev in evs:
@@ -93,6 +94,9 @@ def test_the_wire_form_of_each_event():
                                                        second_pass="done")
     assert E.WakeWord(3, "hey stream", 0.97349, 0.6449, 1.2051).to_wire() == {
         "type": "wake", "keyword": "hey stream", "score": 0.973, "start": 0.64, "end": 1.21}
+    verified = E.WakeWord(3, "hey savant", 0.5, 1.0, 1.2, "verified", -0.001,
+                          check=E.WakeCheck([0.0] * 8, -8.0, True)).to_wire()
+    assert verified["verification"] == "verified" and str(verified["verifier_gap"]) == "0.0"  # no audio, no "-0.0"
     assert E.Error(3, "bad_audio", "boom", fatal=False).to_wire() == {"type": "error", "code": "bad_audio",
                                                                         "message": "boom"}
     assert E.Done(3, 2.00049).to_wire() == {"type": "done", "audio_seconds": 2.0}
