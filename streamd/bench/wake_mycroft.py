@@ -211,7 +211,7 @@ def _verified_table(models: list, res: dict, name: str, sets_dir: Path) -> None:
     threshold, then the stricter verifier); one pair for all keywords (the lowest summed dev miss with every
     keyword at <= 0.5 FA/h); the configured pair (``engine.kws.verify_wake_threshold``, ``verify_gap``); their
     test figures, then the configured pair through the engine (:func:`_through_engine`).  JSON in
-    verify_out.json."""
+    verify_out.json (with every verified detection: file, frame, positive, score, gap)."""
     import numpy as np
 
     from ..audio.resample import resample
@@ -228,7 +228,7 @@ def _verified_table(models: list, res: dict, name: str, sets_dir: Path) -> None:
         raise ValueError(f"--verify {name}: this model does not score texts (Moonshine models do)")
     out: dict = {}
     for k, m in enumerate(models):
-        sweeps, asked = {}, {}
+        sweeps, asked, heard_as = {}, {}, {}
         for half in ("dev", "test"):
             ents, tracks, secs, _ = res[half]
             cache: dict = {}
@@ -251,7 +251,9 @@ def _verified_table(models: list, res: dict, name: str, sets_dir: Path) -> None:
             sweeps[half] = verified_sweep(k, m.keyword, ents, tracks, secs, gap,
                                           seconds_to_frames(REFRACTORY_S, FRAME_S))
             asked[half] = (len(cache), round(time.time() - t0, 1))
-        out[m.keyword] = {"verifications": asked, "sweeps": sweeps}
+            heard_as[half] = [[i, f, ents[i].keyword is not None, float(tracks[i][f, k]), g]
+                              for (i, f), g in sorted(cache.items())]  # file, frame, positive, score, gap
+        out[m.keyword] = {"verifications": asked, "sweeps": sweeps, "detections": heard_as}
         print(f"{m.keyword:15s} verifier calls dev / test {asked['dev'][0]} / {asked['test'][0]} "
               f"({asked['dev'][1]} / {asked['test'][1]} s)", file=sys.stderr)
 
