@@ -19,7 +19,7 @@ from ..decode.kws import Detection, KwsDetector, KwsState, aligned_span
 from ..events import Event, WakeCheck, WakeWord
 from ..model.wake import verify_span
 from ..options import StreamOptions
-from .state import _Batch
+from .state import _Batch, _Stream
 
 
 class WakeModels:
@@ -146,7 +146,7 @@ class WakeModels:
                 st.wake_kept_from += st.wake_kept.pop(0).size
         return out
 
-    def _wake_pending(self, st, ev: WakeWord, a: int, b: int) -> WakeWord:
+    def _wake_pending(self, st: _Stream, ev: WakeWord, a: int, b: int) -> WakeWord:
         """``ev`` to be verified: samples ``[a, b)`` of the stream (what is kept, when that is under 0.1 s)."""
         kept = np.concatenate(st.wake_kept) if st.wake_kept else np.zeros(0, np.float32)
         clip = kept[max(a - st.wake_kept_from, 0):max(b - st.wake_kept_from, 0)]

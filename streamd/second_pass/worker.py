@@ -1,14 +1,14 @@
 """Running the second pass beside a server: a worker thread with a bounded queue, and each stream's order.
 
 * :class:`SecondPassWorker`: one thread decodes pending Finals and verifies pending wake detections
-  (``kws.verify``) (:class:`~.rescore.SecondPass`, or its
-  :class:`~.process.SecondPassProcess` that runs the model in a child process), up to
-  ``max_batch`` per round, from a queue of at most ``max_queue`` segments, one after another, each
-  delivered as soon as it is decoded.  :meth:`~SecondPassWorker.submit`
+  (``kws.verify``) (:class:`~.rescore.SecondPass`, or its :class:`~.process.SecondPassProcess` that runs
+  the model in a child process), up to ``max_batch`` per round, from a queue of at most ``max_queue``
+  segments, one after another, each delivered as soon as it is decoded.  :meth:`~SecondPassWorker.submit`
   refuses when the queue is full, and a segment that waited more than ``max_wait_s`` when its turn comes is
   not decoded: both give the first pass's Final with ``second_pass: "skipped_overload"`` (counted by the
-  caller), never a lost final (a wake detection then stands on its model's own threshold: :func:`~.rescore.fallback`).  The event loop and the engine's steps go on meanwhile; with the model in a child process they
-  share no interpreter lock with it either.
+  caller), never a lost final (a wake detection then stands on its model's own threshold:
+  :func:`~.rescore.fallback`).  The event loop and the engine's steps go on meanwhile; with the model in a
+  child process they share no interpreter lock with it either.
 * :class:`FinalGate` (sans-I/O): a stream's events after a pending Final (or wake detection) wait behind it,
   so every client sees its segments' events in order (a Vosk client has no segment numbers); other streams
   pass freely.  Wake detections that do not stand (:attr:`streamd.events.WakeWord.stands`) are not delivered.
