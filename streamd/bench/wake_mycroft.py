@@ -19,8 +19,8 @@ each detection's audio (2.0 s before its frame's end to 0.5 s after, ``engine.kw
 own text) reaches the verifier's threshold (:func:`streamd.evaluation.wake.verified_sweep`); the pair of
 thresholds chosen on the dev half (lowest miss at <= 0.5 FA/h) per keyword and one pair for all keywords,
 and the configured pair (``engine.kws.verify_wake_threshold``, ``verify_gap``) on the test half, simulated
-from the score tracks and through the engine (the shipped model with ``engine.kws.verify``, the second pass
-in line); printed and written to ``/tmp/wake_mycroft_sets/verify_out.json``.
+from the score tracks, and the one pair for all through the engine (the shipped model with
+``engine.kws.verify``, the second pass in line); printed and written to ``/tmp/wake_mycroft_sets/verify_out.json``.
 
 ``--oww``: openWakeWord's pretrained models as peers (:mod:`streamd.evaluation.oww`; pip package
 ``openwakeword``, models CC BY-NC-SA 4.0: measured, never shipped), by default the four wake-phrase models
@@ -210,7 +210,7 @@ def _verified_table(models: list, res: dict, name: str, sets_dir: Path) -> None:
     per keyword the pair of thresholds with the lowest dev miss at <= 0.5 FA/h (ties: the higher wake
     threshold, then the stricter verifier); one pair for all keywords (the lowest summed dev miss with every
     keyword at <= 0.5 FA/h); the configured pair (``engine.kws.verify_wake_threshold``, ``verify_gap``); their
-    test figures, then the configured pair through the engine (:func:`_through_engine`).  JSON in
+    test figures, then the one pair for all through the engine (:func:`_through_engine`).  JSON in
     verify_out.json (with every verified detection: file, frame, positive, score, gap)."""
     import numpy as np
 
@@ -268,10 +268,10 @@ def _verified_table(models: list, res: dict, name: str, sets_dir: Path) -> None:
     shared_pair = min(shared, key=lambda pr: (sum(point(m.keyword, "dev", pr)["missed"] for m in models),
                                               -pr[0], -pr[1])) if shared else None
     config_pair = (kcfg.verify_wake_threshold, kcfg.verify_gap)
-    engine = _through_engine(models, name, sets_dir)
+    engine = _through_engine(models, name, sets_dir, shared_pair or config_pair)
     print(f"one pair for all (dev): {shared_pair}; configured: {config_pair}")
     print("| keyword | test positives | own pair (dev-chosen): test miss / FA/h | one pair for all (dev) | "
-          f"configured {config_pair[0]:g}, {config_pair[1]:g} | the same through the engine |")
+          f"configured {config_pair[0]:g}, {config_pair[1]:g} | one pair for all, through the engine |")
     print("|---|---:|---|---|---|---|")
     tot = {"own": 0, "shared": 0, "config": 0, "engine": 0, "n": 0}
 
@@ -300,10 +300,11 @@ def _verified_table(models: list, res: dict, name: str, sets_dir: Path) -> None:
     json.dump(out, open(sets_dir / "verify_out.json", "w"), indent=1)
 
 
-def _through_engine(models: list, name: str, sets_dir: Path) -> dict:
+def _through_engine(models: list, name: str, sets_dir: Path, pair: tuple[float, float]) -> dict:
     """The test half through the shipped model's engine with the wake models verified by ``name``
-    (``engine.kws`` defaults with ``verify: true``; the second pass in line, as ``streamd transcribe``):
-    per keyword :func:`~streamd.evaluation.kws.kws_counts` of the detections that stand, with ``positives``."""
+    (``engine.kws`` with ``verify: true`` and ``pair`` as ``verify_wake_threshold``, ``verify_gap``; the second
+    pass in line, as ``streamd transcribe``): per keyword :func:`~streamd.evaluation.kws.kws_counts` of the
+    detections that stand, with ``positives``."""
     import numpy as np
 
     from ..config import EngineConfig, KwsConfig, SecondPassConfig
@@ -316,7 +317,8 @@ def _through_engine(models: list, name: str, sets_dir: Path) -> dict:
     from ..paths import default_model_path
     from ..second_pass.calibration import second_pass_for
 
-    cfg = EngineConfig(num_threads=1, kws=KwsConfig(wake_models=tuple(m.path for m in models), verify=True),
+    cfg = EngineConfig(num_threads=1, kws=KwsConfig(wake_models=tuple(m.path for m in models), verify=True,
+                                                    verify_wake_threshold=pair[0], verify_gap=pair[1]),
                        second_pass=SecondPassConfig(model=name))
     rec = Recognizer.from_checkpoint(str(default_model_path()), cfg)
     second = second_pass_for(cfg, rec.calibration is not None)
