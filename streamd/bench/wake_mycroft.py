@@ -3,6 +3,7 @@ figures on the test half.
 
     OMP_NUM_THREADS=1 streamd bench wake-mycroft athena.wake.pt amelia.wake.pt ... [--oww [MODEL.onnx ...]]
                                                  [--precision auto|float32|bfloat16] [--verify NAME]
+                                                 [--verify-before S] [--verify-after S]
 
 ``--precision``: the speech embedding's arithmetic (as ``engine.kws.embedding_precision``).
 
@@ -172,10 +173,12 @@ def _peers_table(peers: list, peer_res: dict, sets_dir: Path) -> None:
 
 
 def wake_mycroft(model_paths: Sequence[str], oww: Sequence[str] | None = None, shared: Path | None = None,
-                 sets_dir: Path = SETS, precision: str = "auto", verify: str | None = None) -> None:
+                 sets_dir: Path = SETS, precision: str = "auto", verify: str | None = None,
+                 verify_span: dict | None = None) -> None:
     """Score the trained models (and, ``oww`` not None, openWakeWord's: none given, the four bundled wake
     phrases) on both halves; print the figures and the tables, write the JSON under ``sets_dir``.  ``verify``:
-    also each model followed by that second-pass model as a verifier (:func:`_verified_table`)."""
+    also each model followed by that second-pass model as a verifier (:func:`_verified_table`; ``verify_span``:
+    ``verify_before_s`` / ``verify_after_s`` other than the config's)."""
     import torch
 
     from ..model.wake import load_wake_model
@@ -198,15 +201,15 @@ def wake_mycroft(model_paths: Sequence[str], oww: Sequence[str] | None = None, s
     if models:
         _models_table(models, res, sets_dir)
         if verify:
-            _verified_table(models, res, verify, sets_dir)
+            _verified_table(models, res, verify, sets_dir, verify_span or {})
     if peers:
         _peers_table(peers, peer_res, sets_dir)
 
 
-def _verified_table(models: list, res: dict, name: str, sets_dir: Path) -> None:
+def _verified_table(models: list, res: dict, name: str, sets_dir: Path, span: dict) -> None:
     """Each model followed by the second-pass model ``name`` as a verifier (:func:`streamd.evaluation.wake.
     verified_sweep`; the gap: log P(keyword) - log P(its own text) on the detection's audio, the span of
-    :func:`streamd.model.wake.verify_span` with ``engine.kws``' default ``verify_before_s`` / ``verify_after_s``):
+    :func:`streamd.model.wake.verify_span` with ``span``'s ``verify_before_s`` / ``verify_after_s``, else the config's):
     per keyword the pair of thresholds with the lowest dev miss at <= 0.5 FA/h (ties: the higher wake
     threshold, then the stricter verifier); one pair for all keywords (the lowest summed dev miss with every
     keyword at <= 0.5 FA/h); the configured pair (``engine.kws.verify_wake_threshold``, ``verify_gap``); their
@@ -222,7 +225,7 @@ def _verified_table(models: list, res: dict, name: str, sets_dir: Path) -> None:
     from ..model.wake import verify_span
     from ..second_pass.models import load_recognizer
 
-    kcfg = KwsConfig()
+    kcfg = KwsConfig(**span)
     model = load_recognizer(name, cpu_threads=1, int8=True)
     if not getattr(model, "scores_rivals", False):
         raise ValueError(f"--verify {name}: this model does not score texts (Moonshine models do)")
@@ -268,7 +271,7 @@ def _verified_table(models: list, res: dict, name: str, sets_dir: Path) -> None:
     shared_pair = min(shared, key=lambda pr: (sum(point(m.keyword, "dev", pr)["missed"] for m in models),
                                               -pr[0], -pr[1])) if shared else None
     config_pair = (kcfg.verify_wake_threshold, kcfg.verify_gap)
-    engine = _through_engine(models, name, sets_dir, shared_pair or config_pair)
+    engine = _through_engine(models, name, sets_dir, shared_pair or config_pair, span)
     print(f"one pair for all (dev): {shared_pair}; configured: {config_pair}")
     print("| keyword | test positives | own pair (dev-chosen): test miss / FA/h | one pair for all (dev) | "
           f"configured {config_pair[0]:g}, {config_pair[1]:g} | one pair for all, through the engine |")
@@ -300,10 +303,10 @@ def _verified_table(models: list, res: dict, name: str, sets_dir: Path) -> None:
     json.dump(out, open(sets_dir / "verify_out.json", "w"), indent=1)
 
 
-def _through_engine(models: list, name: str, sets_dir: Path, pair: tuple[float, float]) -> dict:
+def _through_engine(models: list, name: str, sets_dir: Path, pair: tuple[float, float], span: dict) -> dict:
     """The test half through the shipped model's engine with the wake models verified by ``name``
     (``engine.kws`` with ``verify: true`` and ``pair`` as ``verify_wake_threshold``, ``verify_gap``; the second
-    pass in line, as ``streamd transcribe``): per keyword :func:`~streamd.evaluation.kws.kws_counts` of the
+    pass in line, as ``streamd transcribe``; ``span``: ``verify_before_s`` / ``verify_after_s``): per keyword :func:`~streamd.evaluation.kws.kws_counts` of the
     detections that stand, with ``positives``."""
     import numpy as np
 
@@ -318,7 +321,7 @@ def _through_engine(models: list, name: str, sets_dir: Path, pair: tuple[float, 
     from ..second_pass.calibration import second_pass_for
 
     cfg = EngineConfig(num_threads=1, kws=KwsConfig(wake_models=tuple(m.path for m in models), verify=True,
-                                                    verify_wake_threshold=pair[0], verify_gap=pair[1]),
+                                                    verify_wake_threshold=pair[0], verify_gap=pair[1], **span),
                        second_pass=SecondPassConfig(model=name))
     rec = Recognizer.from_checkpoint(str(default_model_path()), cfg)
     second = second_pass_for(cfg, rec.calibration is not None)

@@ -35,6 +35,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                    "wake-phrase models of its package)")
     p.add_argument("--verify", metavar="NAME", help="also each model followed by this second-pass model as a "
                    "verifier of its detections (e.g. moonshine-base-so762): thresholds of both on the dev half")
+    p.add_argument("--verify-before", type=float, metavar="S", help="the verifier hears from S seconds before "
+                   "the detection's end (engine.kws.verify_before_s; default the config's)")
+    p.add_argument("--verify-after", type=float, metavar="S", help="to S seconds after it (engine.kws.verify_after_s; "
+                   "default the config's)")
     _precision_arg(p)
     p.set_defaults(run=_wake_mycroft)
 
@@ -63,5 +67,8 @@ def _wake_hey_stream(a: argparse.Namespace) -> int:
 def _wake_mycroft(a: argparse.Namespace) -> int:
     from ...bench.wake_mycroft import wake_mycroft
 
-    wake_mycroft(a.models, a.oww, precision=a.precision, verify=a.verify)
+    span = {k: v for k, v in (("verify_before_s", a.verify_before), ("verify_after_s", a.verify_after)) if v is not None}
+    if span and not a.verify:
+        raise ValueError("--verify-before / --verify-after need --verify NAME")
+    wake_mycroft(a.models, a.oww, precision=a.precision, verify=a.verify, verify_span=span)
     return 0
