@@ -100,7 +100,7 @@ def test_the_second_pass_verifies_by_the_gap_and_falls_back_to_the_models_own_th
     sp = SecondPass(model)
     ok = sp.verify(_pending())
     assert (ok.verification, ok.verifier_gap, ok.check, ok.stands) == ("verified", -8.0, None, True)
-    assert model.heard[-1][0] == "hey jarvis" and model.heard[-1][1].size == 16000
+    assert model.heard[-1][0][0] == "hey jarvis" and model.heard[-1][1].size == 16000  # the keyword among the rivals
     no = sp.verify(_pending(n=15999))
     assert (no.verification, no.verifier_gap, no.stands) == ("rejected", -8.01, False)
     plain = WakeWord(3, "hey jarvis", 0.9, 1.0, 1.2)
@@ -207,3 +207,14 @@ def test_transcribe_verifies_in_line_and_prints_only_the_wakes_that_stand(tiny_c
     monkeypatch.setattr(calibration, "load_second_pass", lambda cfg, hotwords=(), first=False:
                         SecondPass(FakeRecognizer(), cfg))
     assert main(args) == 2 and "scores no texts" in capsys.readouterr().err
+
+
+def test_keyword_rivals_put_the_keyword_in_place_of_the_spans_most_alike_it():
+    from streamd.second_pass.models import keyword_rivals
+
+    assert keyword_rivals("", "hey savant") == ["hey savant"]
+    got = keyword_rivals("High stream play some music in the.", "hey stream")
+    assert got[0] == "hey stream" and got[1] == "hey stream play some music in the." and len(got) == 4
+    assert all(g.endswith("in the.") for g in got[1:])  # the rest of the text kept, its punctuation too
+    assert keyword_rivals("Okay, Amelia, what time is it?", "amelia")[1] == "Okay, amelia, what time is it?"
+    assert keyword_rivals("Hey Savant.", "hey savant", spans=1) == ["hey savant", "hey savant."]

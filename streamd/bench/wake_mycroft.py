@@ -3,7 +3,7 @@ figures on the test half.
 
     OMP_NUM_THREADS=1 streamd bench wake-mycroft athena.wake.pt amelia.wake.pt ... [--oww [MODEL.onnx ...]]
                                                  [--precision auto|float32|bfloat16] [--verify NAME]
-                                                 [--verify-before S] [--verify-after S]
+                                                 [--verify-before S] [--verify-after S] [--talk-after]
 
 ``--precision``: the speech embedding's arithmetic (as ``engine.kws.embedding_precision``).
 
@@ -21,7 +21,9 @@ own text) reaches the verifier's threshold (:func:`streamd.evaluation.wake.verif
 thresholds chosen on the dev half (lowest miss at <= 0.5 FA/h) per keyword and one pair for all keywords,
 and the configured pair (``engine.kws.verify_wake_threshold``, ``verify_gap``) on the test half, simulated
 from the score tracks, and the one pair for all through the engine (the shipped model with
-``engine.kws.verify``, the second pass in line); printed and written to ``/tmp/wake_mycroft_sets/verify_out.json``.
+``engine.kws.verify``, the second pass in line); printed and written to
+``/tmp/wake_mycroft_sets/verify_out.json``.  ``--talk-after``: then the test positives with talk right after
+the keyword (:func:`talk_after`), ``talk_out.json``.
 
 ``--oww``: openWakeWord's pretrained models as peers (:mod:`streamd.evaluation.oww`; pip package
 ``openwakeword``, models CC BY-NC-SA 4.0: measured, never shipped), by default the four wake-phrase models
@@ -47,7 +49,7 @@ from typing import Any, Sequence
 
 from ..paths import shared_root
 
-__all__ = ["write_halves", "wake_mycroft"]
+__all__ = ["write_halves", "wake_mycroft", "talk_after"]
 
 SETS = Path("/tmp/wake_mycroft_sets")
 BASE = {"athena": 89.6, "amelia": 66.4, "hey savant": 56.6, "computer": 42.9, "hey chatterbox": 80.8,
@@ -174,11 +176,11 @@ def _peers_table(peers: list, peer_res: dict, sets_dir: Path) -> None:
 
 def wake_mycroft(model_paths: Sequence[str], oww: Sequence[str] | None = None, shared: Path | None = None,
                  sets_dir: Path = SETS, precision: str = "auto", verify: str | None = None,
-                 verify_span: dict | None = None) -> None:
+                 verify_span: dict | None = None, talk: bool = False) -> None:
     """Score the trained models (and, ``oww`` not None, openWakeWord's: none given, the four bundled wake
     phrases) on both halves; print the figures and the tables, write the JSON under ``sets_dir``.  ``verify``:
     also each model followed by that second-pass model as a verifier (:func:`_verified_table`; ``verify_span``:
-    ``verify_before_s`` / ``verify_after_s`` other than the config's)."""
+    ``verify_before_s`` / ``verify_after_s`` other than the config's; ``talk``: then :func:`talk_after`)."""
     import torch
 
     from ..model.wake import load_wake_model
@@ -202,6 +204,8 @@ def wake_mycroft(model_paths: Sequence[str], oww: Sequence[str] | None = None, s
         _models_table(models, res, sets_dir)
         if verify:
             _verified_table(models, res, verify, sets_dir, verify_span or {})
+            if talk:
+                talk_after(models, verify, sets_dir)
     if peers:
         _peers_table(peers, peer_res, sets_dir)
 
@@ -223,7 +227,7 @@ def _verified_table(models: list, res: dict, name: str, sets_dir: Path, span: di
     from ..evaluation.sets import load_entries
     from ..evaluation.wake import verified_sweep
     from ..model.wake import verify_span
-    from ..second_pass.models import load_recognizer
+    from ..second_pass.models import keyword_gap, load_recognizer
 
     kcfg = KwsConfig(**span)
     model = load_recognizer(name, cpu_threads=1, int8=True)
@@ -246,7 +250,7 @@ def _verified_table(models: list, res: dict, name: str, sets_dir: Path, span: di
                     x = heard[i]
                     a, b = verify_span((f + 1) * FRAME_S, kcfg.verify_before_s, kcfg.verify_after_s)
                     w = x[a:b]
-                    g = model.recognize(w if w.size >= 1600 else x, rival=m.keyword).rival_gap
+                    g = keyword_gap(model, w if w.size >= 1600 else x, m.keyword)
                     cache[(i, f)] = -float("inf") if g is None else g
                 return cache[(i, f)]
 
@@ -350,3 +354,78 @@ def _through_engine(models: list, name: str, sets_dir: Path, pair: tuple[float, 
         figs[m.keyword] = {"positives": sum(e.keyword is not None for e in sel_ents),
                            **kws_counts(dets, sel_ents, neg_h)}
     return figs
+
+
+TALK_WORDS = ("stop", "go", "up", "down", "left", "right", "on", "off", "yes", "no")
+"""The Speech Commands words :func:`talk_after` says after each keyword."""
+
+
+def talk_after(models: list, name: str, sets_dir: Path, words: int = 3, seed: int = 0) -> dict:
+    """Each model's test-half Mycroft positives with talk right after the keyword: the clip cut 50 ms after
+    its last sample above 5 % of its peak, then ``words`` Speech Commands dev words of other speakers
+    (:data:`TALK_WORDS`, drawn with ``seed``), each cut to 50 ms around its speech.  Per keyword and for the
+    clips alone and with talk: how many the wake model fires on at ``engine.kws.verify_wake_threshold`` and
+    how many of those the verifier ``name`` passes at ``verify_gap`` (any detection of the clip)."""
+    import numpy as np
+
+    from ..audio.resample import resample
+    from ..config import KwsConfig
+    from ..decode.endpoint import seconds_to_frames
+    from ..evaluation.sets import load_entries, read_eval_set
+    from ..evaluation.wake import detect_frames, score_tracks
+    from ..model.wake import WakeScorer, verify_span
+    from ..second_pass.models import keyword_gap, load_recognizer
+
+    kcfg = KwsConfig()
+    model = load_recognizer(name, cpu_threads=1, int8=True)
+    rng = np.random.default_rng(seed)
+
+    def at16k(pairs) -> list:
+        return [resample(np.asarray(x, np.float32), r, 16000).astype(np.float32) if r != 16000
+                else np.asarray(x, np.float32) for x, r in pairs]
+
+    def speech(x: np.ndarray) -> tuple[int, int]:
+        on = np.nonzero(np.abs(x) > 0.05 * np.abs(x).max())[0] if x.size else np.zeros(0, int)
+        return (int(on[0]), int(on[-1])) if on.size else (0, x.size)
+
+    cmds = [e for e in read_eval_set(sets_dir / "test_sc.jsonl")[0] if e.text in TALK_WORDS]
+    cmd_audio = at16k(load_entries(cmds, None))
+    out: dict = {}
+    for m in models:
+        ents = [e for e in read_eval_set(sets_dir / "test_mycroft.jsonl")[0] if e.keyword == m.keyword]
+        alone = at16k(load_entries(ents, None))
+        talk = []
+        for x in alone:
+            parts = [x[:speech(x)[1] + 800]]
+            for _ in range(words):
+                c = cmd_audio[int(rng.integers(len(cmd_audio)))]
+                a, b = speech(c)
+                parts.append(c[max(0, a - 800):b + 800])
+            talk.append(np.concatenate(parts))
+        row = {"positives": len(alone)}
+        for tag, clips in (("alone", alone), ("talk", talk)):
+            tracks = score_tracks(WakeScorer([m]), [(c, 16000) for c in clips])
+            fired = passed = 0
+            for c, tr in zip(clips, tracks):
+                frames = detect_frames(tr[:, 0], kcfg.verify_wake_threshold, seconds_to_frames(REFRACTORY_S, FRAME_S))
+                fired += bool(frames)
+                for f in frames:
+                    a, b = verify_span((f + 1) * FRAME_S, kcfg.verify_before_s, kcfg.verify_after_s)
+                    w = c[a:b] if c[a:b].size >= 1600 else c
+                    if (keyword_gap(model, w, m.keyword) or -np.inf) >= kcfg.verify_gap:
+                        passed += 1
+                        break
+            row[tag] = {"fired": fired, "passed": passed}
+        out[m.keyword] = row
+        print(f"{m.keyword:15s} talk after: {row}", file=sys.stderr)
+    n = sum(r["positives"] for r in out.values())
+    print("| keyword | positives | keyword alone: fired / verified | talk after it: fired / verified |")
+    print("|---|---:|---|---|")
+    for kw, r in out.items():
+        print(f"| {kw} | {r['positives']} | {r['alone']['fired']} / {r['alone']['passed']} | "
+              f"{r['talk']['fired']} / {r['talk']['passed']} |")
+    for tag in ("alone", "talk"):
+        p = sum(r[tag]["passed"] for r in out.values())
+        print(f"{tag}: verified {p} of {n} ({100 * (n - p) / max(1, n):.1f} % missed)")
+    json.dump(out, open(sets_dir / "talk_out.json", "w"), indent=1)
+    return out

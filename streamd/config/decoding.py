@@ -116,7 +116,8 @@ class KwsConfig:
     ``verify``: the trained wake models' detections are verified by the second pass (``second_pass.model``,
     one that scores texts: Moonshine): every model then fires at ``verify_wake_threshold`` (instead of
     its own threshold), and a detection stands when log P(keyword) - log P(the second model's own text), on
-    the audio from ``verify_before_s`` before the detection's end to ``verify_after_s`` after it, reaches
+    the audio from ``verify_before_s`` before the detection's end to ``verify_after_s`` after it (the keyword
+    alone or in place of a span of that text: :func:`streamd.second_pass.models.keyword_gap`), reaches
     ``verify_gap`` nats (:class:`streamd.events.WakeWord`; the event comes ``verify_after_s`` plus the
     decode later).  The defaults are the one pair of thresholds chosen for all keywords on the dev half of
     Mycroft's recordings (docs/benchmarks.md, "A second-stage verifier").

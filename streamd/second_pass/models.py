@@ -45,6 +45,8 @@ weight dequantization: about 6x faster per decoder step).
 
 from __future__ import annotations
 
+import difflib
+import functools
 import importlib
 import importlib.util
 import math
@@ -62,7 +64,8 @@ from .adapter import apply_adapter, chain_weights, load_adapter
 
 __all__ = ["Teacher", "TeacherSpec", "TeacherUnavailable", "TEACHERS", "load_teacher", "teacher_names",
            "WhisperTeacher", "MoonshineTeacher", "MoonshineTokenizer", "whisper_base_dir", "cache_root", "RATE",
-           "Recognized", "RecognizedWord", "Context", "WordRecognizer", "load_recognizer", "sentence_case"]
+           "Recognized", "RecognizedWord", "Context", "WordRecognizer", "load_recognizer", "sentence_case",
+           "keyword_rivals", "keyword_gap", "KEYWORD_SPANS"]
 
 RATE = 16000
 
@@ -112,7 +115,9 @@ class WordRecognizer(Protocol):
     ``recognize(audio, hotwords, context)``: (N,) float32 16 kHz samples -> :class:`Recognized`; ``hotwords``:
     phrases to favour, where the model can (Whisper's ``hotwords`` prompt), else ignored; ``context``: a
     :class:`Context` where the model ``takes_context``, else ignored.  A model whose ``scores_rivals`` is True
-    also takes ``rival=TEXT`` (spoken form, the first pass's words) and fills :attr:`Recognized.rival_gap`.
+    also takes ``rival=TEXT`` (spoken form, the first pass's words), or ``rival=FUNCTION`` (its own written
+    text -> rival texts, the best of them counts: :func:`keyword_rivals`), and fills
+    :attr:`Recognized.rival_gap`.
     """
 
     name: str
@@ -371,6 +376,46 @@ def sentence_case(text: str) -> str:
     return s if s[-1] in ".?!" else s + "."
 
 
+KEYWORD_SPANS = 3
+"""Spans of a verifier's own text that :func:`keyword_rivals` replaces with the keyword (the most alike)."""
+
+
+def keyword_rivals(own: str, keyword: str, spans: int = KEYWORD_SPANS) -> list[str]:
+    """What a wake-word verifier scores against the model's own written text ``own``: the keyword alone, and
+    ``own`` with one span of its words replaced by the keyword, for the ``spans`` spans (1 to len(keyword) + 1
+    words) whose letters are most alike the keyword's (difflib's ratio; ties: the earlier span), the span's
+    trailing punctuation kept.  So a keyword said with words before or after it ("hey stream play some
+    music") is scored in its place, not against the whole clip ("High stream play some music." ->
+    "hey stream play some music.")."""
+    words = own.split()
+    key = " ".join(keyword.split())
+    out = [key]
+    if not words or not key:
+        return out
+
+    def letters(ws: Sequence[str]) -> str:
+        return " ".join("".join(c for c in w.lower() if c.isalnum() or c == "'") for w in ws)
+
+    n, width = len(words), len(key.split()) + 1
+    cands = [(i, j) for i in range(n) for j in range(i + 1, min(n, i + width) + 1)]
+    cands.sort(key=lambda ij: (-difflib.SequenceMatcher(None, letters(words[ij[0]:ij[1]]), key).ratio(), ij))
+    for i, j in cands[:spans]:
+        last = words[j - 1]
+        tail = last[len(last.rstrip(".,!?;:")):]
+        text = " ".join(words[:i] + [key + tail] + words[j:])
+        if text not in out:
+            out.append(text)
+    return out
+
+
+def keyword_gap(model: "WordRecognizer", audio: np.ndarray, keyword: str) -> float | None:
+    """A wake verifier's evidence for ``keyword`` in ``audio`` ((N,) float32, 16 kHz): log P(the best of
+    :func:`keyword_rivals`) - log P(the model's own text), nats; None for a model that scores no texts."""
+    if not getattr(model, "scores_rivals", False):
+        return None
+    return model.recognize(audio, rival=functools.partial(keyword_rivals, keyword=keyword)).rival_gap
+
+
 def _moonshine_dir() -> Path:
     # moonshine_cpp/__init__ loads its own libonnxruntime (the one that crashes); find the files without importing it
     spec = importlib.util.find_spec("moonshine_cpp")
@@ -627,7 +672,7 @@ class MoonshineTeacher:
     scores_rivals = True
 
     def recognize(self, audio: np.ndarray, hotwords: Sequence[str] = (), context: Context | None = None,
-                  rival: str | None = None) -> Recognized:
+                  rival: str | Callable[[str], Sequence[str]] | None = None) -> Recognized:
         """The text and its words, each with the minimum of its tokens' probabilities (the softmax of the
         chosen token, greedy); no times (the caller places the words).  ``hotwords`` are ignored: Moonshine
         has no prompt.  The caller has heard speech in ``audio`` (the second pass decodes segments where the
@@ -637,7 +682,9 @@ class MoonshineTeacher:
         ``context``, the encoder hears its audio and then ``audio``, the decoder is forced through its
         tokens, and the words and ``ids`` are those written after them.  ``rival``: a text in spoken form
         (lower case, numbers in words: the first pass's) scored against the model's own
-        (:meth:`rival_gap`; written as Moonshine writes, :func:`sentence_case`)."""
+        (:meth:`rival_gap`; written as Moonshine writes, :func:`sentence_case`), or a function of the model's
+        own written text giving such texts: the gap is the best of theirs (a wake verifier:
+        :func:`keyword_rivals`)."""
         x = _check_audio(audio)
         prefix: tuple[int, ...] = ()
         if context is not None and context.ids and x.size:
@@ -646,7 +693,8 @@ class MoonshineTeacher:
         ids, probs, scoring = self._greedy(x, min_tokens=1, prefix=prefix)
         gap = None
         if rival is not None and scoring is not None:
-            gap = self.rival_gap(scoring, self.tokenizer.encode(sentence_case(rival)))
+            texts = [rival] if isinstance(rival, str) else list(rival(self.tokenizer.decode(ids)))
+            gap = max(self.rival_gap(scoring, self.tokenizer.encode(sentence_case(t))) for t in texts)
         words: list[RecognizedWord] = []
         group: list[int] = []
         gp: list[float] = []

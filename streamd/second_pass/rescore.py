@@ -46,7 +46,7 @@ from streamd.text.normalize import readings
 from .align import anchor_times, cut_points, offset_times
 from .choice import margin_prefers_first
 from .confidence import SecondPassCalibration, narrowband
-from .models import Context, Recognized, RecognizedWord, WordRecognizer
+from .models import Context, Recognized, RecognizedWord, WordRecognizer, keyword_gap
 
 __all__ = ["SecondPass", "fallback", "pending", "spoken_words"]
 
@@ -205,15 +205,15 @@ class SecondPass:
         return bool(getattr(self.model, "scores_rivals", False))
 
     def verify(self, wake: WakeWord) -> WakeWord:
-        """A pending wake detection (``kws.verify``) heard by the model: ``verifier_gap`` = log P(keyword) -
-        log P(the model's own text) on ``wake.check.audio`` (as recorded, no hotwords), ``verified`` when it
+        """A pending wake detection (``kws.verify``) heard by the model: ``verifier_gap`` = log P(keyword in
+        the model's text) - log P(the model's own text) on ``wake.check.audio`` (as recorded, no hotwords;
+        :func:`~.models.keyword_gap`), ``verified`` when it
         reaches ``check.min_gap``, else ``rejected``; ``failed`` (:func:`fallback`) when the model raised or
         scores no texts.  Other events come back unchanged."""
         if wake.verification != "pending" or wake.check is None:
             return wake
         try:
-            gap = self.model.recognize(np.asarray(wake.check.audio, dtype=np.float32), rival=wake.keyword).rival_gap \
-                if self.scores_texts else None
+            gap = keyword_gap(self.model, np.asarray(wake.check.audio, dtype=np.float32), wake.keyword)
         except Exception:  # noqa: BLE001 - the detection falls back; the failure is logged
             log.exception("second pass: verifying %r of stream %d failed", wake.keyword, wake.stream)
             gap = None

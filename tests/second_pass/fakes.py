@@ -66,7 +66,7 @@ def make_second_pass(cfg, hotwords=(), first_calibrated=False):
 
 class GapRecognizer:
     """A second-pass double that scores texts (a wake verifier): its rival gap is ``gap(audio)`` nats;
-    ``heard``: (rival text, samples) of each call."""
+    ``heard``: (rival text, or the texts a rival function gives for its own text "something", samples)."""
 
     name = "gap-model"
     aggregation = "min"
@@ -78,7 +78,8 @@ class GapRecognizer:
         self.heard: list[tuple[str, np.ndarray]] = []
 
     def recognize(self, audio: np.ndarray, hotwords=(), context=None, rival=None) -> Recognized:
-        self.heard.append((rival, np.array(audio)))
+        self.heard.append((rival if rival is None or isinstance(rival, str) else tuple(rival("something")),
+                           np.array(audio)))
         return Recognized("something", rival_gap=None if rival is None else float(self.gap(audio)))
 
 

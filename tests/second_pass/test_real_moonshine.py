@@ -98,3 +98,27 @@ def test_moonshine_scores_the_first_pass_s_words_against_its_own():
                 - step_by_step_log_prob(model, x, list(same.ids)))
         assert other.rival_gap == pytest.approx(want, abs=1e-3), rival
     assert model.recognize(x).rival_gap is None
+
+
+def test_moonshine_verifies_a_wake_word_it_hears_and_rejects_one_it_does_not():
+    """``kws.verify`` with the real model: "hey stream" opens wake.wav; a detection of it there stands (gap about
+    0), one of "hey vermont" on the same audio does not, nor one of "hey stream" on lights.wav."""
+    import numpy as np
+
+    from streamd.audio.pcm import load_audio
+    from streamd.events import WakeCheck, WakeWord
+    from streamd.second_pass.calibration import load_second_pass
+
+    second = load_second_pass(SecondPassConfig(model="moonshine-base-so762"))
+    samples = default_samples().parent
+
+    def detect(keyword, name):
+        x, rate = load_audio(samples / name)
+        clip = np.asarray(x, dtype=np.float32)[:int(1.46 * rate)]  # up to 0.5 s after "stream" ends (0.96 s)
+        return second.verify(WakeWord(0, keyword, 0.3, 0.44, 0.96, "pending", check=WakeCheck(clip, -8.0, False)))
+
+    heard = detect("hey stream", "wake.wav")
+    assert heard.verification == "verified" and heard.verifier_gap > -3.0
+    for keyword, name in (("hey vermont", "wake.wav"), ("hey stream", "lights.wav")):
+        out = detect(keyword, name)
+        assert out.verification == "rejected" and not out.stands and out.verifier_gap < -8.0, (keyword, name)

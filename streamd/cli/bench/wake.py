@@ -39,6 +39,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
                    "the detection's end (engine.kws.verify_before_s; default the config's)")
     p.add_argument("--verify-after", type=float, metavar="S", help="to S seconds after it (engine.kws.verify_after_s; "
                    "default the config's)")
+    p.add_argument("--talk-after", action="store_true", help="with --verify: also the test positives with three "
+                   "command words said right after the keyword (the verifier hears the command's start)")
     _precision_arg(p)
     p.set_defaults(run=_wake_mycroft)
 
@@ -68,7 +70,7 @@ def _wake_mycroft(a: argparse.Namespace) -> int:
     from ...bench.wake_mycroft import wake_mycroft
 
     span = {k: v for k, v in (("verify_before_s", a.verify_before), ("verify_after_s", a.verify_after)) if v is not None}
-    if span and not a.verify:
-        raise ValueError("--verify-before / --verify-after need --verify NAME")
-    wake_mycroft(a.models, a.oww, precision=a.precision, verify=a.verify, verify_span=span)
+    if (span or a.talk_after) and not a.verify:
+        raise ValueError("--verify-before / --verify-after / --talk-after need --verify NAME")
+    wake_mycroft(a.models, a.oww, precision=a.precision, verify=a.verify, verify_span=span, talk=a.talk_after)
     return 0
