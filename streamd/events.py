@@ -185,8 +185,9 @@ class WakeWord:
 
     ``verification`` (trained wake models with ``kws.verify``; None otherwise): ``pending`` as the engine
     emits it, with the audio around the keyword in ``check`` (not on the wire); then, from the second pass
-    (:meth:`streamd.second_pass.rescore.SecondPass.verify`), ``verified`` (``verifier_gap`` = log P(keyword) -
-    log P(the second model's own text) on that audio, nats, reached ``check.min_gap``) or ``rejected``; when
+    (:meth:`streamd.second_pass.rescore.SecondPass.verify`), ``verified`` (``verifier_gap`` = log P(the
+    keyword, alone or in place of a span of the second model's reading) - log P(its own reading) on that audio,
+    nats, :func:`streamd.second_pass.models.keyword_gap`, reached ``check.min_gap``) or ``rejected``; when
     the second pass could not hear it, ``skipped_overload`` or ``failed`` if the model's score reaches its
     own threshold, else ``unverified``.  Clients get ``verified``, ``skipped_overload`` and ``failed``
     (:attr:`stands`); the others are counted, not delivered."""
