@@ -32,6 +32,10 @@ Latency, per job:
   coalesces partials a client has not read yet, which breaks the count).
 * finalize latency: from sending ``eof`` to the last ``final``; done latency:
   to ``done``.
+* wake latency (paced as above): from sending the frame that held a ``wake``
+  event's ``end`` (the keyword's last sample) to receiving the event; with a
+  verifier (``--verify-wake`` on the server) it includes the 0.5 s of audio
+  the verifier waits for.
 
 Output: finals as text (the partial rewritten in place on a terminal when one
 stream runs at a time), or ``--json``: every server message as one JSON line
@@ -91,6 +95,8 @@ class JobResult:
     partials: int = 0
     latency_note: str | None = None  # why partial latency was not measured
     retried: int = 0  # refusals (overloaded, ...) and connection failures retried before ready
+    wakes: int = 0
+    wake_latencies: list[float] = field(default_factory=list)
 
     def stats(self) -> dict:
         lat = sorted(self.partial_latencies)
@@ -101,7 +107,9 @@ class JobResult:
              "partial_latency_p95": _r(_pct(lat, 95)) if lat else None,
              "partial_latency_max": _r(lat[-1]) if lat else None,
              "finalize_latency": _r(self.finalize_latency), "done_latency": _r(self.done_latency),
-             "text": " ".join(t for t in self.finals if t), "retried": self.retried}
+             "text": " ".join(t for t in self.finals if t), "retried": self.retried, "wakes": self.wakes,
+             "wake_latency_median": _r(statistics.median(self.wake_latencies)) if self.wake_latencies else None,
+             "wake_latency_max": _r(max(self.wake_latencies)) if self.wake_latencies else None}
         if self.latency_note:
             d["latency_note"] = self.latency_note
         if self.error:
@@ -186,6 +194,13 @@ async def stream_job(args: argparse.Namespace, client: Client, source: FileSourc
                     i = bisect.bisect_left(stream.sent, need, key=lambda frame: frame[1])
                     if need <= total and i < len(stream.sent):
                         res.partial_latencies.append(now - stream.sent[i][0])
+            elif kind == "wake":
+                res.wakes += 1
+                end = msg.get("end")
+                if paced and isinstance(end, (int, float)):  # from sending the keyword's last sample
+                    i = bisect.bisect_left(stream.sent, math.ceil(end * rate), key=lambda frame: frame[1])
+                    if i < len(stream.sent):
+                        res.wake_latencies.append(now - stream.sent[i][0])
             elif kind == "final":
                 res.finals.append(msg.get("text", ""))
                 if stream.eof_at is not None:
@@ -265,8 +280,10 @@ def summary(results: list[JobResult], wall: float) -> str:
         status = f"ERROR {r.error}" if r.error else "ok"
         if r.retried:
             status += f" after {r.retried} retries"
+        wake = (f"; {r.wakes} wake event(s), latency max {s['wake_latency_max'] * 1000:.0f} ms"
+                if r.wake_latencies else f"; {r.wakes} wake event(s)" if r.wakes else "")
         lines.append(f"{r.file}[{r.job}]: {status}; audio {r.audio_seconds:.2f} s in {r.wall_seconds:.2f} s; "
-                     f"{lat}; {fin}")
+                     f"{lat}; {fin}{wake}")
     if len(results) > 1:
         lat = sorted(x for r in results for x in r.partial_latencies)
         fin = sorted(r.finalize_latency for r in results if r.finalize_latency is not None)
@@ -280,6 +297,9 @@ def summary(results: list[JobResult], wall: float) -> str:
                      f"p95 {_pct(lat, 95) * 1000:.0f} ms")
         if fin:
             line += f"; finalize median {statistics.median(fin) * 1000:.0f} ms, p95 {_pct(fin, 95) * 1000:.0f} ms"
+        wl = sorted(x for r in results for x in r.wake_latencies)
+        if wl:
+            line += f"; wake latency median {statistics.median(wl) * 1000:.0f} ms, max {wl[-1] * 1000:.0f} ms"
         lines.append(line)
     return "\n".join(lines)
 

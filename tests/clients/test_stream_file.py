@@ -157,14 +157,16 @@ class TimedStandIn(LocalWsServer):
 
     ``every``: send only every n-th partial (like a server coalescing them).
     ``token``: required bearer token (HTTP 401 otherwise).
+    ``wake``: also a wake event ending at WAKE_END, WAKE_DELAY after the audio up to it came.
     """
 
     CHUNK = 0.16
     PARTIAL_DELAY = 0.2
     FINAL_DELAY = 0.3
+    WAKE_END, WAKE_DELAY = 0.4, 0.25  # a wake event ending at 0.4 s, sent 0.25 s after that audio came
 
-    def __init__(self, every: int = 1, token: str | None = None):
-        self.every, self.token = every, token
+    def __init__(self, every: int = 1, token: str | None = None, wake: bool = False):
+        self.every, self.token, self.wake = every, token, wake
         self.headers = []
 
     def http(self, conn, request):
@@ -186,6 +188,9 @@ class TimedStandIn(LocalWsServer):
 
         async for msg in ws:
             if isinstance(msg, bytes):
+                if self.wake and got < self.WAKE_END * rate <= got + len(msg) // 2:
+                    tasks.append(asyncio.create_task(later(self.WAKE_DELAY, {
+                        "type": "wake", "keyword": "hey x", "score": 0.9, "start": 0.1, "end": self.WAKE_END})))
                 got += len(msg) // 2
                 while got >= ((k + 1) * self.CHUNK + 0.015) * rate:
                     k += 1
@@ -208,7 +213,7 @@ def short_wav(tmp_path_factory):
 
 def test_latency_numbers_against_known_delays(short_wav):
     async def scenario():
-        async with TimedStandIn() as srv:
+        async with TimedStandIn(wake=True) as srv:
             t0 = time.monotonic()
             rc, out, err = await _arun(short_wav, "--url", srv.url, "--json", "--realtime", "--chunk-ms", "40")
             return rc, out, err, time.monotonic() - t0
@@ -220,6 +225,7 @@ def test_latency_numbers_against_known_delays(short_wav):
     # each partial left the server 0.2 s after the frame completing its audio arrived
     assert 0.19 <= stats["partial_latency_median"] <= stats["partial_latency_max"] < 0.6
     assert 0.29 <= stats["finalize_latency"] < 0.8
+    assert stats["wakes"] == 1 and 0.24 <= stats["wake_latency_median"] == stats["wake_latency_max"] < 5
     assert wall >= 1.0  # real-time pacing of 1 s of audio
     assert "partial latency median" in err and "finalize" in err
 
