@@ -56,6 +56,7 @@ BASE = {"athena": 89.6, "amelia": 66.4, "hey savant": 56.6, "computer": 42.9, "h
         "hey computer": 25.0}  # the table's "runtime search" column: its miss at the same negatives (docs)
 OWW_BUNDLED = ("alexa", "hey_jarvis", "hey_mycroft", "hey_rhasspy")
 FRAME_S, REFRACTORY_S = 0.08, 1.0  # the wake models' frame (one embedding every 80 ms) and the detectors' refractory
+RATE = 16000  # what the wake models and the verifier hear
 
 
 def write_halves(shared: Path, sets_dir: Path) -> None:
@@ -221,12 +222,11 @@ def _verified_table(models: list, res: dict, name: str, sets_dir: Path, span: di
     verify_out.json (with every verified detection: file, frame, positive, score, gap)."""
     import numpy as np
 
-    from ..audio.resample import resample
     from ..config import KwsConfig
     from ..decode.endpoint import seconds_to_frames
     from ..evaluation.sets import load_entries
     from ..evaluation.wake import verified_sweep
-    from ..model.wake import verify_span
+    from ..model.wake import verify_clip
     from ..second_pass.models import keyword_gap, load_recognizer
 
     kcfg = KwsConfig(**span)
@@ -244,13 +244,9 @@ def _verified_table(models: list, res: dict, name: str, sets_dir: Path, span: di
             def gap(i: int, f: int) -> float:
                 if (i, f) not in cache:
                     if i not in heard:
-                        x, rate = load_entries([ents[i]], None)[0]
-                        x = np.asarray(x, dtype=np.float32)
-                        heard[i] = resample(x, rate, 16000).astype(np.float32) if rate != 16000 else x
-                    x = heard[i]
-                    a, b = verify_span((f + 1) * FRAME_S, kcfg.verify_before_s, kcfg.verify_after_s)
-                    w = x[a:b]
-                    g = keyword_gap(model, w if w.size >= 1600 else x, m.keyword)
+                        heard[i] = np.asarray(load_entries([ents[i]], RATE)[0][0], dtype=np.float32)
+                    w = verify_clip(heard[i], (f + 1) * FRAME_S, kcfg.verify_before_s, kcfg.verify_after_s)
+                    g = keyword_gap(model, w, m.keyword)
                     cache[(i, f)] = -float("inf") if g is None else g
                 return cache[(i, f)]
 
@@ -368,32 +364,30 @@ def talk_after(models: list, name: str, sets_dir: Path, words: int = 3, seed: in
     how many of those the verifier ``name`` passes at ``verify_gap`` (any detection of the clip)."""
     import numpy as np
 
-    from ..audio.resample import resample
     from ..config import KwsConfig
     from ..decode.endpoint import seconds_to_frames
     from ..evaluation.sets import load_entries, read_eval_set
     from ..evaluation.wake import detect_frames, score_tracks
-    from ..model.wake import WakeScorer, verify_span
+    from ..model.wake import WakeScorer, verify_clip
     from ..second_pass.models import keyword_gap, load_recognizer
 
     kcfg = KwsConfig()
     model = load_recognizer(name, cpu_threads=1, int8=True)
     rng = np.random.default_rng(seed)
 
-    def at16k(pairs) -> list:
-        return [resample(np.asarray(x, np.float32), r, 16000).astype(np.float32) if r != 16000
-                else np.asarray(x, np.float32) for x, r in pairs]
+    def at16k(entries) -> list:
+        return [np.asarray(x, np.float32) for x, _ in load_entries(entries, RATE)]
 
     def speech(x: np.ndarray) -> tuple[int, int]:
         on = np.nonzero(np.abs(x) > 0.05 * np.abs(x).max())[0] if x.size else np.zeros(0, int)
         return (int(on[0]), int(on[-1])) if on.size else (0, x.size)
 
     cmds = [e for e in read_eval_set(sets_dir / "test_sc.jsonl")[0] if e.text in TALK_WORDS]
-    cmd_audio = at16k(load_entries(cmds, None))
+    cmd_audio = at16k(cmds)
     out: dict = {}
     for m in models:
         ents = [e for e in read_eval_set(sets_dir / "test_mycroft.jsonl")[0] if e.keyword == m.keyword]
-        alone = at16k(load_entries(ents, None))
+        alone = at16k(ents)
         talk = []
         for x in alone:
             parts = [x[:speech(x)[1] + 800]]
@@ -410,9 +404,9 @@ def talk_after(models: list, name: str, sets_dir: Path, words: int = 3, seed: in
                 frames = detect_frames(tr[:, 0], kcfg.verify_wake_threshold, seconds_to_frames(REFRACTORY_S, FRAME_S))
                 fired += bool(frames)
                 for f in frames:
-                    a, b = verify_span((f + 1) * FRAME_S, kcfg.verify_before_s, kcfg.verify_after_s)
-                    w = c[a:b] if c[a:b].size >= 1600 else c
-                    if (keyword_gap(model, w, m.keyword) or -np.inf) >= kcfg.verify_gap:
+                    g = keyword_gap(model, verify_clip(c, (f + 1) * FRAME_S, kcfg.verify_before_s,
+                                                       kcfg.verify_after_s), m.keyword)
+                    if g is not None and g >= kcfg.verify_gap:  # (a gap of 0.0 passes)
                         passed += 1
                         break
             row[tag] = {"fired": fired, "passed": passed}

@@ -17,7 +17,7 @@ from torch import Tensor
 
 from ..decode.kws import Detection, KwsDetector, KwsState, aligned_span
 from ..events import Event, WakeCheck, WakeWord
-from ..model.wake import verify_span
+from ..model.wake import verify_clip, verify_span
 from ..options import StreamOptions
 from .state import _Batch, _Stream
 
@@ -134,9 +134,8 @@ class WakeModels:
             ended = st.finished and not st.wake_audio
             held = []
             for ev in st.wake_held:
-                a, b = verify_span(ev.end, k.verify_before_s, k.verify_after_s)
-                if b <= st.wake_in or ended:
-                    out.append(self._wake_pending(st, ev, a, min(b, st.wake_in)))
+                if verify_span(ev.end, k.verify_before_s, k.verify_after_s)[1] <= st.wake_in or ended:
+                    out.append(self._wake_pending(st, ev))
                 else:
                     held.append(ev)
             st.wake_held = held
@@ -146,13 +145,12 @@ class WakeModels:
                 st.wake_kept_from += st.wake_kept.pop(0).size
         return out
 
-    def _wake_pending(self, st: _Stream, ev: WakeWord, a: int, b: int) -> WakeWord:
-        """``ev`` to be verified: samples ``[a, b)`` of the stream (what is kept, when that is under 0.1 s)."""
+    def _wake_pending(self, st: _Stream, ev: WakeWord) -> WakeWord:
+        """``ev`` to be verified, with the kept samples around it (:func:`~streamd.model.wake.verify_clip`)."""
+        k = self.config.kws
         kept = np.concatenate(st.wake_kept) if st.wake_kept else np.zeros(0, np.float32)
-        clip = kept[max(a - st.wake_kept_from, 0):max(b - st.wake_kept_from, 0)]
-        if clip.size < 1600:
-            clip = kept
-        check = WakeCheck(np.array(clip, dtype=np.float32), self.config.kws.verify_gap,
+        clip = verify_clip(kept, ev.end, k.verify_before_s, k.verify_after_s, st.wake_kept_from)
+        check = WakeCheck(np.array(clip, dtype=np.float32), k.verify_gap,
                           ev.score >= self._wake_own[ev.keyword])
         return dataclasses.replace(ev, verification="pending", check=check)
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -31,7 +32,7 @@ from streamd.model.speech_embedding import (DIM, compute_dtype, FRAME_SHIFT_S, H
                                             EmbeddingStream, SpeechEmbedding, load_speech_embedding)
 
 __all__ = ["WAKE_FORMAT", "WINDOW", "PREFIX_SAMPLES", "TAIL_SAMPLES", "WakeHead", "WakeModel", "WakeStream", "WakeScorer",
-           "save_wake_model", "load_wake_model", "verify_span"]
+           "save_wake_model", "load_wake_model", "verify_span", "verify_clip", "MIN_VERIFY_SAMPLES"]
 
 WAKE_FORMAT = "streamd-wake-1"
 WINDOW = 16
@@ -45,6 +46,19 @@ def verify_span(end_s: float, before_s: float, after_s: float, rate: int = 16000
     """The samples ``[a, b)`` a verifier hears for a detection whose score frame ends at ``end_s``: from
     ``before_s`` before it to ``after_s`` after it (``a`` >= 0; the caller cuts ``b`` at the stream's end)."""
     return max(0, int((end_s - before_s) * rate)), int((end_s + after_s) * rate)
+
+
+MIN_VERIFY_SAMPLES = 1600
+"""A verifier's clip shorter than this (0.1 s) is replaced by all the audio there is (:func:`verify_clip`)."""
+
+
+def verify_clip(audio: np.ndarray, end_s: float, before_s: float, after_s: float, start: int = 0) -> np.ndarray:
+    """What a verifier hears for a detection ending at ``end_s``: the samples of :func:`verify_span` that
+    ``audio`` holds (16 kHz, its first sample the stream's sample ``start``), or all of ``audio`` when that
+    is under :data:`MIN_VERIFY_SAMPLES`."""
+    a, b = verify_span(end_s, before_s, after_s)
+    clip = audio[max(a - start, 0):max(b - start, 0)]
+    return clip if clip.size >= MIN_VERIFY_SAMPLES else audio
 
 
 class WakeHead(nn.Module):
