@@ -61,8 +61,9 @@ import numpy as np
 from streamd.paths import ASSETS
 
 from .adapter import apply_adapter, chain_weights, load_adapter
+from .cross_mask import BIAS_INPUT, PAD_BIAS, add_cross_attention_bias
 
-__all__ = ["Teacher", "TeacherSpec", "TeacherUnavailable", "TEACHERS", "load_teacher", "teacher_names",
+__all__ = ["Item", "Teacher", "TeacherSpec", "TeacherUnavailable", "TEACHERS", "load_teacher", "teacher_names",
            "WhisperTeacher", "MoonshineTeacher", "MoonshineTokenizer", "whisper_base_dir", "cache_root", "RATE",
            "Recognized", "RecognizedWord", "Context", "WordRecognizer", "load_recognizer", "sentence_case",
            "keyword_rivals", "keyword_gap", "KEYWORD_SPANS"]
@@ -593,6 +594,23 @@ def _moonshine_int8(src: Path, cache: Path, onnx) -> Path:
     return dest
 
 
+def _moonshine_masked(src: Path, cache: Path, onnx) -> Path:
+    """``src`` (a plain ONNX Moonshine decoder, float or int8) with a cross-attention bias input
+    (:func:`.cross_mask.add_cross_attention_bias`), written once to ``cache`` (atomic): several segments of
+    different lengths then decode in one batch."""
+    dest = cache / f"{src.stem}-{src.stat().st_size}-xmask.onnx"
+    if not dest.is_file():
+        model = onnx.load(str(src))
+        add_cross_attention_bias(model)
+        _save_onnx_atomic(onnx, model, dest)
+    return dest
+
+
+Item = tuple[np.ndarray, "Context | None", "str | Callable[[str], Sequence[str]] | None"]
+"""One segment for :meth:`MoonshineTeacher.recognize_many`: its audio, context and rival (as
+:meth:`~MoonshineTeacher.recognize`'s)."""
+
+
 class MoonshineTeacher:
     """Moonshine base (English) run with the PyPI ``onnxruntime``: encoder once, then greedy decoding.
 
@@ -620,6 +638,11 @@ class MoonshineTeacher:
     ``onnx`` package): about 2.3x less CPU per token, the token probabilities moved
     a little by the activations' rounding (a few words differ); ``self.int8`` says
     whether it applied.
+
+    With the ``onnx`` package the decoder also gets a cross-attention bias input
+    (:func:`_moonshine_masked`), so :meth:`recognize_many` decodes several segments in one batch: each
+    segment's encoder run on its own, then every decoder step once for all of them (``self.batches``; about
+    twice the decoder's throughput at 4 segments on a CPU core), each with the tokens it would get alone.
     """
 
     MIN_SAMPLES = RATE // 4
@@ -648,6 +671,10 @@ class MoonshineTeacher:
         if int8 and onnx is not None and files[1].suffix == ".onnx":
             files[1] = _moonshine_int8(files[1], folder, onnx)
             self.int8 = files[1].name.endswith("-int8.onnx")
+        self._bias_input: str | None = None
+        if onnx is not None and files[1].suffix == ".onnx":
+            files[1] = _moonshine_masked(files[1], folder, onnx)
+            self._bias_input = BIAS_INPUT
         so = ort.SessionOptions()
         so.intra_op_num_threads = cpu_threads
         so.inter_op_num_threads = 1
@@ -671,6 +698,11 @@ class MoonshineTeacher:
     takes_context = True
     scores_rivals = True
 
+    @property
+    def batches(self) -> bool:
+        """:meth:`recognize_many` decodes its segments in one batch (the decoder has the bias input)."""
+        return self._bias_input is not None
+
     def recognize(self, audio: np.ndarray, hotwords: Sequence[str] = (), context: Context | None = None,
                   rival: str | Callable[[str], Sequence[str]] | None = None) -> Recognized:
         """The text and its words, each with the minimum of its tokens' probabilities (the softmax of the
@@ -685,12 +717,28 @@ class MoonshineTeacher:
         (:meth:`rival_gap`; written as Moonshine writes, :func:`sentence_case`), or a function of the model's
         own written text giving such texts: the gap is the best of theirs (a wake verifier:
         :func:`keyword_rivals`)."""
-        x = _check_audio(audio)
-        prefix: tuple[int, ...] = ()
-        if context is not None and context.ids and x.size:
-            x = np.concatenate([_check_audio(context.audio), x])
-            prefix = tuple(int(i) for i in context.ids)
-        ids, probs, scoring = self._greedy(x, min_tokens=1, prefix=prefix)
+        return self.recognize_many([(audio, context, rival)])[0]
+
+    def recognize_many(self, items: Sequence[Item]) -> list[Recognized]:
+        """:meth:`recognize` of each ``(audio, context, rival)``, the segments' greedy searches run in one batch
+        when the model :attr:`batches` (else one after another)."""
+        xs: list[np.ndarray] = []
+        prefixes: list[tuple[int, ...]] = []
+        for audio, context, _ in items:
+            x = _check_audio(audio)
+            prefix: tuple[int, ...] = ()
+            if context is not None and context.ids and x.size:
+                x = np.concatenate([_check_audio(context.audio), x])
+                prefix = tuple(int(i) for i in context.ids)
+            xs.append(x)
+            prefixes.append(prefix)
+        searched = self._greedy_many(xs, min_tokens=1, prefixes=prefixes)
+        return [self._recognized(ids, probs, scoring, rival)
+                for (ids, probs, scoring), (_, _, rival) in zip(searched, items)]
+
+    def _recognized(self, ids: list[int], probs: list[float], scoring: "_Scoring | None",
+                    rival: str | Callable[[str], Sequence[str]] | None) -> Recognized:
+        """A search's tokens as text and words (and the rival's gap, when asked and there was audio)."""
         gap = None
         if rival is not None and scoring is not None:
             texts = [rival] if isinstance(rival, str) else list(rival(self.tokenizer.decode(ids)))
@@ -722,6 +770,8 @@ class MoonshineTeacher:
             feed["input_ids"] = np.array([list(rival)], dtype=np.int64)
             feed["encoder_hidden_states"] = at.states
             feed["use_cache_branch"] = np.array([True])
+            if self._bias_input is not None:
+                feed[self._bias_input] = np.zeros((1, 1, 1, at.states.shape[1]), np.float32)
             z = dict(zip(self._out_names, self._dec.run(None, feed)))["logits"][0].astype(np.float64)  # (len(rival), V)
             total += float(sum(z[i, t] for i, t in enumerate(targets[1:])) - _log_norm(z).sum())
         return total - at.own
@@ -731,48 +781,102 @@ class MoonshineTeacher:
         """Greedy token ids (BOS / EOS dropped) and each one's softmax probability, after the decoder was fed
         the forced ``prefix`` (not returned); the end token is not chosen before ``min_tokens`` tokens; and
         what :meth:`rival_gap` needs (None for no audio)."""
-        x = _check_audio(audio)
-        if x.size == 0:
-            return [], [], None
-        seconds = x.size / RATE
-        if x.size < self.MIN_SAMPLES:
-            x = np.pad(x, (0, self.MIN_SAMPLES - x.size))
-        states = self._enc.run(None, {self._enc_in: x[None]})[0]
-        empty = np.zeros((1, self._heads, 0, self._head_dim), dtype=np.float32)
+        return self._greedy_many([audio], min_tokens, [tuple(prefix)])[0]
+
+    def _greedy_many(self, audios: Sequence[np.ndarray], min_tokens: int = 0,
+                     prefixes: Sequence[Sequence[int]] | None = None
+                     ) -> list[tuple[list[int], list[float], "_Scoring | None"]]:
+        """:meth:`_greedy` of each audio (with its prefix), in one batch when the decoder has the bias input.
+
+        Each segment's encoder runs alone (``(1, T_i, 416)``: its states do not depend on the others'); the
+        states are zero-padded to the longest ``(B, T, 416)`` and the padding biased out of every
+        cross-attention (:data:`.cross_mask.PAD_BIAS`).  Every row takes one token a step (its forced prefix
+        first, then greedy), so their self-attention positions agree; a row that ends (end token, or its own
+        cap) leaves the batch.  Each row's :class:`_Scoring` holds its own cache, sliced to its ``T_i``."""
+        prefixes = [tuple(p) for p in (prefixes if prefixes is not None else [()] * len(audios))]
+        if self._bias_input is None and len(audios) > 1:  # no mask: one segment at a time
+            return [self._greedy_many([a], min_tokens, [p])[0] for a, p in zip(audios, prefixes)]
+        out: list[tuple[list[int], list[float], _Scoring | None]] = [([], [], None) for _ in audios]
+        rows: list[int] = []  # the audios that have samples, in the batch's order
+        states: list[np.ndarray] = []
+        caps: list[int] = []
+        for i, audio in enumerate(audios):
+            x = _check_audio(audio)
+            if x.size == 0:
+                continue
+            seconds = x.size / RATE
+            if x.size < self.MIN_SAMPLES:
+                x = np.pad(x, (0, self.MIN_SAMPLES - x.size))
+            rows.append(i)
+            states.append(self._enc.run(None, {self._enc_in: x[None]})[0])
+            caps.append(int(math.ceil(self.TOKENS_PER_SECOND * seconds)) + 10 + len(prefixes[i]))
+        if not rows:
+            return out
+        n, lengths = len(rows), [s.shape[1] for s in states]
+        if n == 1:
+            batch, bias = states[0], np.zeros((1, 1, 1, lengths[0]), np.float32)
+        else:
+            batch = np.zeros((n, max(lengths), states[0].shape[2]), np.float32)
+            bias = np.zeros((n, 1, 1, max(lengths)), np.float32)
+            for r, st in enumerate(states):
+                batch[r, :lengths[r]] = st[0]
+                bias[r, 0, 0, lengths[r]:] = PAD_BIAS
+        empty = np.zeros((n, self._heads, 0, self._head_dim), dtype=np.float32)
         cache = {p.name: empty for p in self._past}
-        max_tokens = int(math.ceil(self.TOKENS_PER_SECOND * seconds)) + 10 + len(prefix)
-        ids: list[int] = []
-        probs: list[float] = []
-        token = MoonshineTokenizer.BOS
-        forced = list(prefix)
-        scoring = None
-        for step in range(max_tokens):
+        live = list(range(n))  # batch position -> row
+        tokens = [MoonshineTokenizer.BOS] * n
+        forced = [list(prefixes[i]) for i in rows]
+        ids: list[list[int]] = [[] for _ in rows]
+        probs: list[list[float]] = [[] for _ in rows]
+        scoring: list[_Scoring | None] = [None] * n
+        step = 0
+        while live:
             feed = dict(cache)
-            feed["input_ids"] = np.array([[token]], dtype=np.int64)
-            feed["encoder_hidden_states"] = states
+            feed["input_ids"] = np.array([[tokens[r]] for r in live], dtype=np.int64)
+            feed["encoder_hidden_states"] = batch
             feed["use_cache_branch"] = np.array([step > 0])
+            if self._bias_input is not None:
+                feed[self._bias_input] = bias
             outs = dict(zip(self._out_names, self._dec.run(None, feed)))
             for p in self._past:  # the decoder cache grows each step; the encoder (cross) cache is set once
                 if step == 0 or ".decoder." in p.name:
                     cache[p.name] = outs["present." + p.name[len("past_key_values."):]]
-            if forced:
-                token = forced.pop(0)
-                continue
-            logits = outs["logits"][0, -1].astype(np.float64)
-            if scoring is None:  # the first free token: where a rival's scoring starts
-                scoring = _Scoring(dict(cache), logits, states)
-            norm = float(_log_norm(logits))
-            allowed = logits.copy()
-            if len(ids) < min_tokens:
-                allowed[MoonshineTokenizer.EOS] = -np.inf
-            token = int(np.argmax(allowed))
-            logp = float(logits[token] - norm)
-            scoring.own += logp
-            if token == MoonshineTokenizer.EOS:
-                break
-            ids.append(token)
-            probs.append(math.exp(logp))
-        return ids, probs, scoring
+            logits_all = outs["logits"][:, -1].astype(np.float64)  # (live, V)
+            keep: list[int] = []
+            for k, r in enumerate(live):
+                if forced[r]:
+                    tokens[r] = forced[r].pop(0)
+                    keep.append(k)
+                    continue
+                logits = logits_all[k]
+                if scoring[r] is None:  # the first free token: where a rival's scoring starts
+                    own = {name: (a[k:k + 1, :, :lengths[r]] if ".encoder." in name else a[k:k + 1])
+                           for name, a in cache.items()}
+                    scoring[r] = _Scoring(own, logits, states[r])
+                norm = float(_log_norm(logits))
+                allowed = logits.copy()
+                if len(ids[r]) < min_tokens:
+                    allowed[MoonshineTokenizer.EOS] = -np.inf
+                token = int(np.argmax(allowed))
+                logp = float(logits[token] - norm)
+                scoring[r].own += logp
+                if token == MoonshineTokenizer.EOS:
+                    continue
+                ids[r].append(token)
+                probs[r].append(math.exp(logp))
+                tokens[r] = token
+                if step + 1 < caps[r]:
+                    keep.append(k)
+            step += 1
+            if len(keep) < len(live):
+                if keep:
+                    idx = np.array(keep)
+                    cache = {name: a[idx] for name, a in cache.items()}
+                    batch, bias = batch[idx], bias[idx]
+                live = [live[k] for k in keep]
+        for r, i in enumerate(rows):
+            out[i] = (ids[r], probs[r], scoring[r])
+        return out
 
 
 def _log_norm(z: np.ndarray) -> np.ndarray:

@@ -19,7 +19,7 @@ def scripted(steps: list[dict[int, float]]) -> MoonshineTeacher:
     t = MoonshineTeacher.__new__(MoonshineTeacher)
     vocab = [b"<unk>", b"<s>", b"</s>"] + [bytes([b]) for b in range(256)] + ["\u2581one".encode(), "\u2581two".encode()]
     t.tokenizer = MoonshineTokenizer(b"".join(bytes([len(p)]) + p for p in vocab))
-    t._enc_in, t._heads, t._head_dim, t._past = "x", 1, 2, []
+    t._enc_in, t._heads, t._head_dim, t._past, t._bias_input = "x", 1, 2, [], None
     t._out_names = ["logits"]
     t._enc = _Session(lambda names, feed: [np.zeros((1, 4, 8), np.float32)])
     calls = []

@@ -73,6 +73,8 @@ def step_by_step_log_prob(model, x, ids) -> float:
     for step, (tok, nxt) in enumerate(zip(seq, seq[1:])):
         feed = {**cache, "input_ids": np.array([[tok]], dtype=np.int64), "encoder_hidden_states": states,
                 "use_cache_branch": np.array([step > 0])}
+        if model._bias_input is not None:  # the cross-attention bias (streamd.second_pass.cross_mask): none
+            feed[model._bias_input] = np.zeros((1, 1, 1, states.shape[1]), np.float32)
         outs = dict(zip(model._out_names, model._dec.run(None, feed)))
         for p in model._past:
             if step == 0 or ".decoder." in p.name:
