@@ -163,9 +163,12 @@ def run(rec: Recognizer, clips: list[list[np.ndarray]], second, spc: SecondPassC
 
 def second_pass_latency(set_path: str, second_pass: str, streams: int = 4, utterances: int = 15,
                         max_seconds: float = 10.0, cpu_threads: int = 1,
-                        workers: Sequence[str] = ("thread", "process"), int8: bool | None = None) -> dict:
+                        workers: Sequence[str] = ("thread", "process"), int8: bool | None = None,
+                        max_batches: Sequence[int] | None = None) -> dict:
     """The same utterances without the second pass, then with it in each of ``workers``: the JSON object.
-    ``int8``: ``engine.second_pass.int8`` (None: its default)."""
+    ``int8``: ``engine.second_pass.int8`` (None: its default); ``max_batches``: one run per
+    ``engine.second_pass.max_batch`` (keys ``second_pass_<worker>_batch<n>``, ``..._2`` for a repeated one;
+    None: its default, keys ``second_pass_<worker>``); each run its own model (process)."""
     entries, _ = read_eval_set(set_path)
     audio = [x for x, _ in load_entries(entries, 16000) if x.size <= max_seconds * 16000]
     rng = np.random.default_rng(0)
@@ -179,13 +182,16 @@ def second_pass_latency(set_path: str, second_pass: str, streams: int = 4, utter
     out = {"streams": streams, "utterances": streams * utterances, "second_pass": second_pass, "int8": spc.int8,
            "first_pass_only": run(rec, clips, None, spc)}
     for kind in workers:
-        if kind == "process":
-            second = SecondPassProcess(EngineConfig(device="cpu", second_pass=spc), rec.calibration is not None)
-        else:
-            second = load_second_pass(spc, first_calibrated=rec.calibration is not None)
-        second.apply(Final(0, 0, "warm up", start=0.0, end=1.0, second_pass="pending",
-                           audio=(np.random.default_rng(0).standard_normal(16000) * 300).astype(np.int16)))
-        out[f"second_pass_{kind}"] = run(rec, clips, second, spc)
-        if kind == "process":
-            second.close()
+        for n in max_batches or (None,):  # a model per run: closing a run's worker stops its process
+            if kind == "process":
+                second = SecondPassProcess(EngineConfig(device="cpu", second_pass=spc), rec.calibration is not None)
+            else:
+                second = load_second_pass(spc, first_calibrated=rec.calibration is not None)
+            second.apply(Final(0, 0, "warm up", start=0.0, end=1.0, second_pass="pending",
+                               audio=(np.random.default_rng(0).standard_normal(16000) * 300).astype(np.int16)))
+            key = f"second_pass_{kind}" if n is None else f"second_pass_{kind}_batch{n}"
+            key += f"_{sum(k.startswith(key) for k in out) + 1}" if key in out else ""  # a repeated run
+            out[key] = run(rec, clips, second, spc if n is None else dataclasses.replace(spc, max_batch=n))
+            if kind == "process":
+                second.close()
     return out

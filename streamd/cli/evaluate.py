@@ -41,6 +41,10 @@ def eval_parser() -> argparse.ArgumentParser:
     ap.add_argument("--batch-streams", type=int, default=16, metavar="N", help="concurrent streams (default 16)")
     ap.add_argument("--rtf-single", action="store_true", help="also time the files one at a time (one stream)")
     ap.add_argument("--limit", type=int, metavar="N", help="only the first N entries of each set")
+    ap.add_argument("--second-pass-batch", type=int, default=1, metavar="N",
+                    help="with --second-pass: read the set's segments in rounds of N, one model call a round (as "
+                         "the daemon's worker when N segments wait: engine.second_pass.max_batch); default 1: "
+                         "each segment alone")
     ap.add_argument("--json", action="store_true", help="one JSON object with every figure")
     ap.add_argument("--confidence-table", action="store_true",
                     help="AUC and NCE of every word-confidence measure of the bank (measure, alpha, aggregation; "
@@ -142,7 +146,8 @@ def _run_eval(args: argparse.Namespace) -> int:
         print(f"streamd eval: no --set given: using the sample recordings {args.sets[0]} "
               "(six TTS sentences: a smoke test, not an evaluation)", file=sys.stderr)
     options = EvalOptions(resample_to=args.resample_to, batch_streams=args.batch_streams,
-                          rtf_single=args.rtf_single, limit=args.limit, **extra)
+                          rtf_single=args.rtf_single, limit=args.limit, second_pass_batch=args.second_pass_batch,
+                          **extra)
     if args.reliability_plot or args.det_plot:
         require_matplotlib()
     report = run(model, args.sets, engine_config_from_args(args), options)

@@ -253,7 +253,7 @@ class SecondPassConfig:
     (``NAME.adapter.npz``, made by ``streamd adapt``).  ``max_queue``: segments waiting for the worker at most (a
     full queue: the final keeps the first pass, ``second_pass: skipped_overload``); ``max_wait_s``: a segment
     that waited longer than this is not decoded again (same fallback); ``max_batch``: segments the worker
-    takes per round; ``max_segment_s``: audio kept per stream for its open segment (a longer segment keeps
+    takes per round (a Moonshine model reads them in one batch: :meth:`streamd.second_pass.models.MoonshineTeacher.recognize_many`); ``max_segment_s``: audio kept per stream for its open segment (a longer segment keeps
     the first pass, ``skipped_too_long``); ``window_s``: longer segments are decoded in pieces cut at
     pauses between first-pass words (at most the model's own window); ``beam``: Whisper's beam (Moonshine is
     greedy); ``cpu_threads``: the model's intra-op threads; ``calibrated``: map the model's word

@@ -23,6 +23,7 @@ class EvalOptions:
     limit: int | None = None
     alphas: tuple[float, ...] = BANK_ALPHAS
     thresholds: tuple[float, ...] = DEFAULT_THRESHOLDS
+    second_pass_batch: int = 1
 
     def __post_init__(self) -> None:
         if self.resample_to is not None:
@@ -34,6 +35,9 @@ class EvalOptions:
         if self.limit is not None and (isinstance(self.limit, bool) or not isinstance(self.limit, int)
                                        or self.limit < 1):
             raise ValueError(f"limit must be an integer >= 1, got {self.limit!r}")
+        if (isinstance(self.second_pass_batch, bool) or not isinstance(self.second_pass_batch, int)
+                or self.second_pass_batch < 1):
+            raise ValueError(f"second_pass_batch must be an integer >= 1, got {self.second_pass_batch!r}")
         if not self.alphas or any(not a > 0 for a in self.alphas):
             raise ValueError(f"alphas must be numbers > 0, got {self.alphas!r}")
         if not self.thresholds or any(not 0 < t < 1 for t in self.thresholds):

@@ -66,6 +66,24 @@ class Evaluator:
         record_decode(self.recording, self.bank, self.kws_tracks, audio, out, self.options.batch_streams,
                       self.options.piece_seconds, keywords, len(self.keywords))
 
+    def _second_pass(self, events: Sequence[Sequence[Event]], batch: int) -> list[list[Event]]:
+        """Every file's events with its Finals read by the second pass (``choose=False``: its own Final): one
+        at a time (``batch`` 1), or in rounds of ``batch`` segments, the files' first segments first, then their
+        second ones and so on, as concurrent streams end them
+        (:meth:`~streamd.second_pass.rescore.SecondPass.apply_all`: one model call a round for a model that
+        batches), as the daemon's worker reads them when ``batch`` segments wait."""
+        assert self.second is not None
+        out = [list(evs) for evs in events]
+        if batch == 1:
+            return [[self.second.apply(e, choose=False) if isinstance(e, Final) else e for e in evs] for evs in out]
+        at = sorted((n, f, i) for f, evs in enumerate(out)  # (n-th final of file f, f, its index in the file)
+                    for n, i in enumerate(i for i, e in enumerate(evs) if isinstance(e, Final)))
+        for k in range(0, len(at), batch):
+            rnd = at[k:k + batch]
+            for (_, f, i), e in zip(rnd, self.second.apply_all([out[f][i] for _, f, i in rnd], choose=False)):
+                out[f][i] = e
+        return out
+
     # ---- scoring
 
     def evaluate(self, path: str | Path) -> dict:
@@ -81,8 +99,7 @@ class Evaluator:
         second = None
         if self.second is not None:  # in line, after the first pass (its RTF stays the first pass's)
             t0 = time.perf_counter()
-            always = [[self.second.apply(e, choose=False) if isinstance(e, Final) else e for e in evs]
-                      for evs in events]
+            always = self._second_pass(events, opts.second_pass_batch)
             spent = time.perf_counter() - t0  # not ``seconds``: those are the files' durations (kws figures)
             second = second_pass_figures(entries, events, always, self.second, spent, total)
             events = [[self.second.choose(a, b) if isinstance(a, Final) else b for a, b in zip(evs, two)]

@@ -43,7 +43,8 @@ def _serve(conn, factory: Callable, cfg: SecondPassConfig, hotwords: tuple[str, 
     except Exception as e:  # noqa: BLE001 - reported to the parent, which raises it
         conn.send(("error", f"{type(e).__name__}: {e}"))
         return
-    conn.send(("ready", (second.cfg, bool(getattr(second, "scores_texts", False)))))
+    conn.send(("ready", (second.cfg, bool(getattr(second, "scores_texts", False)),
+                         bool(getattr(second, "batches", False)))))
     while True:
         try:
             finals = conn.recv()
@@ -69,6 +70,7 @@ class SecondPassProcess:
         self._proc = self._conn = None
         self.cfg = config.second_pass
         self.scores_texts = False  # the child's model scores texts (SecondPass.scores_texts): known once it started
+        self.batches = False  # ... and reads a round in batches (SecondPass.batches)
         self._start()
 
     def _start(self) -> None:
@@ -87,7 +89,7 @@ class SecondPassProcess:
         if kind != "ready":
             proc.join(5)
             raise RuntimeError(f"second pass: {value}")
-        self.cfg, self.scores_texts = value
+        self.cfg, self.scores_texts, self.batches = value
         self._proc, self._conn = proc, parent
 
     @property

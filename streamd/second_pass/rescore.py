@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import logging
 import math
 from typing import Sequence
@@ -46,7 +47,7 @@ from streamd.text.normalize import readings
 from .align import anchor_times, cut_points, offset_times
 from .choice import margin_prefers_first
 from .confidence import SecondPassCalibration, narrowband
-from .models import Context, Recognized, RecognizedWord, WordRecognizer, keyword_gap
+from .models import Context, Item, Recognized, RecognizedWord, WordRecognizer, keyword_gap, keyword_rivals
 
 __all__ = ["SecondPass", "fallback", "pending", "spoken_words"]
 
@@ -108,6 +109,29 @@ class _Before:
     end: float
     audio: np.ndarray
     ids: tuple[int, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Piece:
+    """One model call's worth of a segment: (M,) float32 audio, its context, the first pass's words in it (as
+    text: the rival; and as (word, start, end)), and its span on the stream's time axis."""
+
+    audio: np.ndarray
+    context: Context | None
+    rival: str
+    start: float
+    end: float
+    inside: list[tuple[str, float, float]]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Plan:
+    """A pending Final's pieces; ``audio`` (N,) float32 its whole segment; ``whole``: one piece (a context)."""
+
+    final: Final
+    audio: np.ndarray
+    whole: bool
+    pieces: list[_Piece]
 
 
 class SecondPass:
@@ -195,9 +219,81 @@ class SecondPass:
                for e in events]
         return [e for e in out if not isinstance(e, WakeWord) or e.stands]
 
-    def apply_all(self, events: Sequence[Final | WakeWord]) -> list[Final | WakeWord]:
-        """:meth:`apply` over several segments, :meth:`verify` over wake detections (one worker round)."""
-        return [self.verify(e) if isinstance(e, WakeWord) else self.apply(e) for e in events]
+    def apply_all(self, events: Sequence[Final | WakeWord], choose: bool = True) -> list[Final | WakeWord]:
+        """:meth:`apply` over several segments, :meth:`verify` over wake detections (one worker round), in order.
+        A model that :attr:`batches` reads them in batches: every pending event of the round in one call,
+        except that a stream's later segment waits for the next call (it may hear the one before as its
+        context); each event comes out as :meth:`apply` / :meth:`verify` would make it alone.  ``choose`` as
+        :meth:`apply`'s."""
+        if not self.batches:
+            return [self.verify(e) if isinstance(e, WakeWord) else self.apply(e, choose) for e in events]
+        out = list(events)
+        todo = list(range(len(out)))
+        while todo:
+            wave: list[int] = []
+            later: list[int] = []
+            streams: set[int] = set()
+            for i in todo:
+                (later if out[i].stream in streams else wave).append(i)
+                streams.add(out[i].stream)
+            self._apply_batch(out, wave, choose)
+            todo = later
+        return out
+
+    @property
+    def batches(self) -> bool:
+        """The model reads several pieces in one batch (``recognize_many``: Moonshine with its bias input)."""
+        return bool(getattr(self.model, "batches", False))
+
+    def _apply_batch(self, out: list[Final | WakeWord], idx: Sequence[int], choose: bool = True) -> None:
+        """:meth:`apply` / :meth:`verify` of ``out[i]`` for each ``i`` in ``idx`` (at most one segment of a
+        stream), every piece and wake check in one ``recognize_many`` call; written back into ``out``.  When
+        that call raises, each event is heard on its own, so one bad segment fails only itself."""
+        plans: dict[int, _Plan] = {}
+        items: list[tuple[int, Item]] = []  # (index into out, what the model hears)
+        for i in idx:
+            e = out[i]
+            if isinstance(e, WakeWord):
+                if e.verification == "pending" and e.check is not None:
+                    items.append((i, (np.asarray(e.check.audio, dtype=np.float32), None,
+                                      functools.partial(keyword_rivals, keyword=e.keyword))))
+                continue
+            if e.second_pass != "pending":
+                continue
+            before = self._context.pop(e.stream, None)
+            if not e.text:
+                out[i] = fallback(e, "skipped_no_speech")
+                continue
+            try:
+                plans[i] = self._plan(e, before)
+            except Exception:  # noqa: BLE001 - the first pass stands; the failure is logged
+                log.exception("second pass failed for stream %d segment %d", e.stream, e.segment)
+                out[i] = fallback(e, "failed")
+                continue
+            items += [(i, self._model_input(p.audio, p.context, p.rival)) for p in plans[i].pieces]
+        try:
+            recs = self.model.recognize_many([it for _, it in items]) if items else []
+        except Exception:  # noqa: BLE001 - heard one by one below
+            log.exception("second pass: a batch of %d pieces failed; each heard on its own", len(items))
+            recs = None
+        got: dict[int, list[Recognized]] = collections.defaultdict(list)
+        for (i, _), rec in zip(items, recs or []):
+            got[i].append(rec)
+        for i in idx:
+            e = out[i]
+            if isinstance(e, WakeWord):
+                if e.verification == "pending" and e.check is not None:
+                    out[i] = self.verify(e) if recs is None else self._verified(e, got[i][0].rival_gap)
+                continue
+            if i not in plans:
+                continue
+            try:
+                pieces = got[i] if recs is not None else [self._recognize(p.audio, p.context, p.rival)
+                                                          for p in plans[i].pieces]
+                out[i] = self._finish(plans[i], pieces, choose)
+            except Exception:  # noqa: BLE001 - the first pass stands; the failure is logged
+                log.exception("second pass failed for stream %d segment %d", e.stream, e.segment)
+                out[i] = fallback(e, "failed")
 
     @property
     def scores_texts(self) -> bool:
@@ -217,51 +313,69 @@ class SecondPass:
         except Exception:  # noqa: BLE001 - the detection falls back; the failure is logged
             log.exception("second pass: verifying %r of stream %d failed", wake.keyword, wake.stream)
             gap = None
-        if gap is None:
+        return self._verified(wake, gap)
+
+    @staticmethod
+    def _verified(wake: WakeWord, gap: float | None) -> WakeWord:
+        """A pending detection given the verifier's ``gap`` (None: ``failed``)."""
+        if gap is None or wake.check is None:
             return fallback(wake, "failed")
         return dataclasses.replace(wake, verification="verified" if gap >= wake.check.min_gap else "rejected",
                                    verifier_gap=float(gap), check=None)
 
     def _decode(self, final: Final, choose: bool = True, before: _Before | None = None) -> Final:
+        plan = self._plan(final, before)
+        return self._finish(plan, [self._recognize(p.audio, p.context, p.rival) for p in plan.pieces], choose)
+
+    def _plan(self, final: Final, before: _Before | None) -> _Plan:
+        """What the model hears of ``final``: its audio cut into pieces (:func:`.align.cut_points`), each with its
+        context and the first pass's words in it."""
         audio = np.asarray(final.audio if final.audio is not None else np.zeros(0, np.int16))
         x = audio.astype(np.float32) / 32768.0 if audio.dtype == np.int16 else audio.astype(np.float32)
         duration = x.size / RATE
         first = [(w.word, w.start, w.end) for w in final.words]
-        heard = [w for w, _, _ in first]
         gaps = [(a[2] + b[1]) / 2 - final.start for a, b in zip(first, first[1:]) if b[1] > a[2]]
         bounds = [0.0] + cut_points(duration, self.window_s, gaps) + [duration]
         whole = len(bounds) == 2  # one piece: it may hear the previous segment, and be the next one's context
         context = self._context_for(final, before, duration) if whole else None
-        rec: Recognized | None = None
-        spoken: list[str] = []
-        probs: list[float] = []
-        times: list[tuple[float, float]] = []
-        gap: float | None = 0.0  # the pieces' rival gaps summed (None: the model scores no texts)
+        pieces = []
         for lo, hi in zip(bounds, bounds[1:]):
             piece = x[int(round(lo * RATE)):int(round(hi * RATE))]
             if piece.size < RATE // 20:  # under 50 ms: nothing a word fits in
                 continue
             start, end = final.start + lo, min(final.start + hi, final.end)
             inside = [f for f in first if start - 1e-6 <= (f[1] + f[2]) / 2 < end + 1e-6]
-            rec = self._recognize(piece, context, " ".join(w for w, _, _ in inside))
+            pieces.append(_Piece(piece, context, " ".join(w for w, _, _ in inside), start, end, inside))
+        return _Plan(final, x, whole, pieces)
+
+    def _finish(self, plan: _Plan, recs: Sequence[Recognized], choose: bool = True) -> Final:
+        """The second pass's Final of ``plan`` from the model's reading of each of its pieces (``recs``)."""
+        final = plan.final
+        heard = [w.word for w in final.words]
+        spoken: list[str] = []
+        probs: list[float] = []
+        times: list[tuple[float, float]] = []
+        gap: float | None = 0.0  # the pieces' rival gaps summed (None: the model scores no texts)
+        for p, rec in zip(plan.pieces, recs):
             gap = None if gap is None or rec.rival_gap is None else gap + rec.rival_gap
             sw = spoken_words(rec.words, heard)
             if rec.words and all(w.start is not None for w in rec.words):
                 k = RATE / self._warp_rate  # the model's seconds of warped audio -> seconds of the segment
-                span = offset_times([(w.start * k, w.end * k) for w in rec.words], start, start, end)
+                span = offset_times([(w.start * k, w.end * k) for w in rec.words], p.start, p.start, p.end)
                 times += [span[i] for _, i in sw]
             else:
-                times += anchor_times([s for s, _ in sw], inside, start, end)
+                times += anchor_times([s for s, _ in sw], p.inside, p.start, p.end)
             spoken += [s for s, _ in sw]
             probs += [rec.words[i].prob for _, i in sw]
-        self._remember(final, x, rec if whole else None)
+        last = recs[-1] if recs else None
+        self._remember(final, plan.audio, last if plan.whole else None)
         conf = (self.calibration.apply(probs, [w.conf for w in final.words], final.sample_rate).tolist()
                 if self.calibration is not None and probs else list(probs))
         words = tuple(Word(w, a, b, c, p) for w, (a, b), c, p in zip(spoken, times, conf, probs))
         first_text = final.first_pass_text if final.first_pass_text is not None else final.text
         two = dataclasses.replace(final, text=" ".join(spoken), words=words, pass_no=2, second_pass="done",
                                   first_pass_text=first_text, alternatives=(), scores=(), audio=None,
-                                  rival_gap=gap if rec is not None else None)
+                                  rival_gap=gap if last is not None else None)
         return self.choose(final, two) if choose else two
 
     @property
@@ -272,14 +386,20 @@ class SecondPass:
     def _recognize(self, piece: np.ndarray, context: Context | None, rival: str) -> Recognized:
         """The model on ``piece`` (and ``context``), both warped by ``warp`` (1: as they are); a model that
         ``scores_rivals`` also scores ``rival`` (the first pass's words in the piece)."""
+        piece, context, scored = self._model_input(piece, context, rival)
+        kw = {"rival": scored} if scored is not None else {}
+        if context is not None:
+            return self.model.recognize(piece, self.hotwords, context, **kw)
+        return self.model.recognize(piece, self.hotwords, **kw)
+
+    def _model_input(self, piece: np.ndarray, context: Context | None, rival: str) -> Item:
+        """What the model hears of a piece: ``piece`` and ``context`` warped by ``warp``, and ``rival`` when the
+        model ``scores_rivals`` (else None)."""
         if self.cfg.warp != 1.0:
             piece = resample(piece, RATE, self._warp_rate)
             if context is not None:
                 context = Context(resample(context.audio, RATE, self._warp_rate), context.ids)
-        kw = {"rival": rival} if getattr(self.model, "scores_rivals", False) else {}
-        if context is not None:
-            return self.model.recognize(piece, self.hotwords, context, **kw)
-        return self.model.recognize(piece, self.hotwords, **kw)
+        return piece, context, rival if getattr(self.model, "scores_rivals", False) else None
 
     def choose(self, final: Final, two: Final, margin: float | None = None) -> Final:
         """The client's Final from the engine's ``final`` and its second pass ``two`` (``select``; ``margin``

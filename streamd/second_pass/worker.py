@@ -3,7 +3,8 @@
 * :class:`SecondPassWorker`: one thread decodes pending Finals and verifies pending wake detections
   (``kws.verify``) (:class:`~.rescore.SecondPass`, or its :class:`~.process.SecondPassProcess` that runs
   the model in a child process), up to ``max_batch`` per round, from a queue of at most ``max_queue``
-  segments, one after another, each delivered as soon as it is decoded.  :meth:`~SecondPassWorker.submit`
+  segments: in one batched call when the model batches (``batches``: Moonshine; the round delivered
+  together), else one after another, each delivered as soon as it is decoded.  :meth:`~SecondPassWorker.submit`
   refuses when the queue is full, and a segment that waited more than ``max_wait_s`` when its turn comes is
   not decoded: both give the first pass's Final with ``second_pass: "skipped_overload"`` (counted by the
   caller), never a lost final (a wake detection then stands on its model's own threshold:
@@ -87,6 +88,17 @@ class SecondPassWorker:
                     self._q.put(None)  # stop after this round
                     break
                 jobs.append(nxt)
+            if getattr(self.second, "batches", False):  # the round in one batch, delivered together
+                now = self.clock()
+                fresh = []
+                for j in jobs:
+                    if now - j.queued > self.max_wait_s:
+                        self._finish(j, fallback(j.final, OVERLOAD))
+                    else:
+                        fresh.append(j)
+                for j, final in zip(fresh, self.second.apply_all([j.final for j in fresh])):  # never raises
+                    self._finish(j, final)
+                continue
             for j in jobs:  # each delivered as soon as it is decoded, not after the rest of its round
                 if self.clock() - j.queued > self.max_wait_s:
                     self._finish(j, fallback(j.final, OVERLOAD))

@@ -12,7 +12,7 @@ def test_defaults():
     o = EvalOptions()
     assert (o.resample_to, o.batch_streams, o.rtf_single, o.piece_seconds, o.limit) == (None, 16, False, 0.1, None)
     assert o.alphas == BANK_ALPHAS == (0.25, 0.33, 0.5, 1.0)
-    assert o.thresholds == DEFAULT_THRESHOLDS
+    assert o.thresholds == DEFAULT_THRESHOLDS and o.second_pass_batch == 1
     assert DEFAULT_THRESHOLDS[0] == 0.05 and DEFAULT_THRESHOLDS[-1] == 0.99 and len(DEFAULT_THRESHOLDS) == 95
     assert all(round(b - a, 2) == 0.01 for a, b in zip(DEFAULT_THRESHOLDS, DEFAULT_THRESHOLDS[1:]))
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -35,6 +35,8 @@ def test_valid_settings_are_kept():
     ({"piece_seconds": float("nan")}, r"piece_seconds must be in \(0, 10\]"),
     ({"limit": 0}, "limit must be an integer >= 1, got 0"),
     ({"limit": False}, "limit must be an integer >= 1, got False"),
+    ({"second_pass_batch": 0}, "second_pass_batch must be an integer >= 1, got 0"),
+    ({"second_pass_batch": True}, "second_pass_batch must be an integer >= 1, got True"),
     ({"alphas": ()}, "alphas must be numbers > 0"),
     ({"alphas": (0.5, 0.0)}, "alphas must be numbers > 0"),
     ({"thresholds": ()}, r"thresholds must be in \(0, 1\)"),

@@ -59,6 +59,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--worker", nargs="+", choices=("thread", "process"), default=["thread", "process"],
                    help="where the second model runs (engine.second_pass.worker); several: one run each, side "
                         "by side after the first pass alone")
+    p.add_argument("--max-batch", type=int, nargs="+", default=None,
+                   help="segments the worker takes per round (engine.second_pass.max_batch; a Moonshine model "
+                        "reads them in one batch); several: one run each (1: one segment a call)")
     p.set_defaults(run=_second_pass_latency)
 
     p = sub.add_parser("trim-speech", help="copy an evaluation set with every clip cut tight to its speech "
@@ -98,8 +101,8 @@ def _second_pass_latency(a: argparse.Namespace) -> int:
     from ...bench.second_pass_latency import second_pass_latency
 
     print(json.dumps(second_pass_latency(a.set, a.second_pass, a.streams, a.utterances, a.max_seconds,
-                                         a.cpu_threads, a.worker, None if a.int8 is None else a.int8 == "true"),
-                     indent=1))
+                                         a.cpu_threads, a.worker, None if a.int8 is None else a.int8 == "true",
+                                         a.max_batch), indent=1))
     return 0
 
 
