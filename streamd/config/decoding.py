@@ -241,6 +241,7 @@ class DecodingConfig:
 SECOND_PASS_OFF = "none"
 SECOND_PASS_SELECT = ("learned", "confidence", "always")
 SECOND_PASS_WORKERS = ("process", "thread")
+SECOND_PASS_DEVICES = ("cpu", "cuda", "auto")
 
 
 @dataclass(frozen=True)
@@ -280,7 +281,10 @@ class SecondPassConfig:
     int8 per block of 32; made once in the model cache from the installed weights; the default): 2.3x
     less CPU per token, finals about twice as soon on a busy CPU, a few words different (synthetic dev 3
     more errors, speechocean762 dev 2 fewer: model card, "Second pass"); false: the weights converted to
-    float, as the teachers run (Whisper is int8 either way).
+    float, as the teachers run (Whisper is int8 either way).  ``device``: where the model runs: ``cpu`` (the
+    default), ``cuda`` (Moonshine through ONNX Runtime's CUDA provider, which the ``onnxruntime-gpu``
+    package has; Whisper through CTranslate2 on the GPU; loading fails, naming what is missing, where there
+    is none) or ``auto`` (CUDA where the runtime offers it, else the CPU).
     """
 
     model: str = SECOND_PASS_OFF
@@ -298,6 +302,7 @@ class SecondPassConfig:
     context_s: float = 10.0
     warp: float = 1.0
     int8: bool = True
+    device: str = "cpu"
 
     def __post_init__(self) -> None:
         _check(isinstance(self.model, str) and self.model.strip() != "", "model",
@@ -314,6 +319,7 @@ class SecondPassConfig:
         _check(isinstance(self.int8, bool), "int8", f"must be true or false, got {self.int8!r}")
         _one_of(self.select, SECOND_PASS_SELECT, "select")
         _one_of(self.worker, SECOND_PASS_WORKERS, "worker")
+        _one_of(self.device, SECOND_PASS_DEVICES, "device")
         _check(not isinstance(self.context_s, bool) and isinstance(self.context_s, (int, float))
                and self.context_s >= 0.0, "context_s", f"must be a number >= 0, got {self.context_s!r}")
         _check(not isinstance(self.select_margin, bool) and isinstance(self.select_margin, (int, float))

@@ -83,7 +83,8 @@ def load_second_pass(cfg: SecondPassConfig, hotwords: Sequence[str] = (), first_
     first pass's ``conf`` is calibrated too (:class:`~.rescore.SecondPass`; needed by ``select: confidence``)."""
     if not cfg.enabled:
         return None
-    model = load_recognizer(cfg.model, cpu_threads=cfg.cpu_threads, beam_size=cfg.beam, int8=cfg.int8)
+    model = load_recognizer(cfg.model, cpu_threads=cfg.cpu_threads, beam_size=cfg.beam, int8=cfg.int8,
+                            device=cfg.device)
     cal = read_calibration(cfg.model) if cfg.calibrated else None
     if cal is not None and cal.aggregation != model.aggregation:
         log.warning("second pass %s: the stored calibration is for %s, the model aggregates with %s: not applied",

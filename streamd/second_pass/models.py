@@ -63,7 +63,7 @@ from streamd.paths import ASSETS
 from .adapter import apply_adapter, chain_weights, load_adapter
 from .cross_mask import BIAS_INPUT, PAD_BIAS, add_cross_attention_bias
 
-__all__ = ["Item", "Teacher", "TeacherSpec", "TeacherUnavailable", "TEACHERS", "load_teacher", "teacher_names",
+__all__ = ["Item", "ort_providers", "Teacher", "TeacherSpec", "TeacherUnavailable", "TEACHERS", "load_teacher", "teacher_names",
            "WhisperTeacher", "MoonshineTeacher", "MoonshineTokenizer", "whisper_base_dir", "cache_root", "RATE",
            "Recognized", "RecognizedWord", "Context", "WordRecognizer", "load_recognizer", "sentence_case",
            "keyword_rivals", "keyword_gap", "KEYWORD_SPANS"]
@@ -150,6 +150,17 @@ def _need(module: str, teacher: str, packages: Sequence[str]):
         raise TeacherUnavailable(
             f"teacher {teacher!r} needs the Python module {module!r} ({e}); install with: pip install "
             f"{' '.join(packages)} (or the project's extra: pip install -e \".[teacher]\")") from e
+
+
+def ort_providers(available: Sequence[str], device: str, name: str) -> list[str]:
+    """ONNX Runtime's execution providers for ``device`` (``cpu``, ``cuda``, ``auto``: CUDA where ``available``,
+    the runtime's providers, has it); TeacherUnavailable for ``cuda`` without it."""
+    if device != "cpu" and "CUDAExecutionProvider" in available:
+        return ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    if device == "cuda":
+        raise TeacherUnavailable(f"{name} on cuda: the installed onnxruntime has no CUDA provider (it has "
+                                 f"{', '.join(available)}); pip install onnxruntime-gpu, or device: cpu")
+    return ["CPUExecutionProvider"]
 
 
 def _check_audio(audio: np.ndarray) -> np.ndarray:
@@ -251,17 +262,24 @@ class WhisperTeacher:
     * ``without_timestamps=True``: only the text is needed; timestamp
       tokens cost decoding steps.
 
-    ``cpu_threads`` is CTranslate2's intra-op thread count.
+    ``cpu_threads`` is CTranslate2's intra-op thread count; ``device``: ``cpu``, ``cuda`` or ``auto`` (CUDA when
+    CTranslate2 sees a device; ``self.device`` says which).
     """
 
     def __init__(self, name: str, model_dir: str | os.PathLike, cpu_threads: int = 2, beam_size: int = 5,
-                 compute_type: str = "int8") -> None:
+                 compute_type: str = "int8", device: str = "cpu") -> None:
         fw = _need("faster_whisper", name, ("faster-whisper",))
         self.name = name
         self.model_dir = str(model_dir)
         self.beam_size = beam_size
-        self._model = fw.WhisperModel(self.model_dir, device="cpu", compute_type=compute_type,
-                                      cpu_threads=cpu_threads, num_workers=1)
+        try:  # CTranslate2 resolves auto (CUDA when it sees a device) and refuses cuda without one
+            self._model = fw.WhisperModel(self.model_dir, device=device, compute_type=compute_type,
+                                          cpu_threads=cpu_threads, num_workers=1)
+        except (RuntimeError, ValueError) as e:
+            if device == "cpu":
+                raise
+            raise TeacherUnavailable(f"{name} on {device}: {e}; device: cpu") from e
+        self.device = str(self._model.model.device)
 
     window_s = 30.0  # Whisper's encoder window
     aggregation = "mean"  # faster-whisper's word probability: the mean of its tokens'
@@ -632,7 +650,8 @@ class MoonshineTeacher:
     ``moonshine-cpp``: with the ``onnx`` package installed those are converted once to
     ONNX in ``<cache>/moonshine-base`` (see :func:`_moonshine_onnx`); without
     it they run as they are, with the same results, several times slower.
-    ``work_dir`` (default ``<cache>/moonshine-base``) is where converted files are written.
+    ``work_dir`` (default ``<cache>/moonshine-base``) is where converted files are written.  ``device``:
+    ``cpu``, ``cuda`` or ``auto`` (:func:`ort_providers`; ``self.device`` says which).
     ``int8``: the decoder's matrix products run in int8 on the model's own int8
     weights (:func:`_moonshine_int8`, made once in that folder; needs the
     ``onnx`` package): about 2.3x less CPU per token, the token probabilities moved
@@ -650,7 +669,7 @@ class MoonshineTeacher:
 
     def __init__(self, name: str = "moonshine-base", model_dir: str | os.PathLike | None = None,
                  cpu_threads: int = 2, cache: Path | None = None, int8: bool = False,
-                 work_dir: Path | None = None) -> None:
+                 work_dir: Path | None = None, device: str = "cpu") -> None:
         ort = _need("onnxruntime", name, ("onnxruntime", "moonshine-cpp"))
         d = Path(model_dir) if model_dir is not None else _moonshine_dir()
         self.name = name
@@ -679,7 +698,8 @@ class MoonshineTeacher:
         so.intra_op_num_threads = cpu_threads
         so.inter_op_num_threads = 1
         so.log_severity_level = 3
-        providers = ["CPUExecutionProvider"]
+        providers = ort_providers(ort.get_available_providers(), device, name)
+        self.device = "cuda" if providers[0] == "CUDAExecutionProvider" else "cpu"
         self._enc = ort.InferenceSession(str(files[0]), so, providers=providers)
         self._dec = ort.InferenceSession(str(files[1]), so, providers=providers)
         self.tokenizer = MoonshineTokenizer.from_file(d / "tokenizer.bin")
@@ -958,7 +978,8 @@ def adapted_moonshine_dir(adapter_file: str | os.PathLike, cache: Path | None = 
     return out
 
 
-def _adapted_moonshine(name_or_file: str, cpu_threads: int, int8: bool = False) -> MoonshineTeacher:
+def _adapted_moonshine(name_or_file: str, cpu_threads: int, int8: bool = False, device: str = "cpu"
+                       ) -> MoonshineTeacher:
     """A registered adapted model (:data:`ADAPTED_MOONSHINE`) or an adapter file's, as a :class:`MoonshineTeacher`."""
     if name_or_file in ADAPTED_MOONSHINE:
         name, path = name_or_file, ASSETS / ADAPTED_MOONSHINE[name_or_file]
@@ -966,7 +987,7 @@ def _adapted_moonshine(name_or_file: str, cpu_threads: int, int8: bool = False) 
         path = Path(name_or_file)
         name = path.name[:-len(ADAPTER_SUFFIX)]
     d = adapted_moonshine_dir(path)
-    return MoonshineTeacher(name, model_dir=d, cpu_threads=cpu_threads, int8=int8, work_dir=d)
+    return MoonshineTeacher(name, model_dir=d, cpu_threads=cpu_threads, int8=int8, work_dir=d, device=device)
 
 
 # --------------------------------------------------------------------------- registry
@@ -1013,13 +1034,14 @@ def load_teacher(name: str, cpu_threads: int = 2) -> Teacher:
     return TEACHERS[name].build(cpu_threads)
 
 
-def load_recognizer(name_or_path: str, cpu_threads: int = 1, beam_size: int = 1, int8: bool = False
-                    ) -> WordRecognizer:
+def load_recognizer(name_or_path: str, cpu_threads: int = 1, beam_size: int = 1, int8: bool = False,
+                    device: str = "cpu") -> WordRecognizer:
     """A :class:`WordRecognizer` by registry name (:data:`TEACHERS`, :data:`ADAPTED_MOONSHINE`), by folder (a
     CTranslate2 Whisper model, ``model.bin``, run by faster-whisper, or a Moonshine ONNX model, ``tokenizer.bin``
     with ``encoder_model`` and ``decoder_model_merged`` as ``.onnx`` or ``.ort``) or by a Moonshine adapter file
     (``NAME.adapter.npz``, :func:`adapted_moonshine_dir`).  ``beam_size`` is Whisper's (Moonshine is greedy);
-    ``int8``: Moonshine's decoder multiplies in int8 (:class:`MoonshineTeacher`; Whisper runs in int8 always).
+    ``int8``: Moonshine's decoder multiplies in int8 (:class:`MoonshineTeacher`; Whisper runs in int8 always);
+    ``device``: ``cpu``, ``cuda`` or ``auto`` (:func:`ort_providers`, :class:`WhisperTeacher`).
 
     Nothing is downloaded: a name needs its pip packages (:class:`TeacherUnavailable` names them), a path its
     files (ValueError says what is missing).
@@ -1029,25 +1051,26 @@ def load_recognizer(name_or_path: str, cpu_threads: int = 1, beam_size: int = 1,
     if isinstance(beam_size, bool) or not isinstance(beam_size, int) or beam_size < 1:
         raise ValueError(f"beam_size must be an integer >= 1, got {beam_size!r}")
     if name_or_path == "moonshine-base":
-        return MoonshineTeacher("moonshine-base", cpu_threads=cpu_threads, int8=int8)
+        return MoonshineTeacher("moonshine-base", cpu_threads=cpu_threads, int8=int8, device=device)
     if name_or_path in ADAPTED_MOONSHINE:
-        return _adapted_moonshine(name_or_path, cpu_threads, int8)
+        return _adapted_moonshine(name_or_path, cpu_threads, int8, device)
     if name_or_path == "whisper-base":
-        return WhisperTeacher("whisper-base", whisper_base_dir(), cpu_threads=cpu_threads, beam_size=beam_size)
+        return WhisperTeacher("whisper-base", whisper_base_dir(), cpu_threads=cpu_threads, beam_size=beam_size,
+                              device=device)
     if name_or_path == "whisper-tiny.en":
         return WhisperTeacher("whisper-tiny.en", _whisper_tiny_en_dir(), cpu_threads=cpu_threads,
-                              beam_size=beam_size)
+                              beam_size=beam_size, device=device)
     d = Path(name_or_path)
     if name_or_path.endswith(ADAPTER_SUFFIX) and d.is_file():
-        return _adapted_moonshine(name_or_path, cpu_threads, int8)
+        return _adapted_moonshine(name_or_path, cpu_threads, int8, device)
     if not d.is_dir():
         raise ValueError(f"second-pass model {name_or_path!r}: neither a known name "
                          f"({', '.join([*ADAPTED_MOONSHINE, *teacher_names()])}) "
                          "nor a folder")
     if (d / "model.bin").is_file():
-        return WhisperTeacher(d.name, d, cpu_threads=cpu_threads, beam_size=beam_size)
+        return WhisperTeacher(d.name, d, cpu_threads=cpu_threads, beam_size=beam_size, device=device)
     if (d / "tokenizer.bin").is_file() and any((d / f"{m}.{e}").is_file() for m in ("encoder_model",)
                                                 for e in ("onnx", "ort")):
-        return MoonshineTeacher(d.name, model_dir=d, cpu_threads=cpu_threads, int8=int8)
+        return MoonshineTeacher(d.name, model_dir=d, cpu_threads=cpu_threads, int8=int8, device=device)
     raise ValueError(f"second-pass model folder {d}: no model.bin (CTranslate2 Whisper) and no tokenizer.bin with "
                      "encoder_model.onnx / .ort (Moonshine)")

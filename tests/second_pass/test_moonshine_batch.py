@@ -299,3 +299,58 @@ def test_a_batching_worker_keeps_the_first_pass_for_late_segments():
         (2, "done"), (1, OVERLOAD), (1, OVERLOAD), (2, "done")]
     assert model.batches_seen == [1, 1]  # a alone, then d alone: b and c were not decoded
     w.close()
+
+
+# --------------------------------------------------------------------------- where the model runs
+
+
+def test_onnx_runtime_providers_for_each_device():
+    from streamd.second_pass.models import TeacherUnavailable, ort_providers
+
+    cpu_only, gpu = ["CPUExecutionProvider"], ["CUDAExecutionProvider", "CPUExecutionProvider"]
+    assert ort_providers(gpu, "cpu", "m") == ["CPUExecutionProvider"]
+    assert ort_providers(gpu, "cuda", "m") == ort_providers(gpu, "auto", "m") == gpu
+    assert ort_providers(cpu_only, "auto", "m") == ["CPUExecutionProvider"]
+    with pytest.raises(TeacherUnavailable, match="m on cuda: .*no CUDA provider.*onnxruntime-gpu"):
+        ort_providers(cpu_only, "cuda", "m")
+
+
+def test_the_device_setting_is_checked():
+    from streamd.config import ConfigError
+
+    assert SecondPassConfig().device == "cpu"
+    for d in ("cpu", "cuda", "auto"):
+        assert SecondPassConfig(device=d).device == d
+    with pytest.raises(ConfigError, match="device"):
+        SecondPassConfig(device="gpu")
+
+
+def test_whisper_on_a_device_ctranslate2_refuses_says_so(monkeypatch):
+    import sys
+    from types import SimpleNamespace
+
+    from streamd.second_pass.models import TeacherUnavailable, WhisperTeacher
+
+    class Model:  # faster-whisper's WhisperModel on a machine without CUDA
+        def __init__(self, path, device, **kw):
+            if device == "cuda":
+                raise RuntimeError("CUDA failed with error no CUDA-capable device is detected")
+            self.model = SimpleNamespace(device="cpu")
+
+    monkeypatch.setitem(sys.modules, "faster_whisper", SimpleNamespace(WhisperModel=Model))
+    assert WhisperTeacher("w", "/nowhere", device="auto").device == "cpu"
+    with pytest.raises(TeacherUnavailable, match="w on cuda: CUDA failed.*device: cpu"):
+        WhisperTeacher("w", "/nowhere", device="cuda")
+
+
+@pytest.mark.skipif(bool(moonshine_missing), reason="Moonshine's packages are not installed")
+def test_moonshine_on_cuda_without_a_cuda_runtime_says_what_to_install():
+    import onnxruntime as ort
+
+    from streamd.second_pass.models import TeacherUnavailable, load_recognizer
+
+    if "CUDAExecutionProvider" in ort.get_available_providers():
+        pytest.skip("this onnxruntime has a CUDA provider")
+    assert load_recognizer("moonshine-base", device="auto").device == "cpu"
+    with pytest.raises(TeacherUnavailable, match="onnxruntime-gpu"):
+        load_recognizer("moonshine-base", device="cuda")
