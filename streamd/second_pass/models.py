@@ -63,10 +63,10 @@ from streamd.paths import ASSETS
 from .adapter import apply_adapter, chain_weights, load_adapter
 from .cross_mask import BIAS_INPUT, PAD_BIAS, add_cross_attention_bias
 
-__all__ = ["Item", "ort_providers", "Teacher", "TeacherSpec", "TeacherUnavailable", "TEACHERS", "load_teacher", "teacher_names",
+__all__ = ["Teacher", "TeacherSpec", "TeacherUnavailable", "TEACHERS", "load_teacher", "teacher_names",
            "WhisperTeacher", "MoonshineTeacher", "MoonshineTokenizer", "whisper_base_dir", "cache_root", "RATE",
-           "Recognized", "RecognizedWord", "Context", "WordRecognizer", "load_recognizer", "sentence_case",
-           "keyword_rivals", "keyword_gap", "KEYWORD_SPANS"]
+           "Recognized", "RecognizedWord", "Context", "Item", "WordRecognizer", "load_recognizer", "sentence_case",
+           "keyword_rivals", "keyword_gap", "keyword_check", "KEYWORD_SPANS", "ort_providers"]
 
 RATE = 16000
 
@@ -107,6 +107,11 @@ class Context:
     ids: tuple[int, ...]
 
 
+Item = tuple[np.ndarray, "Context | None", "str | Callable[[str], Sequence[str]] | None"]
+"""One segment for a batch (:meth:`MoonshineTeacher.recognize_many`): its audio, context and rival (as
+:meth:`~MoonshineTeacher.recognize`'s)."""
+
+
 @runtime_checkable
 class WordRecognizer(Protocol):
     """A :class:`Teacher` that also gives words with token probabilities (the second pass's interface).
@@ -118,7 +123,9 @@ class WordRecognizer(Protocol):
     :class:`Context` where the model ``takes_context``, else ignored.  A model whose ``scores_rivals`` is True
     also takes ``rival=TEXT`` (spoken form, the first pass's words), or ``rival=FUNCTION`` (its own written
     text -> rival texts, the best of them counts: :func:`keyword_rivals`), and fills
-    :attr:`Recognized.rival_gap`.
+    :attr:`Recognized.rival_gap`.  A model whose ``batches`` is True also has ``recognize_many(items)``
+    (:data:`Item` each) giving what ``recognize`` gives each item, from one batched call (the second pass's
+    worker rounds: :meth:`streamd.second_pass.rescore.SecondPass.apply_all`).
     """
 
     name: str
@@ -427,12 +434,19 @@ def keyword_rivals(own: str, keyword: str, spans: int = KEYWORD_SPANS) -> list[s
     return out
 
 
+def keyword_check(audio: np.ndarray, keyword: str) -> "Item":
+    """What a wake verifier has the model hear: ``audio`` ((N,) float32, 16 kHz), no context, and
+    :func:`keyword_rivals` of ``keyword`` as the rival (:func:`keyword_gap`; a batch: ``recognize_many``)."""
+    return np.asarray(audio, dtype=np.float32), None, functools.partial(keyword_rivals, keyword=keyword)
+
+
 def keyword_gap(model: "WordRecognizer", audio: np.ndarray, keyword: str) -> float | None:
     """A wake verifier's evidence for ``keyword`` in ``audio`` ((N,) float32, 16 kHz): log P(the best of
     :func:`keyword_rivals`) - log P(the model's own text), nats; None for a model that scores no texts."""
     if not getattr(model, "scores_rivals", False):
         return None
-    return model.recognize(audio, rival=functools.partial(keyword_rivals, keyword=keyword)).rival_gap
+    x, _, rival = keyword_check(audio, keyword)
+    return model.recognize(x, rival=rival).rival_gap
 
 
 def _moonshine_dir() -> Path:
@@ -622,11 +636,6 @@ def _moonshine_masked(src: Path, cache: Path, onnx) -> Path:
         add_cross_attention_bias(model)
         _save_onnx_atomic(onnx, model, dest)
     return dest
-
-
-Item = tuple[np.ndarray, "Context | None", "str | Callable[[str], Sequence[str]] | None"]
-"""One segment for :meth:`MoonshineTeacher.recognize_many`: its audio, context and rival (as
-:meth:`~MoonshineTeacher.recognize`'s)."""
 
 
 class MoonshineTeacher:

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import functools
 import logging
 import math
 from typing import Sequence
@@ -47,7 +46,7 @@ from streamd.text.normalize import readings
 from .align import anchor_times, cut_points, offset_times
 from .choice import margin_prefers_first
 from .confidence import SecondPassCalibration, narrowband
-from .models import Context, Item, Recognized, RecognizedWord, WordRecognizer, keyword_gap, keyword_rivals
+from .models import Context, Item, Recognized, RecognizedWord, WordRecognizer, keyword_check, keyword_gap
 
 __all__ = ["SecondPass", "fallback", "pending", "spoken_words"]
 
@@ -255,8 +254,7 @@ class SecondPass:
             e = out[i]
             if isinstance(e, WakeWord):
                 if e.verification == "pending" and e.check is not None:
-                    items.append((i, (np.asarray(e.check.audio, dtype=np.float32), None,
-                                      functools.partial(keyword_rivals, keyword=e.keyword))))
+                    items.append((i, keyword_check(e.check.audio, e.keyword)))
                 continue
             if e.second_pass != "pending":
                 continue
