@@ -9,10 +9,14 @@ and wake words are the first pass's, unchanged.
 
 Modules, from the bottom up:
 
+* :mod:`.cross_mask`: the Moonshine decoder graph's cross-attention bias, so segments of different lengths
+  share a batch;
 * :mod:`.models`: the real-speech models (Moonshine base via onnxruntime, Whisper via faster-whisper), by
-  name or folder, with words and token probabilities (also the training "teachers");
+  name or folder, with words and token probabilities (also the training "teachers"); Moonshine reads several
+  segments in one batch (``recognize_many``);
 * :mod:`.align`: second-pass words on the first pass's time axis; where to cut long segments;
-* :mod:`.rescore`: :class:`~.rescore.SecondPass`, one Final in, the client's Final out (synchronous);
+* :mod:`.rescore`: :class:`~.rescore.SecondPass`, one Final in, the client's Final out (synchronous); a
+  worker round's Finals and wake checks in one batched model call (``apply_all``);
 * :mod:`.calibration`: the stored calibrations of the models' word probabilities, :func:`load_second_pass` and :func:`second_pass_for` (an engine config's);
 * :mod:`.worker`: :class:`~.worker.SecondPassWorker`, a thread with a bounded queue for servers, and
   :class:`~.worker.FinalGate`, which keeps each stream's events in order behind its pending Final.
