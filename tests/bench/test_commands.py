@@ -45,11 +45,13 @@ def test_a_shim_from_the_checkout_prints_the_commands_help():
     assert p.returncode == 0 and "usage: streamd bench trim-speech" in p.stdout
 
 
-@pytest.mark.parametrize("flag, want", [([], None), (["--int8", "false"], False), (["--int8", "true"], True)])
-def test_second_pass_latency_passes_int8_through(monkeypatch, capsys, flag, want):
+@pytest.mark.parametrize("flag, want, batches", [([], None, None), (["--int8", "false"], False, None),
+                                                  (["--int8", "true", "--max-batch", "1", "4"], True, [1, 4])])
+def test_second_pass_latency_passes_int8_and_max_batch_through(monkeypatch, capsys, flag, want, batches):
     import streamd.bench.second_pass_latency as spl
 
     seen = {}
     monkeypatch.setattr(spl, "second_pass_latency", lambda *args: seen.setdefault("args", args) and {})
     assert bench_main(["second-pass-latency", "--set", "x.jsonl", "--second-pass", "moonshine-base", *flag]) == 0
-    assert seen["args"][0:2] == ("x.jsonl", "moonshine-base") and seen["args"][-1] is want
+    assert seen["args"][0:2] == ("x.jsonl", "moonshine-base")
+    assert seen["args"][-2] is want and seen["args"][-1] == batches
