@@ -24,6 +24,7 @@ the finals' outcomes, and the utterances' durations.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import queue
 import time
@@ -181,6 +182,7 @@ def second_pass_latency(set_path: str, second_pass: str, streams: int = 4, utter
     rec.warm_up()
     out = {"streams": streams, "utterances": streams * utterances, "second_pass": second_pass, "int8": spc.int8,
            "first_pass_only": run(rec, clips, None, spc)}
+    runs: collections.Counter[str] = collections.Counter()
     for kind in workers:
         for n in max_batches or (None,):  # a model per run: closing a run's worker stops its process
             if kind == "process":
@@ -190,7 +192,8 @@ def second_pass_latency(set_path: str, second_pass: str, streams: int = 4, utter
             second.apply(Final(0, 0, "warm up", start=0.0, end=1.0, second_pass="pending",
                                audio=(np.random.default_rng(0).standard_normal(16000) * 300).astype(np.int16)))
             key = f"second_pass_{kind}" if n is None else f"second_pass_{kind}_batch{n}"
-            key += f"_{sum(k.startswith(key) for k in out) + 1}" if key in out else ""  # a repeated run
+            runs[key] += 1
+            key += f"_{runs[key]}" if runs[key] > 1 else ""  # a repeated run
             out[key] = run(rec, clips, second, spc if n is None else dataclasses.replace(spc, max_batch=n))
             if kind == "process":
                 second.close()

@@ -398,7 +398,7 @@ def talk_after(models: list, name: str, sets_dir: Path, words: int = 3, seed: in
             talk.append(np.concatenate(parts))
         row = {"positives": len(alone)}
         for tag, clips in (("alone", alone), ("talk", talk)):
-            tracks = score_tracks(WakeScorer([m]), [(c, 16000) for c in clips])
+            tracks = score_tracks(WakeScorer([m]), [(c, RATE) for c in clips])
             fired = passed = 0
             for c, tr in zip(clips, tracks):
                 frames = detect_frames(tr[:, 0], kcfg.verify_wake_threshold, seconds_to_frames(REFRACTORY_S, FRAME_S))

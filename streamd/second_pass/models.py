@@ -842,14 +842,11 @@ class MoonshineTeacher:
         if not rows:
             return out
         n, lengths = len(rows), [s.shape[1] for s in states]
-        if n == 1:
-            batch, bias = states[0], np.zeros((1, 1, 1, lengths[0]), np.float32)
-        else:
-            batch = np.zeros((n, max(lengths), states[0].shape[2]), np.float32)
-            bias = np.zeros((n, 1, 1, max(lengths)), np.float32)
-            for r, st in enumerate(states):
-                batch[r, :lengths[r]] = st[0]
-                bias[r, 0, 0, lengths[r]:] = PAD_BIAS
+        batch = np.zeros((n, max(lengths), states[0].shape[2]), np.float32)
+        bias = np.zeros((n, 1, 1, max(lengths)), np.float32)
+        for r, st in enumerate(states):
+            batch[r, :lengths[r]] = st[0]
+            bias[r, 0, 0, lengths[r]:] = PAD_BIAS
         empty = np.zeros((n, self._heads, 0, self._head_dim), dtype=np.float32)
         cache = {p.name: empty for p in self._past}
         live = list(range(n))  # batch position -> row

@@ -286,9 +286,7 @@ class SecondPass:
             if i not in plans:
                 continue
             try:
-                pieces = got[i] if recs is not None else [self._recognize(p.audio, p.context, p.rival)
-                                                          for p in plans[i].pieces]
-                out[i] = self._finish(plans[i], pieces, choose)
+                out[i] = self._finish(plans[i], got[i] if recs is not None else self._read(plans[i]), choose)
             except Exception:  # noqa: BLE001 - the first pass stands; the failure is logged
                 log.exception("second pass failed for stream %d segment %d", e.stream, e.segment)
                 out[i] = fallback(e, "failed")
@@ -323,7 +321,11 @@ class SecondPass:
 
     def _decode(self, final: Final, choose: bool = True, before: _Before | None = None) -> Final:
         plan = self._plan(final, before)
-        return self._finish(plan, [self._recognize(p.audio, p.context, p.rival) for p in plan.pieces], choose)
+        return self._finish(plan, self._read(plan), choose)
+
+    def _read(self, plan: _Plan) -> list[Recognized]:
+        """The model's reading of each of ``plan``'s pieces, one call a piece."""
+        return [self._recognize(p.audio, p.context, p.rival) for p in plan.pieces]
 
     def _plan(self, final: Final, before: _Before | None) -> _Plan:
         """What the model hears of ``final``: its audio cut into pieces (:func:`.align.cut_points`), each with its

@@ -88,22 +88,19 @@ class SecondPassWorker:
                     self._q.put(None)  # stop after this round
                     break
                 jobs.append(nxt)
-            if getattr(self.second, "batches", False):  # the round in one batch, delivered together
+            # a batching model reads the round in one call, delivered together; another one segment a call,
+            # each delivered as soon as it is decoded, not after the rest of its round
+            for group in [jobs] if getattr(self.second, "batches", False) else [[j] for j in jobs]:
                 now = self.clock()
                 fresh = []
-                for j in jobs:
+                for j in group:
                     if now - j.queued > self.max_wait_s:
                         self._finish(j, fallback(j.final, OVERLOAD))
                     else:
                         fresh.append(j)
-                for j, final in zip(fresh, self.second.apply_all([j.final for j in fresh])):  # never raises
-                    self._finish(j, final)
-                continue
-            for j in jobs:  # each delivered as soon as it is decoded, not after the rest of its round
-                if self.clock() - j.queued > self.max_wait_s:
-                    self._finish(j, fallback(j.final, OVERLOAD))
-                else:
-                    self._finish(j, self.second.apply_all([j.final])[0])  # never raises: failures fall back
+                if fresh:
+                    for j, final in zip(fresh, self.second.apply_all([j.final for j in fresh])):  # never raises
+                        self._finish(j, final)
 
     def _finish(self, job: _Job, final: Final | WakeWord) -> None:
         try:
