@@ -281,26 +281,29 @@ class FbankStream:
         """
         n = min(max_frames, self.frames_ready())
         size = self._take_into(n, out)
-        out[size:] = 0.0
+        if size < out.shape[0]:  # a short window (the tail): the rest of the row is zero
+            out[size:] = 0.0
         return n
 
     def _take_into(self, n: int, out: np.ndarray) -> int:
         """Copy the next ``n`` frames' window (0 <= n <= frames_ready) to ``out[:size]``, advance; size."""
         if n <= 0:
             return 0
-        size = self.frame_length + (n - 1) * self.frame_shift
-        start = self._lo + self.frames_taken * self.frame_shift - self._buf_start
-        out[:size] = self._data[start:start + size]
+        shift, lo, data = self.frame_shift, self._lo, self._data
+        size = self.frame_length + (n - 1) * shift
+        start = lo + self.frames_taken * shift - self._buf_start
+        out[:size] = data[start:start + size]
         self.frames_taken += n
-        keep_from = self.frames_taken * self.frame_shift  # first sample of the next frame
-        drop = min(keep_from, self._available) - self._buf_start
+        # drop what no later frame needs: samples before the next frame's first (all held ones at the end)
+        drop = min(self.frames_taken * shift - self._buf_start, self._hi - lo)
         if drop > 0:
-            self._lo += drop
+            lo += drop
+            self._lo = lo
             self._buf_start += drop
-        held = self._hi - self._lo
-        if len(self._data) > self.MIN_CAPACITY and 4 * held < len(self._data):  # a backlog was decoded: give back
+        held = self._hi - lo
+        if 4 * held < len(data) and len(data) > self.MIN_CAPACITY:  # a backlog was decoded: give back
             data = np.empty(max(self.MIN_CAPACITY, 2 * held), dtype=np.float32)
-            data[:held] = self._data[self._lo:self._hi]
+            data[:held] = self._data[lo:self._hi]
             self._data, self._lo, self._hi = data, 0, held
         elif held == 0:
             self._lo = self._hi = 0

@@ -197,8 +197,9 @@ class WordBuilder:
 
     def _grow(self, tokens: Sequence[int], frames: Sequence[int], confs: Sequence[float]) -> int:
         """:meth:`update` for tokens appended to the open word (none in ``_not_growth``): the text grows by their
-        pieces and the open word by their texts and confidences; nothing before them is read again (min, max and
-        prod aggregate the word's confidences from its last value: the same left-to-right result)."""
+        pieces and the open word by their texts (the same strings: such a piece holds no white space, so its token
+        no "▁") and confidences; nothing before them is read again (min, max and prod aggregate the word's
+        confidences from its last value: the same left-to-right result)."""
         shown = self.words.pop() if self._open_shown else None  # the open word as it stood
         self._open_shown = False
         unchanged = len(self.words)
@@ -215,9 +216,9 @@ class WordBuilder:
         new = [pieces[t] for t in tokens]
         self._raw += new
         self._cur += range(n, len(self.tokens))
-        texts = [self.table.tokens[t] for t in tokens]
-        self._cur_text += texts
+        self._cur_text += new
         self._cur_confs += confs
+        grown = "".join(new)
         how = self.aggregation
         if shown is not None and how in ("min", "max", "prod"):
             conf, vals = float(shown.conf), list(map(float, confs))
@@ -225,14 +226,12 @@ class WordBuilder:
                 conf = math.prod(vals, start=conf)
             else:
                 conf = min(conf, *vals) if how == "min" else max(conf, *vals)
-            word = Word(word=shown.word + "".join(texts).replace(WORD_PREFIX, ""), start=shown.start,
-                        end=(int(self.frames[-1]) + 1) * self.frame_shift_s, conf=conf)
+            word = Word(shown.word + grown, shown.start, (int(self.frames[-1]) + 1) * self.frame_shift_s, conf)
         else:
             word = self._word()
         if word is not None:
             self.words.append(word)
             self._open_shown = True
-        grown = "".join(new)
         if grown:  # no white space in it: it continues the last word, or starts one after a gap
             self.text = f"{self.text} {grown}" if self._gap and self.text else self.text + grown
             self._gap = False

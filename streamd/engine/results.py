@@ -134,13 +134,13 @@ class Results:
                 keep = host[3][js[moved]]  # the tokens before the first change are shown already
             if not moved.size:
                 continue
-            width = int((n[js[moved]] - keep).max())
+            count = n[js[moved]] - keep  # (M,) new tokens of each moved row
+            width = int(count.max())
             sel = torch.from_numpy(js[moved]).to(self.device)
             toks, frames, confs = buf.windows_to_host(sel, slots[sel], torch.from_numpy(keep).to(self.device), width)
-            for k, m in enumerate(moved.tolist()):
-                j, st = shown[m]
-                d = int(n[j]) - int(keep[k])
-                self._show(st, toks[k, :d].tolist(), frames[k, :d].tolist(), confs[k, :d].tolist(), int(keep[k]))
+            show = self._show
+            for m, d, k, t, f, c in zip(moved.tolist(), count.tolist(), keep.tolist(), toks, frames, confs):
+                show(shown[m][1], t[:d].tolist(), f[:d].tolist(), c[:d].tolist(), k)
         return n_all, tb_all
 
     @staticmethod
@@ -222,11 +222,11 @@ class Results:
         rules = self.endpointer.check_arrays(trailing, seg_frames, n)
         close: list[tuple[int, str]] = []
         fs = self.frame_shift_s
+        partial_of, backlog = self._partial_of, self._backlog
         for st, rule, done in zip(streams, rules, ends):
-            if st.shown is not None and not done:
-                text, words, tokens, frames, confs = self._partial_of(st)
-                events.append(Partial(st.id, st.segment, text, words, tokens, frames, confs, st.segment_start * fs,
-                                      st.frames_done * fs, self._backlog(st)))
+            if st.shown is not None and not done:  # (text, words, tokens, frames, confs), then its times
+                events.append(Partial(st.id, st.segment, *partial_of(st), st.segment_start * fs, st.frames_done * fs,
+                                      backlog(st)))
             if done:
                 close.append((st.id, "eos"))
             elif st.reset_at is not None and st.fbank.frames_taken >= st.reset_at:

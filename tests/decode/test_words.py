@@ -136,6 +136,21 @@ def test_word_builder_growing_words_match_whole_hypothesis(chars: TokenTable, bp
                           lambda: rng.choice(parts) if rng.random() < 0.9 else rng.randrange(len(table)))
 
 
+def test_word_builder_growth_reads_pieces_as_word_texts() -> None:
+    """Growing the open word appends each token's text piece to the word: pieces that are not their token's text
+    (a bpe piece with "▁" inside, a char table's own separator) never take that path; text and words equal the
+    whole hypothesis' after every edit."""
+    tables = (TokenTable(("<blk>", "▁", "▁a", "b", "c▁d", "e", "▁f")), TokenTable(("<blk>", "|", "a", "b▁", "c")))
+    for seed in range(30):
+        rng = random.Random(seed)
+        for table in tables:
+            parts = [i for i, r in enumerate(token_roles(table)) if r == PART]
+            how = rng.choice(["min", "mean", "max", "prod"])
+            wb = WordBuilder(table, 0.04, how)
+            _random_edits(wb, table, how, rng, 40, 0.85, 4,
+                          lambda: rng.choice(parts) if rng.random() < 0.8 else rng.randrange(len(table)))
+
+
 def test_word_builder_errors(chars: TokenTable) -> None:
     wb = WordBuilder(chars, 0.04, "min")
     with pytest.raises(ValueError, match="keep must be in 0..0, got 1"):
