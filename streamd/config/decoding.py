@@ -118,8 +118,9 @@ class KwsConfig:
     its own threshold), and a detection stands when log P(keyword) - log P(the second model's own text), on
     the audio from ``verify_before_s`` before the detection's end to ``verify_after_s`` after it (the keyword
     alone or in place of a span of that text: :func:`streamd.second_pass.models.keyword_gap`), reaches
-    ``verify_gap`` nats (:class:`streamd.events.WakeWord`; the event comes ``verify_after_s`` plus the
-    decode later).  The defaults are the one pair of thresholds chosen for all keywords on the dev half of
+    ``verify_gap`` nats, or the model's own threshold where its file has one (``streamd wake verifier-gap``,
+    :mod:`streamd.train.wake_verifier`: above every detection on held-out training-split negatives)
+    (:class:`streamd.events.WakeWord`; the event comes ``verify_after_s`` plus the decode later).  The defaults are the one pair of thresholds chosen for all keywords on the dev half of
     Mycroft's recordings (docs/benchmarks.md, "A second-stage verifier").
     ``enabled`` false turns every kind off.
     Deprecated, accepted and checked but without effect since the keyword-constrained search (issue 21):

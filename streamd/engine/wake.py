@@ -54,6 +54,7 @@ class WakeModels:
         self.wake_detector = KwsDetector(self.wake_scorer.keywords, wcfg, self.wake_scorer.frame_shift_s)
         self._wake_thr = np.array(thr)
         self._wake_own = {m.keyword: m.threshold for m in models}
+        self._wake_gap = {m.keyword: kcfg.verify_gap if m.verify_gap is None else m.verify_gap for m in models}
         self.wake_stats = {m.keyword: {"detections": 0, "suppressed": 0} for m in models}
 
     def _wake_mask(self, opts: StreamOptions) -> Tensor | None:
@@ -150,7 +151,7 @@ class WakeModels:
         k = self.config.kws
         kept = np.concatenate(st.wake_kept) if st.wake_kept else np.zeros(0, np.float32)
         clip = verify_clip(kept, ev.end, k.verify_before_s, k.verify_after_s, st.wake_kept_from)
-        check = WakeCheck(np.array(clip, dtype=np.float32), k.verify_gap,
+        check = WakeCheck(np.array(clip, dtype=np.float32), self._wake_gap[ev.keyword],
                           ev.score >= self._wake_own[ev.keyword])
         return dataclasses.replace(ev, verification="pending", check=check)
 

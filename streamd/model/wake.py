@@ -14,7 +14,9 @@ first score comes after its first 80 ms: score ``k`` of a stream (k = 0, 1, ...)
 File (``torch.save`` of a dict, :func:`save_wake_model` / :func:`load_wake_model`): ``format``
 (:data:`WAKE_FORMAT`), ``keyword``, ``threshold``, ``hidden``, ``window``, ``members`` (nets in the head;
 absent in files of one net written before it, whose keys are ``net.*``), ``state_dict`` (the head), and
-``info``: what it was trained on, how long it took, the DET curve on held-out data.
+``info``: what it was trained on, how long it took, the DET curve on held-out data; optionally ``verify_gap``,
+the model's own verifier threshold (:mod:`streamd.train.wake_verifier`; ``info["verifier"]`` says how it was
+measured).
 """
 
 from __future__ import annotations
@@ -107,12 +109,17 @@ class WakeModel:
     head: WakeHead
     info: dict = field(default_factory=dict)
     path: str = ""
+    verify_gap: float | None = None  # its own verifier threshold (streamd.train.wake_verifier), nats; None: the config's
 
 
-def save_wake_model(path: str | Path, keyword: str, threshold: float, head: WakeHead, info: dict) -> None:
-    torch.save({"format": WAKE_FORMAT, "keyword": keyword, "threshold": float(threshold), "hidden": head.hidden,
-                "window": head.window, "members": head.members, "state_dict": {k: v.detach().cpu() for k, v in head.state_dict().items()},
-                "info": info}, path)
+def save_wake_model(path: str | Path, keyword: str, threshold: float, head: WakeHead, info: dict,
+                    verify_gap: float | None = None) -> None:
+    blob = {"format": WAKE_FORMAT, "keyword": keyword, "threshold": float(threshold), "hidden": head.hidden,
+            "window": head.window, "members": head.members,
+            "state_dict": {k: v.detach().cpu() for k, v in head.state_dict().items()}, "info": info}
+    if verify_gap is not None:
+        blob["verify_gap"] = float(verify_gap)
+    torch.save(blob, path)
 
 
 def load_wake_model(path: str | Path) -> WakeModel:
@@ -133,6 +140,9 @@ def load_wake_model(path: str | Path) -> WakeModel:
         raise ValueError(f"{p}: threshold must be in (0, 1), got {thr!r}")
     if blob.get("window") != WINDOW:
         raise ValueError(f"{p}: window must be {WINDOW} embeddings, got {blob.get('window')!r}")
+    gap = blob.get("verify_gap")
+    if gap is not None and not (isinstance(gap, float) and -100.0 <= gap <= 100.0):
+        raise ValueError(f"{p}: verify_gap must be a number of nats in [-100, 100], got {gap!r}")
     members = blob.get("members", 1)
     if not isinstance(members, int) or members < 1:
         raise ValueError(f"{p}: members must be an integer >= 1, got {members!r}")
@@ -142,7 +152,7 @@ def load_wake_model(path: str | Path) -> WakeModel:
         sd = {("nets.0." + k[4:] if k.startswith("net.") else k): v for k, v in sd.items()}
     head.load_state_dict(sd)
     head.eval().requires_grad_(False)
-    return WakeModel(" ".join(kw.split()), thr, head, dict(blob.get("info") or {}), str(p))
+    return WakeModel(" ".join(kw.split()), thr, head, dict(blob.get("info") or {}), str(p), gap)
 
 
 @dataclass
