@@ -322,7 +322,7 @@ OWN_FLOORS = (-14.0, -13.0, -12.0, -11.0, -10.0, -9.0, -8.0, -7.0, -6.0)
 OWN_MARGINS = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0)
 OWN_RANKS = (1, 2, 3)
 """The rules :func:`_own_gaps_table` tries on the dev half: ``max(floor, the rank-th highest held-out negative
-gap + margin)`` (:func:`streamd.train.wake_verifier.own_gap`)."""
+gap + margin)`` (:func:`streamd.model.wake.own_gap`)."""
 
 
 def _own_gaps_table(models: list, res: dict, gaps: dict, wake_threshold: float, ref: int) -> dict:
@@ -331,7 +331,7 @@ def _own_gaps_table(models: list, res: dict, gaps: dict, wake_threshold: float, 
     held-out negative gaps; ties: the higher floor, the larger margin, the lower rank), and the test figures
     of the chosen rule and of the thresholds the files carry (at ``wake_threshold``)."""
     from ..evaluation.wake import verified_sweep
-    from ..train.wake_verifier import own_gap
+    from ..model.wake import own_gap
 
     have = [(k, m) for k, m in enumerate(models) if m.verify_gap is not None]
     if not have:

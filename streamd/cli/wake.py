@@ -89,6 +89,7 @@ def wake_main(argv: Sequence[str] | None = None) -> int:
 
 def verifier_gap_main(argv: Sequence[str] | None = None) -> int:
     """``streamd wake verifier-gap MODEL... --second-pass NAME [--floor N] [--margin N]``."""
+    from ..model.wake import VERIFY_GAP_FLOOR, VERIFY_GAP_MARGIN, VERIFY_GAP_RANK
     from ..second_pass.models import TeacherUnavailable
     from ..train import wake_verifier as wv
 
@@ -101,10 +102,10 @@ def verifier_gap_main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("models", nargs="+", metavar="MODEL", help="wake model files (streamd wake train)")
     ap.add_argument("--second-pass", required=True, metavar="NAME|PATH",
                     help="the verifier: a second-pass model that scores texts (Moonshine: moonshine-base-so762)")
-    ap.add_argument("--floor", type=float, default=wv.VERIFY_GAP_FLOOR, help="lowest threshold, nats (default %(default)s)")
-    ap.add_argument("--margin", type=float, default=wv.VERIFY_GAP_MARGIN,
+    ap.add_argument("--floor", type=float, default=VERIFY_GAP_FLOOR, help="lowest threshold, nats (default %(default)s)")
+    ap.add_argument("--margin", type=float, default=VERIFY_GAP_MARGIN,
                     help="nats above the RANK-th highest held-out negative gap (default %(default)s)")
-    ap.add_argument("--rank", type=int, default=wv.VERIFY_GAP_RANK,
+    ap.add_argument("--rank", type=int, default=VERIFY_GAP_RANK,
                     help="1: clear every held-out negative; 2: all but the highest ... (default %(default)s)")
     a = ap.parse_args(argv)
     if not -100.0 <= a.floor <= 100.0 or not 0.0 <= a.margin <= 50.0 or not 1 <= a.rank <= wv.TOP_KEPT:

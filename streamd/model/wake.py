@@ -34,7 +34,8 @@ from streamd.model.speech_embedding import (DIM, compute_dtype, FRAME_SHIFT_S, H
                                             EmbeddingStream, SpeechEmbedding, load_speech_embedding)
 
 __all__ = ["WAKE_FORMAT", "WINDOW", "PREFIX_SAMPLES", "TAIL_SAMPLES", "WakeHead", "WakeModel", "WakeStream", "WakeScorer",
-           "save_wake_model", "load_wake_model", "verify_span", "verify_clip", "MIN_VERIFY_SAMPLES"]
+           "save_wake_model", "load_wake_model", "verify_span", "verify_clip", "MIN_VERIFY_SAMPLES",
+           "VERIFY_GAP_FLOOR", "VERIFY_GAP_MARGIN", "VERIFY_GAP_RANK", "own_gap"]
 
 WAKE_FORMAT = "streamd-wake-1"
 WINDOW = 16
@@ -61,6 +62,27 @@ def verify_clip(audio: np.ndarray, end_s: float, before_s: float, after_s: float
     a, b = verify_span(end_s, before_s, after_s)
     clip = audio[max(a - start, 0):max(b - start, 0)]
     return clip if clip.size >= MIN_VERIFY_SAMPLES else audio
+
+
+VERIFY_GAP_FLOOR = -11.0
+"""The lowest own threshold (nats): a keyword whose held-out negatives all stay far below still needs this
+much evidence.  Chosen with :data:`VERIFY_GAP_MARGIN` and :data:`VERIFY_GAP_RANK` on the dev half of Mycroft's
+recordings (the fewest summed dev misses with every keyword at <= 0.5 FA/h; docs/benchmarks.md, "Each wake
+model's own verifier threshold")."""
+VERIFY_GAP_MARGIN = 2.0
+"""Nats above the rank-th highest held-out negative gap (the same choice as :data:`VERIFY_GAP_FLOOR`)."""
+VERIFY_GAP_RANK = 3
+"""Which held-out negative gap the threshold clears: 1 the highest, 3 the third highest (the same choice)."""
+
+
+def own_gap(gaps: Sequence[float], floor: float = VERIFY_GAP_FLOOR, margin: float = VERIFY_GAP_MARGIN,
+            rank: int = VERIFY_GAP_RANK) -> float:
+    """A model's verifier threshold from its held-out negatives' gaps: ``margin`` above the ``rank``-th highest
+    (1: the highest), at least ``floor`` (``floor`` when fewer were detected)."""
+    if rank < 1:
+        raise ValueError(f"rank must be >= 1, got {rank}")
+    top = sorted(gaps, reverse=True)
+    return max(float(floor), top[rank - 1] + margin) if len(top) >= rank else float(floor)
 
 
 class WakeHead(nn.Module):

@@ -8,7 +8,7 @@ all keywords is too strict for some and too loose for others.  :func:`fit_verifi
 its own: the wake model runs over the real training-split audio held out from its training
 (:func:`held_out_negatives`: never ``mycroft``, never a dev split), every detection at
 ``verify_wake_threshold`` is verified as the engine would (the same clip around it), and the threshold is
-``max(floor, the rank-th highest negative gap + margin)`` (:func:`own_gap`; rank r > 1 does not let one or
+``max(floor, the rank-th highest negative gap + margin)`` (:func:`streamd.model.wake.own_gap`; rank r > 1 does not let one or
 two odd negatives decide: a second model sometimes reads a one-second clip as a long made-up sentence, and
 against that reading any keyword scores close).  The result is written into the model file (``verify_gap``, and
 ``info["verifier"]``: the verifier, the rule, the negatives' hours, detections and highest gaps), where the
@@ -25,19 +25,10 @@ from typing import Callable, Sequence
 import numpy as np
 
 from streamd.config import KwsConfig
+from streamd.model.wake import VERIFY_GAP_FLOOR, VERIFY_GAP_MARGIN, VERIFY_GAP_RANK, own_gap
 
-__all__ = ["VERIFY_GAP_FLOOR", "VERIFY_GAP_MARGIN", "VERIFY_GAP_RANK", "held_out_negatives", "negative_gaps", "own_gap",
-           "fit_verifier_gaps"]
+__all__ = ["TOP_KEPT", "held_out_negatives", "negative_gaps", "fit_verifier_gaps"]
 
-VERIFY_GAP_FLOOR = -11.0
-"""The lowest own threshold (nats): a keyword whose held-out negatives all stay far below still needs this
-much evidence.  Chosen with :data:`VERIFY_GAP_MARGIN` and :data:`VERIFY_GAP_RANK` on the dev half of Mycroft's
-recordings (the fewest summed dev misses with every keyword at <= 0.5 FA/h; docs/benchmarks.md, "Each wake
-model's own verifier threshold")."""
-VERIFY_GAP_MARGIN = 2.0
-"""Nats above the rank-th highest held-out negative gap (the same choice as :data:`VERIFY_GAP_FLOOR`)."""
-VERIFY_GAP_RANK = 3
-"""Which held-out negative gap the threshold clears: 1 the highest, 3 the third highest (the same choice)."""
 TOP_KEPT = 10
 """Highest held-out negative gaps recorded in the file (``info["verifier"]["top_negative_gaps"]``)."""
 
@@ -87,16 +78,6 @@ def negative_gaps(models: Sequence, audio: Sequence[np.ndarray], verifier, kcfg:
         if progress is not None:
             progress(min(lo + batch, len(jobs)), len(jobs))
     return gaps
-
-
-def own_gap(gaps: Sequence[float], floor: float = VERIFY_GAP_FLOOR, margin: float = VERIFY_GAP_MARGIN,
-            rank: int = VERIFY_GAP_RANK) -> float:
-    """A model's verifier threshold from its held-out negatives' gaps: ``margin`` above the ``rank``-th highest
-    (1: the highest), at least ``floor`` (``floor`` when fewer were detected)."""
-    if rank < 1:
-        raise ValueError(f"rank must be >= 1, got {rank}")
-    top = sorted(gaps, reverse=True)
-    return max(float(floor), top[rank - 1] + margin) if len(top) >= rank else float(floor)
 
 
 def fit_verifier_gaps(paths: Sequence[str | Path], verifier_name: str, floor: float = VERIFY_GAP_FLOOR,

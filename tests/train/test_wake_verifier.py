@@ -20,7 +20,7 @@ from streamd.engine import Recognizer
 from streamd.evaluation.wake import detect_frames, score_tracks
 from streamd.events import WakeWord
 from streamd.model.checkpoint import load_checkpoint
-from streamd.model.wake import WakeScorer, load_wake_model, save_wake_model, verify_clip
+from streamd.model.wake import WakeScorer, load_wake_model, own_gap, save_wake_model, verify_clip
 from streamd.train import wake_verifier as wv
 
 TESTS = Path(__file__).parents[1]
@@ -36,15 +36,15 @@ def _loudness(audio: np.ndarray) -> float:
 
 
 def test_own_gap_is_a_margin_above_the_ranked_negative_gap_and_at_least_the_floor():
-    assert wv.own_gap([-20.0, -7.5, -12.0], floor=-10.0, margin=2.0, rank=1) == -5.5
-    assert wv.own_gap([-20.0, -7.5, -12.0], floor=-11.0, margin=2.0, rank=2) == -10.0  # one negative let pass
-    assert wv.own_gap([-20.0, -7.5, -12.0], floor=-10.0, margin=2.0, rank=2) == -10.0  # the floor
-    assert wv.own_gap([-20.0, -15.0], floor=-10.0, margin=2.0, rank=1) == -10.0
-    assert wv.own_gap([], floor=-9.0, margin=2.0) == -9.0  # nothing detected: the floor
-    assert wv.own_gap([-3.0], floor=-9.0, margin=2.0, rank=2) == -9.0  # fewer than rank
-    assert wv.own_gap([-float("inf")], floor=-9.0, margin=1.0, rank=1) == -9.0  # one the verifier could not score
+    assert own_gap([-20.0, -7.5, -12.0], floor=-10.0, margin=2.0, rank=1) == -5.5
+    assert own_gap([-20.0, -7.5, -12.0], floor=-11.0, margin=2.0, rank=2) == -10.0  # one negative let pass
+    assert own_gap([-20.0, -7.5, -12.0], floor=-10.0, margin=2.0, rank=2) == -10.0  # the floor
+    assert own_gap([-20.0, -15.0], floor=-10.0, margin=2.0, rank=1) == -10.0
+    assert own_gap([], floor=-9.0, margin=2.0) == -9.0  # nothing detected: the floor
+    assert own_gap([-3.0], floor=-9.0, margin=2.0, rank=2) == -9.0  # fewer than rank
+    assert own_gap([-float("inf")], floor=-9.0, margin=1.0, rank=1) == -9.0  # one the verifier could not score
     with pytest.raises(ValueError, match="rank"):
-        wv.own_gap([1.0], rank=0)
+        own_gap([1.0], rank=0)
 
 
 def test_negative_gaps_verify_every_detection_on_the_clip_the_engine_sends(wake_files):
