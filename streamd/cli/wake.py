@@ -73,22 +73,24 @@ def wake_main(argv: Sequence[str] | None = None) -> int:
                           seed=a.seed, workers=a.workers)
     if a.out is not None and len(a.keyword) > 1:
         ap.error("--out names one file: give --out-dir with several keywords")
+    from ..second_pass.models import TeacherUnavailable
+    from ..train import wake_verifier as wv
+
     try:
+        verifier = wv.load_verifier(a.verifier) if a.verifier else None  # refused before any training
         for kw in a.keyword:
             out = a.out or Path(a.out_dir) / (" ".join(kw.casefold().split()).replace(" ", "_") + ".wake.pt")
             train_wake_model(kw, out, cfg)
-            if a.verifier:
-                from ..train.wake_verifier import fit_verifier_gaps
-
-                fit_verifier_gaps([out], a.verifier)
-    except (ValueError, RuntimeError, FileNotFoundError) as e:
+            if verifier is not None:
+                wv.fit_verifier_gaps([out], a.verifier, verifier=verifier)
+    except (ValueError, RuntimeError, FileNotFoundError, TeacherUnavailable) as e:
         print(f"streamd wake train: {e}", file=sys.stderr)
         return 2
     return 0
 
 
 def verifier_gap_main(argv: Sequence[str] | None = None) -> int:
-    """``streamd wake verifier-gap MODEL... --second-pass NAME [--floor N] [--margin N]``."""
+    """``streamd wake verifier-gap MODEL... --second-pass NAME [--floor N] [--margin N] [--rank R]``."""
     from ..model.wake import VERIFY_GAP_FLOOR, VERIFY_GAP_MARGIN, VERIFY_GAP_RANK
     from ..second_pass.models import TeacherUnavailable
     from ..train import wake_verifier as wv

@@ -159,3 +159,17 @@ def test_the_verifier_gap_command_refuses_what_it_cannot_use(tmp_path, capsys):
     with pytest.raises(SystemExit):
         wake_main(["verifier-gap", "a.wake.pt", "--second-pass", "x", "--margin", "-1"])
     assert "--margin" in capsys.readouterr().err
+
+
+def test_wake_train_refuses_a_verifier_that_scores_no_texts_before_training(monkeypatch, capsys):
+    class Plain:
+        scores_rivals = False
+
+    monkeypatch.setattr("streamd.second_pass.models.load_recognizer", lambda name, **kw: Plain())
+
+    def never(*a, **k):
+        raise AssertionError("trained before the verifier was checked")
+
+    monkeypatch.setattr("streamd.train.wake.train_wake_model", never)
+    assert wake_main(["train", "hey jarvis", "--verifier", "whisper-tiny.en"]) == 2
+    assert "must score texts" in capsys.readouterr().err
