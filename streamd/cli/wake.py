@@ -99,8 +99,9 @@ def verifier_gap_main(argv: Sequence[str] | None = None) -> int:
         prog="streamd wake verifier-gap",
         description="Give each wake model file its own verifier threshold (used with --verify-wake): the model "
                     "runs over the real training-split audio held out from its training, every detection at "
-                    "kws.verify_wake_threshold is verified by the second-pass model, and the threshold is MARGIN "
-                    "nats above the RANK-th highest gap, at least FLOOR.  The files are rewritten in place.")
+                    "the default kws.verify_wake_threshold (0.05) is verified by the second-pass model, and the "
+                    "threshold is MARGIN nats above the RANK-th highest gap, at least FLOOR.  The files are "
+                    "rewritten in place.")
     ap.add_argument("models", nargs="+", metavar="MODEL", help="wake model files (streamd wake train)")
     ap.add_argument("--second-pass", required=True, metavar="NAME|PATH",
                     help="the verifier: a second-pass model that scores texts (Moonshine: moonshine-base-so762)")

@@ -4,11 +4,13 @@ scored per step on the 16 kHz audio of the streams that ask for them, their dete
 With ``kws.verify`` every model fires at ``verify_wake_threshold``, and each detection is held until the
 stream has ``verify_after_s`` of audio after it (or ends), then emitted with ``verification: pending`` and
 the audio around it (:class:`~streamd.events.WakeCheck`, :func:`~streamd.model.wake.verify_span`) for the
-second pass to verify (:meth:`streamd.second_pass.rescore.SecondPass.verify`)."""
+second pass to verify (:meth:`streamd.second_pass.rescore.SecondPass.verify`), at the model file's own
+verifier threshold where it has one (:mod:`streamd.train.wake_verifier`), else ``verify_gap``."""
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 from typing import Collection
 
 import numpy as np
@@ -20,6 +22,8 @@ from ..events import Event, WakeCheck, WakeWord
 from ..model.wake import verify_clip, verify_span
 from ..options import StreamOptions
 from .state import _Batch, _Stream
+
+log = logging.getLogger("streamd.engine")
 
 
 class WakeModels:
@@ -55,6 +59,11 @@ class WakeModels:
         self._wake_thr = np.array(thr)
         self._wake_own = {m.keyword: m.threshold for m in models}
         self._wake_gap = {m.keyword: kcfg.verify_gap if m.verify_gap is None else m.verify_gap for m in models}
+        for m in models:  # a file's own threshold holds for the detections it was measured on
+            made_at = (m.info.get("verifier") or {}).get("wake_threshold")
+            if self.wake_verify and m.verify_gap is not None and made_at not in (None, kcfg.verify_wake_threshold):
+                log.warning("wake model %s: its verifier threshold was measured at wake threshold %s, the config "
+                            "fires at %s (kws.verify_wake_threshold)", m.path, made_at, kcfg.verify_wake_threshold)
         self.wake_stats = {m.keyword: {"detections": 0, "suppressed": 0} for m in models}
 
     def _wake_mask(self, opts: StreamOptions) -> Tensor | None:

@@ -173,3 +173,22 @@ def test_wake_train_refuses_a_verifier_that_scores_no_texts_before_training(monk
     monkeypatch.setattr("streamd.train.wake.train_wake_model", never)
     assert wake_main(["train", "hey jarvis", "--verifier", "whisper-tiny.en"]) == 2
     assert "must score texts" in capsys.readouterr().err
+
+
+def test_the_engine_warns_when_a_files_threshold_was_measured_at_another_wake_threshold(tmp_path, wake_files,
+                                                                                      tiny_ckpt, caplog):
+    m = load_wake_model(wake_files[0])
+    p = tmp_path / "own.wake.pt"
+    save_wake_model(p, m.keyword, m.threshold, m.head, {"verifier": {"wake_threshold": 0.05}}, verify_gap=-9.0)
+
+    def engine(fires_at: float) -> None:
+        cfg = from_dict(EngineConfig, {"num_threads": 1, "second_pass": {"model": "gap-model"},
+                                       "kws": {"wake_models": [str(p)], "verify": True,
+                                               "verify_wake_threshold": fires_at}})
+        Recognizer(load_checkpoint(tiny_ckpt, "cpu"), cfg)
+
+    with caplog.at_level("WARNING", logger="streamd.engine"):
+        engine(0.05)
+        assert not [r for r in caplog.records if "measured at wake threshold" in r.getMessage()]
+        engine(0.3)
+    assert [r for r in caplog.records if "measured at wake threshold 0.05" in r.getMessage()]
