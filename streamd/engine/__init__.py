@@ -178,6 +178,8 @@ class Recognizer(WakeModels, Batching, Results, Finals):
         self.endpointer = Endpointer(self.config.endpoint, self.frame_shift_s)
         self.tail_padding = tail_padding(TAIL_PADDING_SECONDS)
         self._streams: dict[int, _Stream] = {}
+        self._ready_ids: set[int] = set()  # the ready streams (Batching.ready_streams)
+        self._ready_recheck: list[int] = []  # streams stepped since: their readiness is checked again
         self._ids = itertools.count(1)
         self._batch: _Batch | None = None
         self._rr = 0  # round-robin start for fairness when more streams than max_batch
@@ -356,6 +358,8 @@ class Recognizer(WakeModels, Batching, Results, Finals):
             return self._fail(sid, "bad_audio", f"{int((~np.isfinite(x)).sum())} non-finite samples (NaN/inf)")
         st.samples_in += x.size
         self._take_in(st, st.resampler.process(x) if st.resampler is not None else x)
+        if self._ready(st):
+            self._ready_ids.add(sid)
         return []
 
     def _take_in(self, st: _Stream, x: np.ndarray) -> None:
@@ -403,6 +407,7 @@ class Recognizer(WakeModels, Batching, Results, Finals):
             return
         full = st.fbank.frames_ready() // self.chunk_fbank * self.chunk_fbank
         st.reset_at = st.fbank.frames_taken + full
+        self._ready_ids.add(sid)
 
     def finish(self, sid: int) -> None:
         """No more audio: the next steps decode the tail and the end-of-stream flush, then emit Final and Done.
@@ -428,12 +433,14 @@ class Recognizer(WakeModels, Batching, Results, Finals):
             st.fbank.accept(self.tail_padding)
         st.fbank.finish()
         st.finished = True
+        self._ready_ids.add(sid)
 
     def close(self, sid: int) -> None:
         """Forget a stream at once (client gone); no more events for it."""
         st = self._streams.pop(sid, None)
         if st is None:
             return
+        self._ready_ids.discard(sid)
         if self._batch is not None and sid in self._batch.ids:
             self._drop_batch()
         self._maybe_compact(self._leave_pool(st))
@@ -460,10 +467,14 @@ class Recognizer(WakeModels, Batching, Results, Finals):
             k = self._rr % len(ready)
             ready = (ready[k:] + ready[:k])[: self.config.max_batch]
             self._rr += self.config.max_batch
+        self._ready_recheck += ready  # the step takes their audio (or closes their segment): ready no longer?
         events: list[Event] = []
-        decodable = [self._decodable(self._streams[sid]) for sid in ready]
-        decode = tuple(sid for sid, d in zip(ready, decodable) if d)
-        idle = tuple(sid for sid, d in zip(ready, decodable) if not d)  # only a segment/stream to close
+        decode_l: list[int] = []
+        idle_l: list[int] = []  # only a segment or the stream to close
+        streams, decodable = self._streams, self._decodable
+        for sid in ready:
+            (decode_l if decodable(streams[sid]) else idle_l).append(sid)
+        decode, idle = tuple(decode_l), tuple(idle_l)
         if decode:
             wav, takes = self._take_windows(decode)
             try:
@@ -557,10 +568,10 @@ class Recognizer(WakeModels, Batching, Results, Finals):
             self.on_batch(BatchView(ids, heads, enc_len, offsets))
         for st, n in zip(streams, enc_len.tolist()):
             st.frames_done += n
-        for st, b in zip(streams, bad.tolist()):
-            if b:
-                events += self._fail(st.id, "internal", "non-finite encoder output (NaN/inf) for this stream")
-        if any(i not in self._streams for i in ids):
+        if bool(bad.any()):
+            for row in bad.nonzero().flatten().tolist():
+                events += self._fail(streams[row].id, "internal", "non-finite encoder output (NaN/inf) for this stream")
+        if not all(map(self._streams.__contains__, ids)):
             return events  # a failed stream was closed and the batch dropped
         # 5. results, endpoints, ends of streams
         return events + self._results(batch)

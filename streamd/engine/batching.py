@@ -23,14 +23,33 @@ class Batching:
         """Finished, a segment to close, or a full chunk (:meth:`_decodable` for a stream not finished)."""
         return st.finished or st.reset_at is not None or st.fbank.frames_ready() >= self.chunk_fbank
 
+    # The ready streams are kept as a set of ids (``_ready_ids``), O(ready) per step instead of a scan of every
+    # stream: a stream can only become ready where audio arrives (accept_audio), at finish() and at reset() (each
+    # adds it when it is ready then), and only stop being ready where it is stepped (:meth:`step` notes the
+    # streams it takes in ``_ready_recheck``, whose readiness the next call here checks again) or closed (which
+    # removes it).  Stream ids grow with creation, which is the order of ``_streams``: sorted ids are the order
+    # a scan of ``_streams`` gives (:meth:`_ready_scan`).
+
     def ready_streams(self) -> list[int]:
-        """Streams that the next step would process (in order)."""
+        """Streams that the next step would process (in order: that of their creation)."""
+        ids, recheck = self._ready_ids, self._ready_recheck
+        if recheck:
+            streams, ready = self._streams, self._ready
+            for sid in recheck:
+                st = streams.get(sid)
+                if st is None or not ready(st):
+                    ids.discard(sid)
+            recheck.clear()
+        return sorted(ids)
+
+    def _ready_scan(self) -> list[int]:
+        """:meth:`ready_streams` the slow way, a scan of every stream (the reference for tests)."""
         ready = self._ready
         return [sid for sid, st in self._streams.items() if ready(st)]
 
     def pending(self) -> bool:
         """True while some stream has work for :meth:`step`."""
-        return any(self._ready(st) for st in self._streams.values())
+        return bool(self.ready_streams())
 
     # A stream's batched state lives in a *pool*: the batch it was last stepped in (its ``_Stream.pool`` is that
     # batch and its row).  Dropping the kept batch (the next step takes another set of streams, a stream
@@ -92,15 +111,26 @@ class Batching:
         """A new batch of streams ``ids`` from their pools (one ``select`` per pool and state) and fresh states
         for new streams (one per kind and search options); the streams leave their pools."""
         streams = [self._streams[i] for i in ids]
-        pools: dict[int, tuple[_Batch, list[int], list[int]]] = {}  # id -> (pool, new rows, its rows)
+        n = len(ids)
+        # one pass over the streams: each pool's (new rows, its rows), consecutive streams mostly share a pool
+        pools: dict[_Batch, tuple[list[int], list[int]]] = {}  # pool -> (new rows, its rows), first seen first
         fresh: list[int] = []
+        last = new_rows = old_rows = None
         for row, st in enumerate(streams):
-            if st.pool is None:
+            p = st.pool
+            if p is None:
                 fresh.append(row)
                 continue
-            pool, old = st.pool
-            entry = pools.setdefault(id(pool), (pool, [], []))
-            entry[1].append(row), entry[2].append(old)
+            pool = p[0]
+            if pool is not last:
+                entry = pools.get(pool)
+                if entry is None:
+                    entry = pools[pool] = ([], [])
+                last, (new_rows, old_rows) = pool, entry
+            new_rows.append(row)
+            old_rows.append(p[1])
+        taken = [(pool, np.array(nr, dtype=np.int64), np.array(orow, dtype=np.int64))
+                 for pool, (nr, orow) in pools.items()]
         dev = self.device
         made: dict[tuple, Any] = {}  # new streams' initial states, one object per kind (and search options)
 
@@ -109,19 +139,35 @@ class Batching:
                 made[key] = make()
             return made[key]
 
-        def parts(kind: str, rows: list[int], method: str = "") -> list[tuple[Any, list[int]]]:
-            """(state, the places among ``rows`` it fills) of kind ``kind`` for the batch rows ``rows``."""
-            place = {r: k for k, r in enumerate(rows)}
-            out: list[tuple[Any, list[int]]] = []
-            for pool, new_rows, old_rows in pools.values():
-                mine = [(place[r], o) for r, o in zip(new_rows, old_rows) if r in place]
-                if mine:
-                    pos = pool.positions(kind, method)  # pool row -> its place in the pool's state of this kind
-                    rows_t = torch.from_numpy(pos[[o for _, o in mine]]).to(dev)
-                    out.append((pool.state(kind, method).select(rows_t), [k for k, _ in mine]))
+        def parts(kind: str, rows: list[int] | None, method: str = "") -> list[tuple[Any, np.ndarray]]:
+            """(state, the places among ``rows`` it fills) of kind ``kind`` for the batch rows ``rows`` (None:
+            every row, each its own place)."""
+            out: list[tuple[Any, np.ndarray]] = []
+            place = None
+            if rows is not None:
+                place = np.full(n, -1, dtype=np.int64)
+                place[rows] = np.arange(len(rows))
+            for pool, nr, orow in taken:
+                if place is None:
+                    places, olds = nr, orow
+                else:
+                    places = place[nr]
+                    mine = places >= 0
+                    places, olds = places[mine], orow[mine]
+                    if not places.size:
+                        continue
+                pos = pool.positions(kind, method)  # pool row -> its place in the pool's state of this kind
+                at = pos[olds]
+                state = pool.state(kind, method)
+                if not (at.size == np.count_nonzero(pos >= 0) and np.array_equal(at, np.arange(at.size))):
+                    state = state.select(torch.from_numpy(at).to(dev))
+                # else every row of the pool's state, in order (the streams last stepped together): the state
+                # itself, no copy (the pool has no other stream left that holds a row of it)
+                out.append((state, places))
             by_key: dict[tuple, tuple[Any, list[int]]] = {}
             for r in fresh:
-                if r not in place:
+                k = r if place is None else int(place[r])
+                if k < 0:
                     continue
                 st, o = streams[r], streams[r].opts
                 if kind == "enc":
@@ -134,38 +180,49 @@ class Batching:
                 else:
                     key, make = ("wake", id(st.wake)), lambda: self.keyword_search.init_state(st.wake, dev)
                 state = new(key, make)
-                by_key.setdefault(key, (state, []))[1].append(place[r])
+                by_key.setdefault(key, (state, []))[1].append(k)
             for state, places in by_key.values():
                 out.append((state.select(torch.zeros(len(places), dtype=torch.long, device=dev))
-                            if len(places) > 1 else state, places))
+                            if len(places) > 1 else state, np.array(places, dtype=np.int64)))
             return out
 
-        def rows_and_state(kind: str, rows: list[int], method: str = "") -> tuple[torch.Tensor, Any]:
-            """The batch rows ``rows`` that hold a state of ``kind`` (as a tensor) and their batched state."""
+        def rows_and_state(kind: str, rows: list[int] | None, method: str = "") -> tuple[torch.Tensor, Any]:
+            """The batch rows ``rows`` (None: all) that hold a state of ``kind`` (as a tensor) and their batched
+            state."""
+            if rows is None:
+                return torch.arange(n, device=dev), self._assemble(parts(kind, None, method), n)
             return torch.tensor(rows, device=dev), self._assemble(parts(kind, rows, method), len(rows))
 
-        batch = _Batch(ids, self._assemble(parts("enc", list(range(len(ids)))), len(ids)))
-        by_method: dict[str, list[int]] = {}
-        for row, st in enumerate(streams):
-            by_method.setdefault(st.opts.method, []).append(row)
-        for method, rows in by_method.items():
-            batch.groups[method] = rows_and_state("search", rows, method)
-        kws_rows = [row for row, st in enumerate(streams) if self.kws is not None and st.opts.keywords]
-        if kws_rows:
-            batch.kws_rows, batch.kws = rows_and_state("kws", kws_rows)
+        batch = _Batch(ids, self._assemble(parts("enc", None), n))
+        methods = [st.opts.method for st in streams]
+        if len(set(methods)) == 1:
+            batch.groups[methods[0]] = rows_and_state("search", None, methods[0])
+        else:
+            by_method: dict[str, list[int]] = {}
+            for row, method in enumerate(methods):
+                by_method.setdefault(method, []).append(row)
+            for method, rows in by_method.items():
+                batch.groups[method] = rows_and_state("search", rows, method)
+        if self.kws is not None:
+            kws_rows = [row for row, st in enumerate(streams) if st.opts.keywords]
+            if kws_rows:
+                batch.kws_rows, batch.kws = rows_and_state("kws", kws_rows)
         wake_rows = [row for row, st in enumerate(streams) if st.wake is not None]
         if wake_rows:
             batch.wake_rows, batch.wake = rows_and_state("wake", wake_rows)
-        left = {id(p): p for p in (self._leave_pool(st) for st in streams) if p is not None}  # the batch holds it now
-        for pool in left.values():
+        for st in streams:  # the batch holds their state now
+            st.pool = None
+        for pool, nr, _ in taken:
+            pool.live -= nr.size
+        for pool, _, _ in taken:
             self._maybe_compact(pool)
         return batch
 
-    def _assemble(self, parts: list[tuple[Any, list[int]]], n: int) -> Any:
+    def _assemble(self, parts: list[tuple[Any, np.ndarray]], n: int) -> Any:
         """One batched state of ``n`` rows from ``parts``: (a state, the rows 0..n-1 its rows fill)."""
-        order = [k for _, places in parts for k in places]
+        order = parts[0][1] if len(parts) == 1 else np.concatenate([places for _, places in parts])
         state = parts[0][0] if len(parts) == 1 else type(parts[0][0]).cat([p for p, _ in parts])
-        if order != list(range(n)):
+        if not np.array_equal(order, np.arange(n)):
             where = np.empty(n, dtype=np.int64)
             where[order] = np.arange(n)
             state = state.select(torch.from_numpy(where).to(self.device))
