@@ -14,6 +14,7 @@ from .decoding import EngineConfig
 # CPU scheduling policies of the main engine's process (server.engine_policy; Linux SCHED_OTHER, SCHED_BATCH,
 # SCHED_IDLE: streamd.server.lane.lower_priority)
 ENGINE_POLICIES = ("normal", "batch", "idle")
+EVENT_LOOPS = ("asyncio", "uvloop")  # server.event_loop
 MAX_FRONT_PROCESSES = 256  # server.front_processes: processes carrying the connections, at most
 
 
@@ -58,6 +59,10 @@ class ServerConfig:
     all feeding the daemon's one engine (:mod:`streamd.server.front`); 1 (the default): the connections
     live in the daemon's own process.  More spread the connections' CPU over more cores (docs/benchmarks.md
     "Connections").
+    ``event_loop``: the event loop of the daemon's processes (and its front processes): ``asyncio`` (the
+    standard library's) or ``uvloop`` (libuv's, the pip package ``uvloop``, in the ``server`` extra on Linux
+    and macOS; measured against asyncio in docs/benchmarks.md "Connections": no clear gain in the connections
+    scenario yet, hence not the default).
     """
 
     host: str = "127.0.0.1"
@@ -80,6 +85,7 @@ class ServerConfig:
     engine_policy: str = "normal"
     nice: int | None = -5
     front_processes: int = 1
+    event_loop: str = "asyncio"
 
     def __post_init__(self) -> None:
         _check(isinstance(self.host, str) and self.host != "", "host", f"must be a host name or address, got {self.host!r}")
@@ -116,6 +122,7 @@ class ServerConfig:
         _check(isinstance(self.front_processes, int) and not isinstance(self.front_processes, bool)
                and 1 <= self.front_processes <= MAX_FRONT_PROCESSES, "front_processes",
                f"must be an integer 1..{MAX_FRONT_PROCESSES}, got {self.front_processes!r}")
+        _one_of(self.event_loop, EVENT_LOOPS, "event_loop")
         _check(self.nice is None or (isinstance(self.nice, int) and not isinstance(self.nice, bool)
                                      and -20 <= self.nice <= 19), "nice",
                f"must be an integer -20..19 or null, got {self.nice!r}")

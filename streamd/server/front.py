@@ -39,6 +39,7 @@ from ..config import AppConfig, from_dict
 from .admission import Refusal
 from .commands import CloseStream, Command, FeedPcm, FinishStream, OpenStream, ResetStream
 from .conn import ConnTable, drain_conns
+from .eventloop import run as run_event_loop
 from .exhaustion import ACCEPT_ERROR_LOG_SECONDS, ResourceErrors
 from .front_link import Link
 from .guard import HostRule
@@ -302,4 +303,4 @@ def front_main(index: int, config_dict: dict, tokens: tuple[str, ...], socks: li
                         format=f"%(asctime)s %(name)s[front {index}] %(levelname)s %(message)s")
     if config.server.log_level != "debug":
         logging.getLogger("websockets").setLevel(logging.WARNING)
-    asyncio.run(_front(index, config, tokens, socks, link_sock))
+    run_event_loop(_front(index, config, tokens, socks, link_sock), config.server.event_loop)

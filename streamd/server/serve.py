@@ -14,6 +14,7 @@ from typing import Any, Mapping
 from ..config import AppConfig, ConfigError, load_yaml
 from .app import App
 from .auth import load_tokens
+from .eventloop import run as run_event_loop
 from .lane import raise_priority
 from .notify import Notifier
 from .settings import check_app_config, check_ports_free, mic_factory, resolve_config
@@ -71,7 +72,7 @@ def serve(config: str | None = None, flags: Mapping[str, Any] | None = None,
         log.info("running at nice %d: server.nice %d not applied (%s)", nice, cfg.server.nice, why)
     else:
         log.info("running at nice %d", nice)
-    asyncio.run(main())
+    run_event_loop(main(), cfg.server.event_loop)
     return 0
 
 

@@ -20,6 +20,7 @@ from typing import Any, Callable, Mapping
 
 from ..config import AppConfig, ConfigError, TlsConfig, load_yaml
 from .auth import check_wyoming_auth, load_tokens
+from .eventloop import check_event_loop
 from .wsconn import DirectConnection
 
 __all__ = ["resolve_config", "make_ssl_context", "websocket_options", "check_app_config", "check_device_available",
@@ -122,7 +123,8 @@ def make_ssl_context(tls: TlsConfig) -> ssl.SSLContext | None:
 def check_app_config(cfg: AppConfig) -> None:
     """What ``streamd serve`` would refuse once it loads, checked before anything loads (``check-config``
     and ``serve`` both call it): model and LM files, token file, TLS files, the Wyoming port's auth rule
-    (:func:`.auth.check_wyoming_auth`), the compute device (:func:`check_device_available`) and the wake words
+    (:func:`.auth.check_wyoming_auth`), the compute device (:func:`check_device_available`), the event loop's
+    package (:func:`.eventloop.check_event_loop`) and the wake words
     and hotwords against the model's token table (:func:`check_phrases`)."""
     if cfg.engine.model and not Path(cfg.engine.model).is_file():
         raise ConfigError(f"engine.model: no such file {cfg.engine.model!r}")
@@ -134,6 +136,7 @@ def check_app_config(cfg: AppConfig) -> None:
     if cfg.server.wyoming_port is not None:
         check_wyoming_auth(cfg.server, tokens)
     check_device_available(cfg.engine.device, "engine.device")
+    check_event_loop(cfg.server.event_loop)
     check_phrases(cfg)
 
 

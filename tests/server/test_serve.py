@@ -22,10 +22,18 @@ from streamd.cli import main
 pytestmark = pytest.mark.usefixtures("one_torch_thread")  # tiny models on 2 shared cores
 
 
-@pytest.mark.parametrize("fronts", [1, 2])
-def test_sigterm_drains_and_exits_zero(tiny_ckpt, tmp_path, fronts):
+@pytest.mark.parametrize("fronts,event_loop", [(1, "asyncio"), (2, "asyncio"), (1, "uvloop"), (2, "uvloop")])
+def test_sigterm_drains_and_exits_zero(tiny_ckpt, tmp_path, fronts, event_loop):
     """`python -m streamd serve`: READY=1 and WATCHDOG=1 over $NOTIFY_SOCKET, SIGTERM -> finals, done, exit 0;
-    the same with the connections in two front processes (``--front-processes 2``)."""
+    the same with the connections in two front processes (``--front-processes 2``), and on uvloop's event
+    loop (``server.event_loop: uvloop``)."""
+    config = ROOT / "configs" / "default.yaml"
+    if event_loop == "uvloop":
+        pytest.importorskip("uvloop")
+        text = config.read_text()
+        assert "  event_loop: asyncio\n" in text
+        config = tmp_path / "uvloop.yaml"
+        config.write_text(text.replace("  event_loop: asyncio\n", "  event_loop: uvloop\n"))
     name = f"streamd-test-{os.getpid()}-{time.monotonic_ns()}"
     notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     notify.bind("\0" + name)
@@ -37,7 +45,7 @@ def test_sigterm_drains_and_exits_zero(tiny_ckpt, tmp_path, fronts):
 
     async def body():
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "streamd", "serve", "--config", str(ROOT / "configs" / "default.yaml"),
+            sys.executable, "-m", "streamd", "serve", "--config", str(config),
             "--host", "127.0.0.1", "--front-processes", str(fronts), cwd=str(ROOT), env=env,
             stderr=asyncio.subprocess.PIPE)
         port, log = None, []
@@ -108,6 +116,7 @@ def test_check_config(tmp_path, capsys):
              "engine:\n  kws:\n    wake_words: ['Hey Stream']\n": "engine.kws.wake_words[0] 'Hey Stream': the model's own",
              "engine:\n  decoding:\n    method: modified_beam\n    hotwords: [anna, 'r2d2']\n":
                  "engine.decoding.hotwords[1] 'r2d2': characters not in",
+             "server:\n  event_loop: trio\n": "server.event_loop: must be one of",
              "server:\n  port: 2700\n  vosk_port: 2700\n": "server.vosk_port: 2700 is server.port too",
              "server:\n  vosk_port: 2700\n  wyoming_port: 2700\n": "server.wyoming_port: 2700 is server.vosk_port too",
              "server:\n  port: 8765\n  wyoming_port: 8765\n": "server.wyoming_port: 8765 is server.port too",
@@ -170,3 +179,11 @@ def test_serve_names_the_key_of_a_port_another_process_holds(capsys, monkeypatch
         assert main(["serve", "--host", "127.0.0.1", "--port", "0", "--wyoming-port", str(port)]) == 2
     err = capsys.readouterr().err
     assert f"server.wyoming_port: cannot listen on 127.0.0.1:{port}" in err, err
+
+
+def test_check_config_refuses_uvloop_when_it_is_not_installed(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "uvloop", None)  # an import of it fails as when it is absent
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("server:\n  event_loop: uvloop\n")
+    assert main(["check-config", str(cfg)]) == 2
+    assert "server.event_loop: uvloop is not installed" in capsys.readouterr().err

@@ -7,7 +7,7 @@ clients (:mod:`.crowd`, spread over ``--crowd-processes`` processes) connect, th
 p95 partial lag <= :data:`LAG_TARGET_MS` and no audio lost.  The daemon's CPU (its process and its
 children: front and engine processes) over the streaming window, divided by the packets sent, is the cost
 of one connection-frame: what extrapolates to a larger host.  ``--front-processes N`` runs the daemon with
-``server.front_processes: N``.
+``server.front_processes: N``, ``--event-loop uvloop`` with ``server.event_loop: uvloop``.
 """
 
 from __future__ import annotations
@@ -75,9 +75,10 @@ async def trial(ctx: Ctx, d, n: int) -> dict:
 async def scenario_connections(ctx: Ctx) -> dict:
     """Trials of ascending N (``ctx.connections``) until one fails: the largest passing N is the figure."""
     fronts = ctx.front_processes or 1
-    config = {"limits": {"max_load": 0, "max_streams": 20000, "light_lane": 0}, "server": {"front_processes": fronts}}
-    out: dict = {"front_processes": fronts, "crowd_processes": ctx.crowd_processes, "seconds": ctx.seconds,
-                 "trials": {}}
+    config = {"limits": {"max_load": 0, "max_streams": 20000, "light_lane": 0},
+              "server": {"front_processes": fronts, "event_loop": ctx.event_loop}}
+    out: dict = {"front_processes": fronts, "event_loop": ctx.event_loop, "crowd_processes": ctx.crowd_processes,
+                 "seconds": ctx.seconds, "trials": {}}
     best = 0
     with ctx.daemon(f"connections_f{fronts}", config, args=("--null-engine",)) as d:
         for n in ctx.connections or DEFAULT_TRIALS:

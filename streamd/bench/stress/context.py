@@ -43,6 +43,7 @@ class Ctx:
     rounds: list = field(default_factory=lambda: list(ROUNDS))  # the overload scenario's (name, k x capacity)
     connections: tuple[int, ...] = ()  # the connections scenario's trials (empty: its defaults)
     front_processes: int | None = None  # server.front_processes of the connections scenario's daemon
+    event_loop: str = "asyncio"  # server.event_loop of the connections scenario's daemon
     crowd_processes: int = 2  # the connections scenario's load generator processes
 
     def daemon(self, name: str, config: dict | None, **kw: Any) -> Daemon:

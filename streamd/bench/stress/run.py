@@ -103,6 +103,7 @@ class StressOptions:
     victim: str | None = None  # be the victim process of another run against this URL
     connections: tuple[int, ...] = ()  # the connections scenario's trials (clients)
     front_processes: int | None = None  # the connections scenario's server.front_processes
+    event_loop: str = "asyncio"  # the connections scenario's server.event_loop
     crowd_processes: int = 2  # the connections scenario's load generator processes
     crowd: str | None = None  # be one load generator process of the connections scenario against this URL
     crowd_clients: int = 0
@@ -118,7 +119,7 @@ def _meta(o: StressOptions) -> dict[str, Any]:
             "busy_cores": o.busy_cores, "busy_nice": o.busy_nice, "own_sessions": o.own_sessions,
             "encoder": "eager" if o.eager_encoder else "traced", "max_load": o.max_load,
             "victim": "shared event loop" if o.shared_victim else "own process",
-            "front_processes": o.front_processes, "crowd_processes": o.crowd_processes}
+            "front_processes": o.front_processes, "event_loop": o.event_loop, "crowd_processes": o.crowd_processes}
 
 
 async def _run_scenarios(ctx: Ctx, names: list[str]) -> None:
@@ -151,7 +152,7 @@ async def run_stress(o: StressOptions) -> int:
               engine_nice=o.engine_nice, engine_policy=o.engine_policy, daemon_nice=o.daemon_nice,
               own_sessions=o.own_sessions, eager_encoder=o.eager_encoder, max_load=o.max_load,
               no_nice_rights=o.no_nice_rights, connections=o.connections, front_processes=o.front_processes,
-              crowd_processes=o.crowd_processes)
+              event_loop=o.event_loop, crowd_processes=o.crowd_processes)
     if o.rounds:
         ks = [float(k.rstrip("x")) for k in o.rounds.split(",")]
         ctx.rounds = [(f"{k:g}x_{i + 1}", k) for i, k in enumerate(ks)]

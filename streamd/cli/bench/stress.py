@@ -52,6 +52,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--connections", help="the connections scenario's trials: clients, ascending, comma-separated "
                                           "(default 250,500,1000,2000,3000)")
     p.add_argument("--front-processes", type=int, help="server.front_processes of the connections scenario's daemon")
+    p.add_argument("--event-loop", choices=("asyncio", "uvloop"), default="asyncio",
+                   help="server.event_loop of the connections scenario's daemon (default asyncio)")
     p.add_argument("--crowd-processes", type=int, default=2,
                    help="the connections scenario's load generator processes (default 2)")
     p.add_argument("--victim", metavar="URL", help=argparse.SUPPRESS)  # internal: be the victim process
@@ -74,6 +76,7 @@ def _run(args: argparse.Namespace) -> int:
                       no_nice_rights=args.no_nice_rights, own_sessions=args.own_sessions,
                       shared_victim=args.shared_victim, victim=args.victim,
                       connections=tuple(int(x) for x in (args.connections or "").split(",") if x.strip()),
-                      front_processes=args.front_processes, crowd_processes=args.crowd_processes,
+                      front_processes=args.front_processes, event_loop=args.event_loop,
+                      crowd_processes=args.crowd_processes,
                       crowd=args.crowd, crowd_clients=args.crowd_clients, crowd_seed=args.crowd_seed)
     return asyncio.run(run_stress(o))
