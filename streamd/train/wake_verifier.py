@@ -17,6 +17,7 @@ engine takes it in place of ``kws.verify_gap``.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -97,11 +98,12 @@ def fit_verifier_gaps(paths: Sequence[str | Path], verifier_name: str, floor: fl
                       kcfg: KwsConfig = KwsConfig(), root: Path | None = None,
                       log: Callable[[str], None] | None = None, verifier=None) -> list[dict]:
     """Give each wake model file its own verifier threshold (:func:`own_gap` of :func:`negative_gaps` on its
-    :func:`held_out_negatives`), written into the file in place; returns each file's ``info["verifier"]``.
+    :func:`held_out_negatives`), written into the file in place (atomically); returns each file's ``info["verifier"]``.
     Models whose keywords leave out the same files share one scoring pass; ``verifier``: the model already
     loaded by :func:`load_verifier` (else it is loaded here)."""
     from streamd.audio.resample import load_audio_at
     from streamd.model.wake import load_wake_model, save_wake_model
+
     log = log or (lambda m: print(m, file=sys.stderr, flush=True))
     models = [load_wake_model(p) for p in paths]
     verifier = verifier if verifier is not None else load_verifier(verifier_name)
@@ -131,7 +133,9 @@ def fit_verifier_gaps(paths: Sequence[str | Path], verifier_name: str, floor: fl
                    "negative_hours": round(hours, 3), "detections": len(g),
                    "top_negative_gaps": top,
                    "seconds": round(time.monotonic() - t0, 1)}
-            save_wake_model(m.path, m.keyword, m.threshold, m.head, {**m.info, "verifier": rec}, verify_gap=thr)
+            tmp = Path(m.path).with_name(f".{Path(m.path).name}.{os.getpid()}.tmp")  # the file whole or not at all
+            save_wake_model(tmp, m.keyword, m.threshold, m.head, {**m.info, "verifier": rec}, verify_gap=thr)
+            os.replace(tmp, m.path)
             out[k] = rec
             log(f"{m.keyword!r}: {len(g)} held-out detections ({hours:.2f} h), highest gaps "
                 f"{', '.join(f'{x:.2f}' for x in top[:3]) or 'none'} -> verify_gap {thr:.2f} ({m.path})")
