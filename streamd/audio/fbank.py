@@ -279,8 +279,7 @@ class FbankStream:
         Returns:
             The number of frames taken.
         """
-        ready = self._frames_known - self.frames_taken  # frames_ready(), inlined: once per stream and step
-        n = max_frames if max_frames < ready else ready
+        n = min(max_frames, self.frames_ready())
         size = self._take_into(n, out)
         if size < out.shape[0]:  # a short window (the tail): the rest of the row is zero
             out[size:] = 0.0

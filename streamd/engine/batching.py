@@ -186,23 +186,18 @@ class Batching:
                             if len(places) > 1 else state, np.array(places, dtype=np.int64)))
             return out
 
-        def rows_and_state(kind: str, rows: list[int] | None, method: str = "") -> tuple[torch.Tensor, Any]:
-            """The batch rows ``rows`` (None: all) that hold a state of ``kind`` (as a tensor) and their batched
-            state."""
-            if rows is None:
-                return torch.arange(n, device=dev), self._assemble(parts(kind, None, method), n)
-            return torch.tensor(rows, device=dev), self._assemble(parts(kind, rows, method), len(rows))
+        def rows_and_state(kind: str, rows: list[int], method: str = "") -> tuple[torch.Tensor, Any]:
+            """The batch rows ``rows`` (ascending) that hold a state of ``kind`` (as a tensor) and their batched
+            state; every row: each its own place, no place lookups."""
+            state = self._assemble(parts(kind, None if len(rows) == n else rows, method), len(rows))
+            return torch.tensor(rows, device=dev), state
 
         batch = _Batch(ids, self._assemble(parts("enc", None), n))
-        methods = [st.opts.method for st in streams]
-        if len(set(methods)) == 1:
-            batch.groups[methods[0]] = rows_and_state("search", None, methods[0])
-        else:
-            by_method: dict[str, list[int]] = {}
-            for row, method in enumerate(methods):
-                by_method.setdefault(method, []).append(row)
-            for method, rows in by_method.items():
-                batch.groups[method] = rows_and_state("search", rows, method)
+        by_method: dict[str, list[int]] = {}
+        for row, st in enumerate(streams):
+            by_method.setdefault(st.opts.method, []).append(row)
+        for method, rows in by_method.items():
+            batch.groups[method] = rows_and_state("search", rows, method)
         if self.kws is not None:
             kws_rows = [row for row, st in enumerate(streams) if st.opts.keywords]
             if kws_rows:
@@ -211,9 +206,7 @@ class Batching:
         if wake_rows:
             batch.wake_rows, batch.wake = rows_and_state("wake", wake_rows)
         for st in streams:  # the batch holds their state now
-            st.pool = None
-        for pool, nr, _ in taken:
-            pool.live -= nr.size
+            self._leave_pool(st)
         for pool, _, _ in taken:
             self._maybe_compact(pool)
         return batch
