@@ -225,12 +225,13 @@ def _verified_table(models: list, res: dict, name: str, sets_dir: Path, span: di
     from ..config import KwsConfig
     from ..decode.endpoint import seconds_to_frames
     from ..evaluation.wake import verified_sweep
-    from ..second_pass.models import load_recognizer
+    from ..second_pass.models import load_verifier
 
     kcfg = KwsConfig(**span)
-    model = load_recognizer(name, cpu_threads=1, int8=True)
-    if not getattr(model, "scores_rivals", False):
-        raise ValueError(f"--verify {name}: this model does not score texts (Moonshine models do)")
+    try:
+        model = load_verifier(name)
+    except ValueError as e:
+        raise ValueError(f"--verify {e}") from None
     out: dict = {}
     ref = seconds_to_frames(REFRACTORY_S, FRAME_S)
     gaps: dict[tuple[int, str], Callable[[int, int], float]] = {}  # (model, half) -> its cached gap(file, frame)
@@ -351,7 +352,8 @@ def _own_gaps_table(models: list, res: dict, gaps: dict, wake_threshold: float, 
                 pts = [point(k, m, "dev", own_gap(top(m), floor, margin, rank)) for k, m in have]
                 if all(p["fa_per_hour"] is not None and p["fa_per_hour"] <= 0.5 for p in pts):
                     grid.append((sum(p["missed"] for p in pts), -floor, -margin, rank, floor, margin))
-    chosen = (min(grid)[4], min(grid)[5], min(grid)[3]) if grid else None
+    best = min(grid) if grid else None
+    chosen = (best[4], best[5], best[3]) if best else None
     print(f"own verifier thresholds: the rule chosen on dev (floor, margin, rank) {chosen}")
     print("| keyword | highest held-out negative gaps | threshold in the file | test: miss / FA/h | "
           "dev rule's threshold | its test miss / FA/h |")

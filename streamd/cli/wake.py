@@ -73,11 +73,11 @@ def wake_main(argv: Sequence[str] | None = None) -> int:
                           seed=a.seed, workers=a.workers)
     if a.out is not None and len(a.keyword) > 1:
         ap.error("--out names one file: give --out-dir with several keywords")
-    from ..second_pass.models import TeacherUnavailable
+    from ..second_pass.models import TeacherUnavailable, load_verifier
     from ..train import wake_verifier as wv
 
     try:
-        verifier = wv.load_verifier(a.verifier) if a.verifier else None  # refused before any training
+        verifier = load_verifier(a.verifier) if a.verifier else None  # refused before any training
         for kw in a.keyword:
             out = a.out or Path(a.out_dir) / (" ".join(kw.casefold().split()).replace(" ", "_") + ".wake.pt")
             train_wake_model(kw, out, cfg)

@@ -65,7 +65,8 @@ from .cross_mask import BIAS_INPUT, PAD_BIAS, add_cross_attention_bias
 
 __all__ = ["Teacher", "TeacherSpec", "TeacherUnavailable", "TEACHERS", "load_teacher", "teacher_names",
            "WhisperTeacher", "MoonshineTeacher", "MoonshineTokenizer", "whisper_base_dir", "cache_root", "RATE",
-           "Recognized", "RecognizedWord", "Context", "Item", "WordRecognizer", "load_recognizer", "sentence_case",
+           "Recognized", "RecognizedWord", "Context", "Item", "WordRecognizer", "load_recognizer", "load_verifier",
+           "sentence_case",
            "keyword_rivals", "keyword_gap", "keyword_check", "KEYWORD_SPANS", "ort_providers"]
 
 RATE = 16000
@@ -447,6 +448,16 @@ def keyword_gap(model: "WordRecognizer", audio: np.ndarray, keyword: str) -> flo
         return None
     x, _, rival = keyword_check(audio, keyword)
     return model.recognize(x, rival=rival).rival_gap
+
+
+def load_verifier(name: str) -> "WordRecognizer":
+    """The second-pass model ``name`` as a wake verifier (int8, one thread, as the engine's second pass runs it);
+    ValueError for one that scores no texts (Whisper), :class:`TeacherUnavailable` when its packages are
+    missing."""
+    model = load_recognizer(name, cpu_threads=1, int8=True)
+    if not getattr(model, "scores_rivals", False):
+        raise ValueError(f"{name}: a wake verifier must score texts (a Moonshine model such as moonshine-base-so762)")
+    return model
 
 
 def _moonshine_dir() -> Path:

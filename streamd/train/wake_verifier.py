@@ -28,7 +28,7 @@ import numpy as np
 from streamd.config import KwsConfig
 from streamd.model.wake import VERIFY_GAP_FLOOR, VERIFY_GAP_MARGIN, VERIFY_GAP_RANK, own_gap
 
-__all__ = ["TOP_KEPT", "held_out_negatives", "load_verifier", "negative_gaps", "fit_verifier_gaps"]
+__all__ = ["TOP_KEPT", "held_out_negatives", "negative_gaps", "fit_verifier_gaps"]
 
 TOP_KEPT = 10
 """Highest held-out negative gaps recorded in the file (``info["verifier"]["top_negative_gaps"]``)."""
@@ -46,18 +46,6 @@ def held_out_negatives(keyword: str, root: Path | None = None) -> list[tuple[str
     files = real_negative_files(keyword, root)
     noise = files["noise"][: len(files["noise"]) // 2]  # the other half is the training's background noise bank
     return [(p, n) for p, n in files["speech"] + noise if _held_out(n)]
-
-
-def load_verifier(name: str):
-    """The second-pass model ``name`` as a wake verifier (int8, one thread, as the engine's second pass runs it);
-    ValueError for one that scores no texts (Whisper), :class:`~streamd.second_pass.models.TeacherUnavailable`
-    when its packages are missing."""
-    from streamd.second_pass.models import load_recognizer
-
-    model = load_recognizer(name, cpu_threads=1, int8=True)
-    if not getattr(model, "scores_rivals", False):
-        raise ValueError(f"{name}: a wake verifier must score texts (a Moonshine model such as moonshine-base-so762)")
-    return model
 
 
 def negative_gaps(models: Sequence, audio: Sequence[np.ndarray], verifier, kcfg: KwsConfig = KwsConfig(),
@@ -100,9 +88,10 @@ def fit_verifier_gaps(paths: Sequence[str | Path], verifier_name: str, floor: fl
     """Give each wake model file its own verifier threshold (:func:`own_gap` of :func:`negative_gaps` on its
     :func:`held_out_negatives`), written into the file in place (atomically); returns each file's ``info["verifier"]``.
     Models whose keywords leave out the same files share one scoring pass; ``verifier``: the model already
-    loaded by :func:`load_verifier` (else it is loaded here)."""
+    loaded by :func:`~streamd.second_pass.models.load_verifier` (else it is loaded here)."""
     from streamd.audio.resample import load_audio_at
     from streamd.model.wake import load_wake_model, save_wake_model
+    from streamd.second_pass.models import load_verifier
 
     log = log or (lambda m: print(m, file=sys.stderr, flush=True))
     models = [load_wake_model(p) for p in paths]
